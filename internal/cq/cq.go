@@ -1,0 +1,154 @@
+// Package cq is the completion queue shared by the backends: a bounded
+// ring of fabric.Completion with a lock-free empty check for busy-polling
+// and a channel-based sleep for blocking waits.
+package cq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// Queue is a completion queue. Producers call Push; consumers Poll or
+// Wait. All methods are safe for concurrent use.
+type Queue struct {
+	mu      sync.Mutex
+	ring    []fabric.Completion
+	head    uint64 // next to poll, under mu
+	tail    uint64 // next to push, under mu
+	count   atomic.Int64
+	waiters atomic.Int32
+	wake    chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+	once    sync.Once
+	spin    time.Duration
+	// Overruns counts completions lost because the queue was full.
+	Overruns atomic.Uint64
+}
+
+// New returns a queue of the given capacity (0: 4096) whose Wait busy-polls
+// for spin before sleeping.
+func New(size int, spin time.Duration) *Queue {
+	if size <= 0 {
+		size = 4096
+	}
+	return &Queue{ring: make([]fabric.Completion, size), wake: make(chan struct{}, 1),
+		done: make(chan struct{}), spin: spin}
+}
+
+// Cap returns the capacity.
+func (q *Queue) Cap() int { return len(q.ring) }
+
+// Free returns the room left; a producer that must not lose a completion
+// checks it before it starts the operation.
+func (q *Queue) Free() int { return len(q.ring) - int(q.count.Load()) }
+
+// Len returns the number of completions waiting.
+func (q *Queue) Len() int { return int(q.count.Load()) }
+
+// Push appends a completion. It returns false, and counts an overrun, if
+// the queue is full.
+func (q *Queue) Push(c fabric.Completion) bool {
+	q.mu.Lock()
+	if q.tail-q.head == uint64(len(q.ring)) {
+		q.mu.Unlock()
+		q.Overruns.Add(1)
+		return false
+	}
+	q.ring[q.tail%uint64(len(q.ring))] = c
+	q.tail++
+	q.count.Add(1)
+	q.mu.Unlock()
+	if q.waiters.Load() > 0 {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// Poll moves up to len(out) completions into out.
+func (q *Queue) Poll(out []fabric.Completion) int {
+	if len(out) == 0 || q.count.Load() == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	n := 0
+	for n < len(out) && q.head != q.tail {
+		out[n] = q.ring[q.head%uint64(len(q.ring))]
+		q.head++
+		n++
+	}
+	q.count.Add(-int64(n))
+	q.mu.Unlock()
+	return n
+}
+
+// Wait polls until it returns at least one completion, ctx is done or the
+// queue is closed.
+func (q *Queue) Wait(ctx context.Context, out []fabric.Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	if n := q.Poll(out); n > 0 {
+		return n, nil
+	}
+	if q.spin > 0 {
+		deadline := time.Now().Add(q.spin)
+		for i := 0; ; i++ {
+			if n := q.Poll(out); n > 0 {
+				return n, nil
+			}
+			if q.closed.Load() {
+				return 0, errClosed
+			}
+			if i&255 == 255 {
+				if time.Now().After(deadline) {
+					break
+				}
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	for {
+		q.waiters.Add(1)
+		if n := q.Poll(out); n > 0 {
+			q.waiters.Add(-1)
+			return n, nil
+		}
+		if q.closed.Load() {
+			q.waiters.Add(-1)
+			return 0, errClosed
+		}
+		select {
+		case <-q.wake:
+		case <-q.done:
+		case <-ctx.Done():
+			q.waiters.Add(-1)
+			return 0, ctx.Err()
+		}
+		q.waiters.Add(-1)
+	}
+}
+
+var errClosed = fmt.Errorf("completion queue: %w", os.ErrClosed)
+
+// Close wakes every waiter with os.ErrClosed. Completions still queued
+// can be polled. It is idempotent.
+func (q *Queue) Close() {
+	q.once.Do(func() {
+		q.closed.Store(true)
+		close(q.done)
+	})
+}

@@ -1,0 +1,622 @@
+package ntb
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/cq"
+	"github.com/weft-io/weft/internal/shm"
+)
+
+// Endpoint is one queue of a Transport, as a fabric.Endpoint.
+//
+// A message is one record in the receiver's ring: a 16-byte header
+// {seq, len, imm, flags} and the payload, padded to 16 bytes. The sender
+// writes a burst of records, zeroes the header word after the last one,
+// and only then stores the first record's seq word: one ordered store
+// publishes the whole burst. The seq word is derived from the record's
+// position and the receiver's session nonce, so a stale or forged header
+// never matches. The receiver consumes records up to the first empty seq
+// and publishes its position once per burst into the sender's window.
+//
+// Doorbells are coalesced: a receiver that stops spinning sets a flag in
+// the sender's window and sleeps; the sender rings only when it sees the
+// flag.
+type Endpoint struct {
+	t     *Transport
+	q     int
+	rxBit uint64
+	txBit uint64
+	cq    *cq.Queue
+	ctr   fabric.Counters
+	evs   chan fabric.Event
+
+	closed atomic.Bool
+	once   sync.Once
+	owner  bool // Close closes the transport (endpoints from fabric.Open)
+
+	txMu      sync.Mutex
+	txUp      bool
+	txRing    []byte
+	txTail    uint64 // absolute position of the next record
+	txHead    uint64 // cached consumer position
+	txSalt    uint32
+	txHeadW   *atomic.Uint64 // in our window: written by the peer
+	rxSleep   *atomic.Uint32 // in our window: the peer's receiver sleeps
+	txSleepP  *atomic.Uint32 // in the peer's window: we wait for room
+	txFirstSeq uint32        // seq of the first record of the burst being written
+	peerWin    []byte
+
+	rxMu     sync.Mutex
+	rxValid  bool // rxRing holds records of the current or last session
+	rxUp     bool
+	rxRing   []byte
+	rxHead   uint64
+	rxSalt   uint32
+	rxHeadP  *atomic.Uint64 // in the peer's window: our consumer position
+	rxSleepP *atomic.Uint32 // in the peer's window: we sleep
+	txSleep  *atomic.Uint32 // in our window: the peer's sender waits for room
+}
+
+var _ fabric.Endpoint = (*Endpoint)(nil)
+
+func newEndpoint(t *Transport, q int) *Endpoint {
+	return &Endpoint{t: t, q: q, rxBit: 1 << (2 * q), txBit: 1 << (2*q + 1),
+		cq: cq.New(t.cfg.CQSize, t.spin), evs: make(chan fabric.Event, 64)}
+}
+
+func (e *Endpoint) ctrl(off int) int { return ctrlOff + e.q*ctrlStride + off }
+
+func (e *Endpoint) resetLocked() {
+	e.txUp, e.rxUp, e.rxValid = false, false, false
+	e.txTail, e.txHead, e.rxHead = 0, 0, 0
+	e.txRing, e.rxRing, e.peerWin = nil, nil, nil
+}
+
+func (e *Endpoint) attachLocked(p peerParams, pw []byte, pn uint32) {
+	t := e.t
+	e.txRing = pw[ringsOff+e.q*p.ring : ringsOff+(e.q+1)*p.ring : ringsOff+(e.q+1)*p.ring]
+	e.txSalt = pn
+	e.txHeadW = shm.U64(t.win, e.ctrl(ctrlTxHead))
+	e.rxSleep = shm.U32(t.win, e.ctrl(ctrlRxSleep))
+	e.txSleepP = shm.U32(pw, e.ctrl(ctrlTxSleep))
+	e.rxRing = t.win[ringsOff+e.q*t.lay.ring : ringsOff+(e.q+1)*t.lay.ring : ringsOff+(e.q+1)*t.lay.ring]
+	e.rxSalt = t.nonce
+	e.rxHeadP = shm.U64(pw, e.ctrl(ctrlTxHead))
+	e.rxSleepP = shm.U32(pw, e.ctrl(ctrlRxSleep))
+	e.txSleep = shm.U32(t.win, e.ctrl(ctrlTxSleep))
+	e.peerWin = pw
+	e.txUp, e.rxUp, e.rxValid = true, true, true
+}
+
+func (e *Endpoint) detachLocked() {
+	e.txUp, e.rxUp = false, false
+}
+
+func (e *Endpoint) emit(ev fabric.Event) {
+	select {
+	case e.evs <- ev:
+	default:
+		e.ctr.Drop(fabric.DropEvent, 1)
+	}
+}
+
+func seqOf(pos uint64, salt uint32) uint32 {
+	return (uint32(pos>>4)+salt)&0x7fffffff | 0x80000000
+}
+
+func align16(n int) int { return (n + 15) &^ 15 }
+
+func (e *Endpoint) opErr(op string, err error) error {
+	return &fabric.OpError{Op: op, Backend: "ntb", Err: err}
+}
+
+func (e *Endpoint) downErr(op string) error {
+	if e.closed.Load() {
+		return e.opErr(op, fabric.ErrClosed)
+	}
+	return e.opErr(op, fabric.ErrPeerGone)
+}
+
+// room reports whether size bytes (plus a header word of slack) fit after
+// the current tail, refreshing the cached consumer position if needed.
+func (e *Endpoint) room(size int) (bool, error) {
+	ring := uint64(len(e.txRing))
+	if e.txTail+uint64(size)+recHdr-e.txHead <= ring {
+		return true, nil
+	}
+	h := e.txHeadW.Load()
+	if h > e.txTail || e.txTail-h > ring || h < e.txHead {
+		e.ctr.Drop(fabric.DropMalformed, 1)
+		err := fmt.Errorf("%w: peer consumer position %d, our tail %d", fabric.ErrMalformed, h, e.txTail)
+		e.t.fault(err)
+		return false, err
+	}
+	e.txHead = h
+	return e.txTail+uint64(size)+recHdr-e.txHead <= ring, nil
+}
+
+// reserve finds room for a record of n payload bytes, writing a padding
+// record first if the record would cross the end of the ring. It returns
+// the offset of the record, or -1 for backpressure. first tracks the
+// offset of the first record of the burst, whose seq is stored last.
+func (e *Endpoint) reserve(n int, first *int) (int, error) {
+	size := align16(recHdr + n)
+	ring := len(e.txRing)
+	off := int(e.txTail % uint64(ring))
+	pad := 0
+	if off+size > ring {
+		pad = ring - off
+	}
+	ok, err := e.room(pad + size)
+	if !ok || err != nil {
+		return -1, err
+	}
+	if pad > 0 {
+		e.writeHdr(off, pad-recHdr, 0, recFlagPad, first)
+		e.txTail += uint64(pad)
+		off = 0
+	}
+	return off, nil
+}
+
+func (e *Endpoint) writeHdr(off, n int, imm uint32, flags uint32, first *int) {
+	r := e.txRing
+	shm.Put32(r, off+4, uint32(n))
+	shm.Put32(r, off+8, imm)
+	shm.Put32(r, off+12, flags)
+	seq := seqOf(e.txTail, e.txSalt)
+	if *first < 0 {
+		*first = off
+		e.txFirstSeq = seq
+	} else {
+		shm.U32(r, off).Store(seq)
+	}
+}
+
+// publish ends a burst: zero the header word after the last record, then
+// store the first record's seq.
+func (e *Endpoint) publish(first int) {
+	if first < 0 {
+		return
+	}
+	r := e.txRing
+	shm.U32(r, int(e.txTail%uint64(len(r)))).Store(0)
+	shm.U32(r, first).Store(e.txFirstSeq)
+	if e.rxSleep.Load() != 0 {
+		e.t.dev.PeerDBSet(e.rxBit)
+		e.ctr.Doorbells.Add(1)
+	}
+}
+
+// Send implements fabric.Endpoint. Messages are copied into the peer's
+// ring, so buffers are free again when Send returns.
+func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.opErr("send", fabric.ErrClosed)
+	}
+	e.txMu.Lock()
+	defer e.txMu.Unlock()
+	if !e.txUp {
+		return 0, e.downErr("send")
+	}
+	first := -1
+	var bytes uint64
+	n := 0
+	var err error
+	for n < len(msgs) {
+		m := &msgs[n]
+		if len(m.SGEs) > maxSGEs {
+			err = e.opErr("send", fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGEs, fabric.ErrMessageSize))
+			break
+		}
+		size, cerr := fabric.CheckSGEs(m.SGEs, e.t, 0)
+		if cerr != nil {
+			err = e.opErr("send", cerr)
+			break
+		}
+		if size > e.t.cfg.MaxMsgSize {
+			err = e.opErr("send", fmt.Errorf("%d bytes, max %d: %w", size, e.t.cfg.MaxMsgSize, fabric.ErrMessageSize))
+			break
+		}
+		if m.Flags&fabric.FlagSignal != 0 && e.cq.Free() == 0 {
+			break
+		}
+		off, rerr := e.reserve(size, &first)
+		if rerr != nil {
+			err = e.opErr("send", rerr)
+			break
+		}
+		if off < 0 {
+			break
+		}
+		fabric.Gather(e.txRing[off+recHdr:off+recHdr+size], m.SGEs)
+		var fl uint32
+		if m.Flags&fabric.FlagImm != 0 {
+			fl = recFlagImm
+		}
+		e.writeHdr(off, size, m.Imm, fl, &first)
+		e.txTail += uint64(align16(recHdr + size))
+		bytes += uint64(size)
+		if m.Flags&fabric.FlagSignal != 0 {
+			e.cq.Push(fabric.Completion{Context: m.Context, Op: fabric.OpSend, Len: size})
+		}
+		n++
+	}
+	e.publish(first)
+	if n > 0 {
+		e.ctr.TxPackets.Add(uint64(n))
+		e.ctr.TxMessages.Add(uint64(n))
+		e.ctr.TxBytes.Add(bytes)
+	}
+	return n, err
+}
+
+// maxSGEs bounds an SGE list; the copy path has no hardware limit.
+const maxSGEs = 64
+
+// Recv implements fabric.Endpoint.
+func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.opErr("recv", fabric.ErrClosed)
+	}
+	e.rxMu.Lock()
+	n, err := e.recvLocked(msgs)
+	e.rxMu.Unlock()
+	return n, err
+}
+
+func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
+	if !e.rxValid {
+		return 0, e.downErr("recv")
+	}
+	r := e.rxRing
+	ring := uint64(len(r))
+	maxMsg := e.t.cfg.MaxMsgSize
+	start := e.rxHead
+	var bytes uint64
+	n := 0
+	var err error
+	for n < len(msgs) {
+		off := int(e.rxHead % ring)
+		seq := shm.U32(r, off).Load()
+		if seq == 0 {
+			break
+		}
+		if seq != seqOf(e.rxHead, e.rxSalt) {
+			err = e.malformed(fmt.Errorf("record at %d has sequence %#x, want %#x", e.rxHead, seq, seqOf(e.rxHead, e.rxSalt)))
+			break
+		}
+		ln := int(shm.Get32(r, off+4))
+		imm := shm.Get32(r, off+8)
+		fl := shm.Get32(r, off+12)
+		if fl&^recFlagsMask != 0 {
+			err = e.malformed(fmt.Errorf("record at %d has flags %#x", e.rxHead, fl))
+			break
+		}
+		if fl&recFlagPad != 0 {
+			if ln != int(ring)-off-recHdr {
+				err = e.malformed(fmt.Errorf("padding record at %d of %d bytes", e.rxHead, ln))
+				break
+			}
+			e.rxHead += uint64(ln + recHdr)
+			continue
+		}
+		m := &msgs[n]
+		if fl&recFlagRMA != 0 {
+			// Notification of an RMA write with immediate: no payload.
+			m.Len, m.Imm, m.Flags = ln, imm, fabric.FlagRemoteWrite|fabric.FlagImm
+			e.rxHead += recHdr
+			n++
+			continue
+		}
+		if ln > maxMsg || off+recHdr+ln > int(ring) {
+			err = e.malformed(fmt.Errorf("record at %d of %d bytes", e.rxHead, ln))
+			break
+		}
+		cap, cerr := fabric.CheckSGEs(m.SGEs, e.t, fabric.AccessLocalWrite)
+		if cerr != nil {
+			err = e.opErr("recv", cerr)
+			break
+		}
+		m.Flags = 0
+		if fl&recFlagImm != 0 {
+			m.Flags, m.Imm = fabric.FlagImm, imm
+		}
+		payload := r[off+recHdr : off+recHdr+ln]
+		m.Len = fabric.Scatter(m.SGEs, payload)
+		if ln > cap {
+			m.Flags |= fabric.FlagTruncated
+			e.ctr.Drop(fabric.DropTruncated, 1)
+		}
+		bytes += uint64(ln)
+		e.rxHead += uint64(align16(recHdr + ln))
+		n++
+	}
+	if e.rxHead != start && e.rxUp {
+		e.rxHeadP.Store(e.rxHead)
+		if e.txSleep.Load() != 0 {
+			e.t.dev.PeerDBSet(e.txBit)
+			e.ctr.Doorbells.Add(1)
+		}
+	}
+	if n > 0 {
+		e.ctr.RxPackets.Add(uint64(n))
+		e.ctr.RxMessages.Add(uint64(n))
+		e.ctr.RxBytes.Add(bytes)
+	} else if err == nil && !e.rxUp {
+		err = e.downErr("recv")
+	}
+	return n, err
+}
+
+// malformed counts a bad record from the peer and ends the session: a
+// ring with one bad record cannot be trusted past it.
+func (e *Endpoint) malformed(err error) error {
+	e.ctr.Drop(fabric.DropMalformed, 1)
+	err = fmt.Errorf("%w: %v", fabric.ErrMalformed, err)
+	e.rxValid = false
+	e.t.fault(err)
+	return e.opErr("recv", err)
+}
+
+// RecvWait implements fabric.Endpoint: it spins on the ring for the spin
+// budget, then sets its sleep flag in the sender's window and sleeps on
+// the doorbell.
+func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if n, err := e.Recv(msgs); n > 0 || err != nil {
+		return n, err
+	}
+	if e.spinUntil(ctx, func() bool { return e.rxReady() }) {
+		if n, err := e.Recv(msgs); n > 0 || err != nil {
+			return n, err
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		e.setSleep(&e.rxSleepP, &e.rxMu, 1)
+		n, err := e.Recv(msgs)
+		if n > 0 || err != nil {
+			e.setSleep(&e.rxSleepP, &e.rxMu, 0)
+			return n, err
+		}
+		e.t.dev.DBWait(ctx, e.rxBit)
+		e.t.dev.DBClear(e.rxBit)
+		e.ctr.Wakeups.Add(1)
+	}
+}
+
+// rxReady peeks at the next record's seq word without taking the lock.
+func (e *Endpoint) rxReady() bool {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	if !e.rxValid || e.closed.Load() {
+		return true // let Recv report it
+	}
+	return shm.U32(e.rxRing, int(e.rxHead%uint64(len(e.rxRing)))).Load() != 0
+}
+
+func (e *Endpoint) setSleep(p **atomic.Uint32, mu *sync.Mutex, v uint32) {
+	mu.Lock()
+	if *p != nil && e.t.up.Load() {
+		(*p).Store(v)
+	}
+	mu.Unlock()
+}
+
+// spinUntil busy-polls ready for the spin budget and reports whether it
+// became true.
+func (e *Endpoint) spinUntil(ctx context.Context, ready func() bool) bool {
+	if e.t.spin <= 0 {
+		return false
+	}
+	deadline := time.Now().Add(e.t.spin)
+	for i := 1; ; i++ {
+		if ready() {
+			return true
+		}
+		if i&127 == 0 {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return false
+			}
+			if i&4095 == 0 {
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+// SendWait implements fabric.Endpoint.
+func (e *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if n, err := e.Send(msgs); n > 0 || err != nil {
+		return n, err
+	}
+	deadline := time.Now().Add(e.t.spin)
+	for i := 1; ; i++ {
+		n, err := e.Send(msgs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if i&63 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		e.setSleep(&e.txSleepP, &e.txMu, 1)
+		n, err := e.Send(msgs)
+		if n > 0 || err != nil {
+			e.setSleep(&e.txSleepP, &e.txMu, 0)
+			return n, err
+		}
+		e.t.dev.DBWait(ctx, e.txBit)
+		e.t.dev.DBClear(e.txBit)
+		e.ctr.Wakeups.Add(1)
+	}
+}
+
+// Write implements fabric.Endpoint: the SGEs are copied straight into the
+// peer's window after the target is checked against the region table the
+// peer published. With FlagImm a notification record follows on the ring.
+func (e *Endpoint) Write(msgs []fabric.Message) (int, error) {
+	return e.rma(msgs, true)
+}
+
+// Read implements fabric.Endpoint: the peer's window memory is copied
+// into the SGEs.
+func (e *Endpoint) Read(msgs []fabric.Message) (int, error) {
+	return e.rma(msgs, false)
+}
+
+func (e *Endpoint) rma(msgs []fabric.Message, write bool) (int, error) {
+	op, fop, need, local := "read", fabric.OpRead, fabric.AccessRemoteRead, fabric.AccessLocalWrite
+	if write {
+		op, fop, need, local = "write", fabric.OpWrite, fabric.AccessRemoteWrite, 0
+	}
+	if e.closed.Load() {
+		return 0, e.opErr(op, fabric.ErrClosed)
+	}
+	e.txMu.Lock()
+	defer e.txMu.Unlock()
+	if !e.txUp {
+		return 0, e.downErr(op)
+	}
+	pw := e.peerWin
+	first := -1
+	var bytes uint64
+	n := 0
+	var err error
+	for n < len(msgs) {
+		m := &msgs[n]
+		if len(m.SGEs) > maxSGEs {
+			err = e.opErr(op, fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGEs, fabric.ErrMessageSize))
+			break
+		}
+		size, cerr := fabric.CheckSGEs(m.SGEs, e.t, local)
+		if cerr != nil {
+			err = e.opErr(op, cerr)
+			break
+		}
+		if m.Remote.Len != 0 && uint64(size) > m.Remote.Len {
+			err = e.opErr(op, fmt.Errorf("%d bytes into a remote buffer of %d: %w", size, m.Remote.Len, fabric.ErrInvalid))
+			break
+		}
+		if e.cq.Free() == 0 {
+			break // no room to report an error
+		}
+		addr, st := e.t.checkRemote(pw, m.Remote, size, need)
+		imm := write && m.Flags&fabric.FlagImm != 0
+		rec := -1
+		if st == fabric.StatusOK && imm {
+			off, rerr := e.reserve(0, &first)
+			if rerr != nil {
+				err = e.opErr(op, rerr)
+				break
+			}
+			if off < 0 {
+				break
+			}
+			rec = off
+		}
+		if st == fabric.StatusOK {
+			if write {
+				fabric.Gather(pw[addr:addr+size], m.SGEs)
+			} else {
+				fabric.Scatter(m.SGEs, pw[addr:addr+size])
+			}
+			bytes += uint64(size)
+		} else {
+			e.ctr.Drop(fabric.DropAccess, 1)
+		}
+		if rec >= 0 {
+			e.writeHdr(rec, size, m.Imm, recFlagRMA, &first)
+			e.txTail += recHdr
+		}
+		if st != fabric.StatusOK || m.Flags&fabric.FlagSignal != 0 {
+			e.cq.Push(fabric.Completion{Context: m.Context, Op: fop, Status: st, Len: size})
+		}
+		n++
+	}
+	e.publish(first)
+	if write {
+		e.ctr.TxBytes.Add(bytes)
+	} else {
+		e.ctr.RxBytes.Add(bytes)
+	}
+	return n, err
+}
+
+// Register implements fabric.Endpoint (see Transport.Register).
+func (e *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, error) {
+	if e.closed.Load() {
+		return nil, e.opErr("register", fabric.ErrClosed)
+	}
+	return e.t.Register(buf, access)
+}
+
+// Alloc implements fabric.Endpoint (see Transport.Alloc).
+func (e *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error) {
+	if e.closed.Load() {
+		return nil, e.opErr("alloc", fabric.ErrClosed)
+	}
+	return e.t.Alloc(size, access)
+}
+
+// CQ implements fabric.Endpoint.
+func (e *Endpoint) CQ() fabric.CompletionQueue { return e.cq }
+
+// Caps implements fabric.Endpoint.
+func (e *Endpoint) Caps() fabric.Caps {
+	return fabric.Caps{Backend: "ntb", MaxMsgSize: e.t.cfg.MaxMsgSize, MaxSGEs: maxSGEs,
+		MTU: e.t.cfg.MaxMsgSize, InlineSize: e.t.cfg.MaxMsgSize, RMA: true, Reliable: true,
+		MaxRMASize: e.t.lay.size}
+}
+
+// Stats implements fabric.Endpoint.
+func (e *Endpoint) Stats() fabric.Stats {
+	s := e.ctr.Snapshot()
+	s.Drops[fabric.DropNoBuffer] += e.cq.Overruns.Load()
+	return s
+}
+
+// Events implements fabric.Endpoint.
+func (e *Endpoint) Events() <-chan fabric.Event { return e.evs }
+
+// Close implements fabric.Endpoint. It closes the queue; the transport
+// stays up for its other queues (Transport.Close ends it), except for an
+// endpoint from fabric.Open, which owns its transport and closes it.
+func (e *Endpoint) Close() error {
+	if e.owner {
+		return e.t.Close()
+	}
+	e.close()
+	return nil
+}
+
+func (e *Endpoint) close() {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		e.cq.Close()
+		e.t.dev.WakeLocal()
+	})
+}

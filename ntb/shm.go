@@ -1,0 +1,548 @@
+//go:build linux
+
+package ntb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-io/weft/internal/futex"
+	"github.com/weft-io/weft/internal/shm"
+)
+
+// The emulated bridge is one file, shared by the two sides:
+//
+//	[0, 4096)                      header: geometry, then one block per side
+//	[4096, 4096+mem)               side 0's host memory
+//	[4096+mem, 4096+2*mem)         side 1's host memory
+//
+// Each side block holds that side's registers: state, incarnation,
+// doorbell, doorbell mask, a futex word for doorbell sleeps, the inbound
+// window translations and the scratchpads. A side owns its block while it
+// holds an open-file-description lock on byte 1+side of the file; the
+// kernel drops the lock when the process dies, which is how the peer sees
+// a crash as link-down.
+const (
+	shmMagic       = 0x01424e5446455700 // "\x00WEFTNB\x01" little-endian
+	shmLayout      = 1
+	shmHeaderSize  = 4096
+	sideBlockOff   = 512
+	sideBlockSize  = 1024
+	maxMWs         = 4
+	maxSpads       = 32
+	hdrMagic       = 0
+	hdrLayout      = 8
+	hdrSpads       = 12
+	hdrMemSize     = 16
+	hdrMWs         = 24
+	hdrDBValid     = 32
+	hdrReady       = 40
+	sideState      = 0
+	sideIncarn     = 4
+	sideDB         = 8
+	sideDBMask     = 16
+	sideDBSeq      = 24
+	sideDBWaiters  = 28
+	sideMWTrans    = 64 // maxMWs × {addr, size, valid} at stride 32
+	sideSpads      = 256
+	stateDetached  = 0
+	stateAttached  = 1
+	stateEnabled   = 2
+	lockInit       = 0
+	mwAlign        = 4096
+	linkPollPeriod = 2 * time.Millisecond
+)
+
+// ShmConfig is the geometry of a new emulated bridge. The zero value is
+// the default. The side that creates the file sets the geometry; the other
+// side adopts it.
+type ShmConfig struct {
+	// MemSize is each side's host memory, a multiple of 4096 (0: 16 MiB).
+	MemSize int
+	// MWs is the number of memory windows in each direction (0: 2, max 4).
+	MWs int
+	// Spads is the number of scratchpads per side (0: 16, max 32).
+	Spads int
+	// DoorbellBits is the number of doorbell bits (0: 16, max 64).
+	DoorbellBits int
+}
+
+// ShmDevice is an emulated NTB: two processes (or two goroutines) that open
+// the same file are the two sides of a bridge. It implements Device.
+type ShmDevice struct {
+	path    string
+	fd      int
+	mem     []byte // whole mapping
+	side    int
+	my, per []byte // side register blocks
+	local   []byte // local host memory
+	remote  []byte // peer host memory (reached only through the peer's translations)
+	memSize uint64
+	nMW     int
+	nSpad   int
+	dbValid uint64
+
+	linkUp  atomic.Bool
+	peerInc atomic.Uint32
+	events  chan LinkEvent
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  atomic.Bool
+}
+
+// OpenShm attaches to the emulated bridge in the file at path, creating the
+// file with geometry c if it does not exist. It takes whichever side is
+// free and fails with ErrBusy if both are taken. The link comes up once
+// both sides are attached and enabled; OpenShm enables the local side.
+func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
+	if c.MemSize == 0 {
+		c.MemSize = 16 << 20
+	}
+	if c.MWs == 0 {
+		c.MWs = 2
+	}
+	if c.Spads == 0 {
+		c.Spads = 16
+	}
+	if c.DoorbellBits == 0 {
+		c.DoorbellBits = 16
+	}
+	if c.MemSize < mwAlign || c.MemSize%mwAlign != 0 || c.MWs > maxMWs || c.MWs < 1 ||
+		c.Spads > maxSpads || c.Spads < 1 || c.DoorbellBits < 1 || c.DoorbellBits > 64 {
+		return nil, fmt.Errorf("ntb: invalid shm geometry %+v", c)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	d := &ShmDevice{path: path, fd: fd, events: make(chan LinkEvent, 16), stop: make(chan struct{})}
+	if err := d.init(c); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	d.wg.Add(1)
+	go d.monitor()
+	return d, nil
+}
+
+func lockRange(fd int, cmd int, typ int16, off int64) error {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: off, Len: 1}
+	return unix.FcntlFlock(uintptr(fd), cmd, &lk)
+}
+
+func (d *ShmDevice) init(c ShmConfig) error {
+	// Serialise creation and attachment with the init lock.
+	if err := lockRange(d.fd, unix.F_OFD_SETLKW, unix.F_WRLCK, lockInit); err != nil {
+		return fmt.Errorf("ntb: lock %s: %w", d.path, err)
+	}
+	defer lockRange(d.fd, unix.F_OFD_SETLK, unix.F_UNLCK, lockInit)
+
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		return fmt.Errorf("ntb: stat %s: %w", d.path, err)
+	}
+	fresh := st.Size == 0
+	if fresh {
+		size := int64(shmHeaderSize) + 2*int64(c.MemSize)
+		if err := unix.Ftruncate(d.fd, size); err != nil {
+			return fmt.Errorf("ntb: size %s: %w", d.path, err)
+		}
+		st.Size = size
+	}
+	if st.Size < shmHeaderSize {
+		return fmt.Errorf("ntb: %s is not an emulated bridge (size %d)", d.path, st.Size)
+	}
+	mem, err := unix.Mmap(d.fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("ntb: mmap %s: %w", d.path, err)
+	}
+	d.mem = mem
+	if fresh {
+		shm.Put32(mem, hdrLayout, shmLayout)
+		shm.Put32(mem, hdrSpads, uint32(c.Spads))
+		shm.Put64(mem, hdrMemSize, uint64(c.MemSize))
+		shm.Put32(mem, hdrMWs, uint32(c.MWs))
+		valid := uint64(math.MaxUint64)
+		if c.DoorbellBits < 64 {
+			valid = 1<<c.DoorbellBits - 1
+		}
+		shm.Put64(mem, hdrDBValid, valid)
+		shm.U64(mem, hdrMagic).Store(shmMagic)
+	}
+	if shm.U64(mem, hdrMagic).Load() != shmMagic || shm.Get32(mem, hdrLayout) != shmLayout {
+		d.unmap()
+		return fmt.Errorf("ntb: %s is not an emulated bridge of layout %d", d.path, shmLayout)
+	}
+	d.memSize = shm.Get64(mem, hdrMemSize)
+	d.nMW = int(shm.Get32(mem, hdrMWs))
+	d.nSpad = int(shm.Get32(mem, hdrSpads))
+	d.dbValid = shm.Get64(mem, hdrDBValid)
+	if d.memSize%mwAlign != 0 || d.memSize == 0 || uint64(st.Size) != shmHeaderSize+2*d.memSize ||
+		d.nMW < 1 || d.nMW > maxMWs || d.nSpad < 1 || d.nSpad > maxSpads {
+		d.unmap()
+		return fmt.Errorf("ntb: %s has a corrupt header", d.path)
+	}
+
+	// Take a free side.
+	d.side = -1
+	for s := 0; s < 2; s++ {
+		err := lockRange(d.fd, unix.F_OFD_SETLK, unix.F_WRLCK, int64(1+s))
+		if err == nil {
+			d.side = s
+			break
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+			d.unmap()
+			return fmt.Errorf("ntb: lock side %d of %s: %w", s, d.path, err)
+		}
+	}
+	if d.side < 0 {
+		d.unmap()
+		return fmt.Errorf("ntb: %s: %w", d.path, ErrBusy)
+	}
+	d.my = mem[sideBlockOff+d.side*sideBlockSize : sideBlockOff+(d.side+1)*sideBlockSize]
+	d.per = mem[sideBlockOff+(1-d.side)*sideBlockSize : sideBlockOff+(2-d.side)*sideBlockSize]
+	base := uint64(shmHeaderSize)
+	d.local = mem[base+uint64(d.side)*d.memSize : base+uint64(d.side+1)*d.memSize]
+	d.remote = mem[base+uint64(1-d.side)*d.memSize : base+uint64(2-d.side)*d.memSize]
+
+	// Reset the registers a previous owner of this side left behind.
+	shm.U32(d.my, sideState).Store(stateAttached)
+	for i := 0; i < maxSpads; i++ {
+		shm.U32(d.my, sideSpads+4*i).Store(0)
+	}
+	for w := 0; w < maxMWs; w++ {
+		shm.U64(d.my, sideMWTrans+32*w+16).Store(0)
+	}
+	shm.U64(d.my, sideDB).Store(0)
+	shm.U64(d.my, sideDBMask).Store(0)
+	var b [4]byte
+	rand.Read(b[:])
+	inc := binary.LittleEndian.Uint32(b[:]) | 1
+	shm.U32(d.my, sideIncarn).Store(inc)
+	shm.U32(d.my, sideState).Store(stateEnabled)
+	return nil
+}
+
+func (d *ShmDevice) unmap() {
+	if d.mem != nil {
+		unix.Munmap(d.mem)
+		d.mem = nil
+	}
+}
+
+// Side returns which side of the bridge this device is (0 or 1).
+func (d *ShmDevice) Side() int { return d.side }
+
+// Path returns the file of the bridge.
+func (d *ShmDevice) Path() string { return d.path }
+
+// peerAttached reports whether the peer holds its side lock and has
+// enabled its link.
+func (d *ShmDevice) peerAttached() bool {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(2 - d.side), Len: 1}
+	if err := unix.FcntlFlock(uintptr(d.fd), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	if lk.Type == unix.F_UNLCK {
+		return false
+	}
+	return shm.U32(d.per, sideState).Load() == stateEnabled
+}
+
+func (d *ShmDevice) monitor() {
+	defer d.wg.Done()
+	t := time.NewTicker(linkPollPeriod)
+	defer t.Stop()
+	for {
+		up := shm.U32(d.my, sideState).Load() == stateEnabled && d.peerAttached()
+		inc := uint32(0)
+		if up {
+			inc = shm.U32(d.per, sideIncarn).Load()
+		}
+		oldInc := d.peerInc.Load()
+		if up != d.linkUp.Load() || (up && inc != oldInc) {
+			if up && d.linkUp.Load() && inc != oldInc {
+				// The peer restarted between two polls: report the
+				// down edge first.
+				d.linkUp.Store(false)
+				d.emit(LinkEvent{Up: false, PeerIncarnation: oldInc})
+			}
+			d.peerInc.Store(inc)
+			d.linkUp.Store(up)
+			d.emit(LinkEvent{Up: up, PeerIncarnation: inc})
+			d.WakeLocal()
+		}
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *ShmDevice) emit(e LinkEvent) {
+	select {
+	case d.events <- e:
+	default:
+	}
+}
+
+// LinkIsUp implements Device.
+func (d *ShmDevice) LinkIsUp() bool { return d.linkUp.Load() }
+
+// LinkEnable implements Device.
+func (d *ShmDevice) LinkEnable() error {
+	if d.closed.Load() {
+		return os.ErrClosed
+	}
+	shm.U32(d.my, sideState).Store(stateEnabled)
+	return nil
+}
+
+// LinkDisable implements Device.
+func (d *ShmDevice) LinkDisable() error {
+	if d.closed.Load() {
+		return os.ErrClosed
+	}
+	shm.U32(d.my, sideState).Store(stateAttached)
+	return nil
+}
+
+// LinkEvents implements Device.
+func (d *ShmDevice) LinkEvents() <-chan LinkEvent { return d.events }
+
+// PeerIncarnation implements Device.
+func (d *ShmDevice) PeerIncarnation() uint32 { return shm.U32(d.per, sideIncarn).Load() }
+
+// Memory implements Device.
+func (d *ShmDevice) Memory() []byte { return d.local }
+
+// MWCount implements Device.
+func (d *ShmDevice) MWCount() int { return d.nMW }
+
+// PeerMWCount implements Device.
+func (d *ShmDevice) PeerMWCount() int { return d.nMW }
+
+// MWGetAlign implements Device.
+func (d *ShmDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, err error) {
+	if widx < 0 || widx >= d.nMW {
+		return 0, 0, 0, fmt.Errorf("ntb: memory window %d: %w", widx, errBadIndex)
+	}
+	return mwAlign, mwAlign, d.memSize, nil
+}
+
+var errBadIndex = errors.New("index out of range")
+
+// MWSetTrans implements Device.
+func (d *ShmDevice) MWSetTrans(widx int, addr, size uint64) error {
+	if widx < 0 || widx >= d.nMW {
+		return fmt.Errorf("ntb: memory window %d: %w", widx, errBadIndex)
+	}
+	if addr%mwAlign != 0 || size%mwAlign != 0 || size == 0 || addr > d.memSize || size > d.memSize-addr {
+		return fmt.Errorf("ntb: window %d translation %#x+%#x: misaligned or outside %#x bytes of memory",
+			widx, addr, size, d.memSize)
+	}
+	t := sideMWTrans + 32*widx
+	shm.U64(d.my, t+16).Store(0)
+	shm.U64(d.my, t).Store(addr)
+	shm.U64(d.my, t+8).Store(size)
+	shm.U64(d.my, t+16).Store(1)
+	return nil
+}
+
+// MWClearTrans implements Device.
+func (d *ShmDevice) MWClearTrans(widx int) error {
+	if widx < 0 || widx >= d.nMW {
+		return fmt.Errorf("ntb: memory window %d: %w", widx, errBadIndex)
+	}
+	shm.U64(d.my, sideMWTrans+32*widx+16).Store(0)
+	return nil
+}
+
+// PeerMW implements Device. The translation comes from the peer's
+// registers, so it is bounds-checked against the peer's memory.
+func (d *ShmDevice) PeerMW(widx int) ([]byte, error) {
+	if widx < 0 || widx >= d.nMW {
+		return nil, fmt.Errorf("ntb: peer memory window %d: %w", widx, errBadIndex)
+	}
+	t := sideMWTrans + 32*widx
+	if shm.U64(d.per, t+16).Load() != 1 {
+		return nil, fmt.Errorf("ntb: peer memory window %d has no translation", widx)
+	}
+	addr, size := shm.U64(d.per, t).Load(), shm.U64(d.per, t+8).Load()
+	if addr > d.memSize || size > d.memSize-addr || size == 0 {
+		return nil, fmt.Errorf("ntb: peer memory window %d translation %#x+%#x is outside its memory", widx, addr, size)
+	}
+	return d.remote[addr : addr+size : addr+size], nil
+}
+
+// DBValidMask implements Device.
+func (d *ShmDevice) DBValidMask() uint64 { return d.dbValid }
+
+// DBRead implements Device.
+func (d *ShmDevice) DBRead() uint64 { return shm.U64(d.my, sideDB).Load() & d.dbValid }
+
+// DBClear implements Device.
+func (d *ShmDevice) DBClear(bits uint64) error {
+	shm.U64(d.my, sideDB).And(^bits)
+	return nil
+}
+
+// DBSetMask implements Device.
+func (d *ShmDevice) DBSetMask(bits uint64) error {
+	shm.U64(d.my, sideDBMask).Or(bits & d.dbValid)
+	return nil
+}
+
+// DBClearMask implements Device.
+func (d *ShmDevice) DBClearMask(bits uint64) error {
+	shm.U64(d.my, sideDBMask).And(^bits)
+	d.WakeLocal()
+	return nil
+}
+
+// DBReadMask implements Device.
+func (d *ShmDevice) DBReadMask() uint64 { return shm.U64(d.my, sideDBMask).Load() }
+
+// PeerDBSet implements Device. It costs a system call only if the peer is
+// asleep in DBWait.
+func (d *ShmDevice) PeerDBSet(bits uint64) error {
+	if bits&^d.dbValid != 0 {
+		return fmt.Errorf("ntb: doorbell bits %#x outside valid mask %#x", bits, d.dbValid)
+	}
+	shm.U64(d.per, sideDB).Or(bits)
+	seq := shm.U32(d.per, sideDBSeq)
+	seq.Add(1)
+	if shm.U32(d.per, sideDBWaiters).Load() != 0 {
+		futex.Wake(seq, math.MaxInt32)
+	}
+	return nil
+}
+
+// WakeLocal implements Device.
+func (d *ShmDevice) WakeLocal() {
+	seq := shm.U32(d.my, sideDBSeq)
+	seq.Add(1)
+	if shm.U32(d.my, sideDBWaiters).Load() != 0 {
+		futex.Wake(seq, math.MaxInt32)
+	}
+}
+
+// DBWait implements Device. It sleeps on a futex in the shared file, so a
+// PeerDBSet from the other process wakes it.
+func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
+	db, mask := shm.U64(d.my, sideDB), shm.U64(d.my, sideDBMask)
+	seq, waiters := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters)
+	pending := func() uint64 { return db.Load() & bits &^ mask.Load() }
+	if set := pending(); set != 0 {
+		return set, nil
+	}
+	if d.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := seq.Load()
+	if set := pending(); set != 0 {
+		return set, nil
+	}
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, d.WakeLocal)
+	}
+	waiters.Add(1)
+	futex.Wait(seq, s, 100*time.Millisecond)
+	waiters.Add(^uint32(0))
+	if stop != nil {
+		stop()
+	}
+	return pending(), ctx.Err()
+}
+
+func (d *ShmDevice) spad(block []byte, idx int) (*atomic.Uint32, error) {
+	if idx < 0 || idx >= d.nSpad {
+		return nil, fmt.Errorf("ntb: scratchpad %d: %w", idx, errBadIndex)
+	}
+	return shm.U32(block, sideSpads+4*idx), nil
+}
+
+// SpadCount implements Device.
+func (d *ShmDevice) SpadCount() int { return d.nSpad }
+
+// SpadRead implements Device.
+func (d *ShmDevice) SpadRead(idx int) (uint32, error) {
+	p, err := d.spad(d.my, idx)
+	if err != nil {
+		return 0, err
+	}
+	return p.Load(), nil
+}
+
+// SpadWrite implements Device.
+func (d *ShmDevice) SpadWrite(idx int, v uint32) error {
+	p, err := d.spad(d.my, idx)
+	if err != nil {
+		return err
+	}
+	p.Store(v)
+	return nil
+}
+
+// PeerSpadRead implements Device.
+func (d *ShmDevice) PeerSpadRead(idx int) (uint32, error) {
+	p, err := d.spad(d.per, idx)
+	if err != nil {
+		return 0, err
+	}
+	return p.Load(), nil
+}
+
+// PeerSpadWrite implements Device.
+func (d *ShmDevice) PeerSpadWrite(idx int, v uint32) error {
+	p, err := d.spad(d.per, idx)
+	if err != nil {
+		return err
+	}
+	p.Store(v)
+	return nil
+}
+
+// Close implements Device. It detaches the side, so the peer sees the link
+// go down, and releases the file. The mapping is replaced in place by private anonymous
+// memory rather than unmapped, so a stale slice of window memory that the
+// application still holds reads zeros instead of crashing the process.
+func (d *ShmDevice) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed.Swap(true) {
+		return nil
+	}
+	close(d.stop)
+	d.wg.Wait()
+	shm.U32(d.my, sideState).Store(stateDetached)
+	d.linkUp.Store(false)
+	d.WakeLocal()
+	// Replace the shared mapping in place with private anonymous memory.
+	_, err := unix.MmapPtr(-1, 0, unsafePointer(d.mem), uintptr(len(d.mem)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	if err != nil {
+		unix.Munmap(d.mem)
+	}
+	return unix.Close(d.fd)
+}
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }

@@ -1,0 +1,501 @@
+package ntb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// Transport is the NTB transport, in the spirit of Linux ntb_transport: it
+// negotiates with the peer over scratchpads, lays out its inbound memory
+// window, and carries messages on SPSC rings in the receiver's window,
+// one ring per queue and direction. Every store across the bridge is a
+// write into the peer's window (PCIe posted writes); nothing reads across
+// the bridge on the message path.
+//
+// Window 0 of each side holds, at fixed offsets:
+//
+//	[0, 4096)        control: per queue, the peer's consumer index of our
+//	                 send ring and the peer's sleep flags
+//	[4096, 12288)    the peer's region table: keys, bounds and rights of
+//	                 the peer's RMA regions, which we check before RMA
+//	[16384, ...)     receive rings, RingSize bytes per queue
+//	[heap, size)     RMA heap: memory handed out by Alloc
+//
+// Either side may start first; each waits for the other. When the link
+// drops or the peer restarts, the transport goes down (Send fails with
+// ErrPeerGone, Recv drains what had arrived) and renegotiates when the peer
+// is back.
+type Transport struct {
+	dev   Device
+	cfg   Config
+	win   []byte // local inbound window 0
+	lay   layout
+	spin  time.Duration
+	nonce uint32
+
+	mu        sync.Mutex // session changes, region table, heap
+	up        atomic.Bool
+	peer      peerParams
+	peerWin   []byte
+	peerNonce uint32
+	eps       []*Endpoint
+	active    int
+	mrs       [mrEntries]*fabric.Region
+	mrAddr    [mrEntries]uint64
+	heap      heap
+
+	closed  atomic.Bool
+	stop    chan struct{}
+	kick    chan struct{}
+	wg      sync.WaitGroup
+	lastErr atomic.Pointer[error]
+}
+
+// Config configures a Transport. The zero value is the default.
+type Config struct {
+	// Queues is the number of queue pairs to offer (0: 1). The transport
+	// uses the smaller of the two sides' counts. Each queue takes two
+	// doorbell bits.
+	Queues int
+	// RingSize is the size of each receive ring in bytes, a multiple of
+	// 4096 (0: 1 MiB). It must hold at least two maximal messages.
+	RingSize int
+	// MaxMsgSize is the largest message (0: 64 KiB). Both sides must agree.
+	MaxMsgSize int
+	// WindowSize is the size of the inbound window (0: all of the device's
+	// memory). What the rings leave is the RMA heap.
+	WindowSize int
+	// Spin is the busy-poll budget of blocking calls; see fabric.Options.
+	Spin time.Duration
+	// CQSize is each endpoint's completion queue capacity (0: 4096).
+	CQSize int
+}
+
+const (
+	protoVersion = 0x57460001 // "WF", 0x0001
+
+	spadVersion = iota - 1
+	spadQueues
+	spadRing
+	spadMaxMsg
+	spadWinPages
+	spadNonce
+	spadAck
+	spadState
+	numSpads
+
+	hsPosted = 1 // quiesced, parameters posted
+	hsReady  = 2 // rings reset, peer's nonce acknowledged
+
+	ctrlOff      = 0
+	ctrlStride   = 256
+	ctrlTxHead   = 0   // u64: peer's consumer position in our send ring
+	ctrlRxSleep  = 64  // u32: peer's receiver sleeps on our send ring
+	ctrlTxSleep  = 128 // u32: peer's sender waits for room in our receive ring
+	mrOff        = 4096
+	mrEntries    = 256
+	mrEntrySize  = 32
+	ringsOff     = 16384
+	maxQueues    = 8
+	recHdr       = 16
+	recFlagImm   = 1
+	recFlagPad   = 2
+	recFlagRMA   = 4
+	recFlagsMask = recFlagImm | recFlagPad | recFlagRMA
+)
+
+type layout struct {
+	queues, ring, heapOff, size int
+}
+
+type peerParams struct {
+	queues, ring, maxMsg, win int
+}
+
+// Dial brings up a transport over dev: it sets up the inbound window and
+// waits until the handshake with the peer completes or ctx is done. On
+// error the device is left open.
+func Dial(ctx context.Context, dev Device, cfg Config) (*Transport, error) {
+	t, err := newTransport(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.waitUp(ctx); err != nil {
+		t.shutdown(false)
+		return nil, err
+	}
+	return t, nil
+}
+
+func newTransport(dev Device, cfg Config) (*Transport, error) {
+	if cfg.Queues == 0 {
+		cfg.Queues = 1
+	}
+	if cfg.RingSize == 0 {
+		cfg.RingSize = 1 << 20
+	}
+	if cfg.MaxMsgSize == 0 {
+		cfg.MaxMsgSize = 64 << 10
+	}
+	mem := dev.Memory()
+	align, salign, maxSize, err := dev.MWGetAlign(0)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WindowSize == 0 {
+		cfg.WindowSize = int(min(uint64(len(mem)), maxSize))
+	}
+	nq := min(cfg.Queues, maxQueues, bitsCount(dev.DBValidMask())/2)
+	switch {
+	case cfg.Queues < 1 || cfg.Queues > nq:
+		return nil, fmt.Errorf("ntb: %d queues: the device's doorbells allow 1..%d", cfg.Queues, nq)
+	case cfg.RingSize%4096 != 0 || cfg.RingSize < 8192:
+		return nil, fmt.Errorf("ntb: ring size %d is not a multiple of 4096 of at least 8192", cfg.RingSize)
+	case cfg.MaxMsgSize < 1 || cfg.MaxMsgSize > cfg.RingSize/2-4*recHdr:
+		return nil, fmt.Errorf("ntb: max message size %d does not fit twice in a %d-byte ring", cfg.MaxMsgSize, cfg.RingSize)
+	case dev.SpadCount() < numSpads:
+		return nil, fmt.Errorf("ntb: the device has %d scratchpads, the handshake needs %d", dev.SpadCount(), numSpads)
+	}
+	lay := layout{queues: cfg.Queues, ring: cfg.RingSize, heapOff: ringsOff + cfg.Queues*cfg.RingSize, size: cfg.WindowSize}
+	lay.size -= lay.size % int(max(align, salign, 4096))
+	if lay.heapOff > lay.size || uint64(lay.size) > maxSize || lay.size > len(mem) {
+		return nil, fmt.Errorf("ntb: window of %d bytes cannot hold %d rings of %d bytes (device memory %d, window max %d)",
+			lay.size, cfg.Queues, cfg.RingSize, len(mem), maxSize)
+	}
+	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
+		return nil, err
+	}
+	t := &Transport{dev: dev, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay,
+		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
+		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+	t.heap.init(lay.heapOff, lay.size)
+	for q := 0; q < cfg.Queues; q++ {
+		t.eps = append(t.eps, newEndpoint(t, q))
+	}
+	t.wg.Add(1)
+	go t.manage()
+	return t, nil
+}
+
+func bitsCount(v uint64) int {
+	n := 0
+	for ; v != 0; v &= v - 1 {
+		n++
+	}
+	return n
+}
+
+func (t *Transport) waitUp(ctx context.Context) error {
+	for !t.up.Load() {
+		if t.closed.Load() {
+			return os.ErrClosed
+		}
+		select {
+		case <-ctx.Done():
+			err := ctx.Err()
+			if e := t.lastErr.Load(); e != nil {
+				err = fmt.Errorf("%w (last handshake error: %v)", err, *e)
+			}
+			return &fabric.OpError{Op: "open", Backend: "ntb", Err: err}
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
+	return nil
+}
+
+// Queues returns the number of queues negotiated with the peer.
+func (t *Transport) Queues() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+// Endpoint returns queue q as a fabric endpoint. Endpoints share the
+// transport's regions; closing one closes only its queue.
+func (t *Transport) Endpoint(q int) (*Endpoint, error) {
+	if q < 0 || q >= len(t.eps) {
+		return nil, fmt.Errorf("ntb: queue %d of %d", q, len(t.eps))
+	}
+	return t.eps[q], nil
+}
+
+// Up reports whether the transport is connected.
+func (t *Transport) Up() bool { return t.up.Load() }
+
+// Device returns the underlying device.
+func (t *Transport) Device() Device { return t.dev }
+
+// Close closes every endpoint and the device. It is idempotent.
+func (t *Transport) Close() error {
+	return t.shutdown(true)
+}
+
+func (t *Transport) shutdown(closeDev bool) error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	// Tell the peer at once, without waiting for its link poll.
+	t.dev.PeerSpadWrite(spadState, 0)
+	t.dev.PeerSpadWrite(spadNonce, 0)
+	close(t.stop)
+	t.dev.WakeLocal()
+	t.wg.Wait()
+	for _, ep := range t.eps {
+		ep.close()
+	}
+	if closeDev {
+		return t.dev.Close()
+	}
+	t.dev.MWClearTrans(0)
+	return nil
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// manage runs the session state machine: wait for the link, negotiate,
+// watch, go down, repeat.
+func (t *Transport) manage() {
+	defer t.wg.Done()
+	for !t.closed.Load() {
+		if !t.dev.LinkIsUp() {
+			if !t.sleep(time.Millisecond) {
+				return
+			}
+			continue
+		}
+		err := t.handshake()
+		if err != nil {
+			if errors.Is(err, errStopped) {
+				return
+			}
+			t.lastErr.Store(&err)
+			if errors.Is(err, errProtocol) {
+				t.broadcast(fabric.Event{Kind: fabric.EventError, Time: time.Now(), Err: err})
+				if !t.sleep(50 * time.Millisecond) {
+					return
+				}
+			}
+			continue
+		}
+		t.watch()
+		t.goDown()
+	}
+}
+
+var (
+	errStopped  = errors.New("transport stopped")
+	errLinkDown = errors.New("link down during handshake")
+	errProtocol = errors.New("ntb: incompatible peer")
+)
+
+// sleep waits d; false means the transport is stopping.
+func (t *Transport) sleep(d time.Duration) bool {
+	select {
+	case <-t.stop:
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (t *Transport) post(state uint32, ack uint32) {
+	d := t.dev
+	d.PeerSpadWrite(spadVersion, protoVersion)
+	d.PeerSpadWrite(spadQueues, uint32(t.lay.queues))
+	d.PeerSpadWrite(spadRing, uint32(t.lay.ring))
+	d.PeerSpadWrite(spadMaxMsg, uint32(t.cfg.MaxMsgSize))
+	d.PeerSpadWrite(spadWinPages, uint32(t.lay.size/4096))
+	d.PeerSpadWrite(spadNonce, t.nonce)
+	d.PeerSpadWrite(spadAck, ack)
+	d.PeerSpadWrite(spadState, state)
+}
+
+func (t *Transport) spad(i int) uint32 {
+	v, _ := t.dev.SpadRead(i)
+	return v
+}
+
+// handshake negotiates a session (see the package documentation).
+func (t *Transport) handshake() error {
+	d := t.dev
+	t.nonce = randUint32() | 1
+	// Anything in our scratchpads is from an earlier session.
+	for _, i := range []int{spadState, spadNonce, spadAck} {
+		d.SpadWrite(i, 0)
+	}
+	// Step 1: post our parameters; wait for the peer's (it has quiesced).
+	var pn uint32
+	for {
+		if t.closed.Load() {
+			return errStopped
+		}
+		if !d.LinkIsUp() {
+			return errLinkDown
+		}
+		t.post(hsPosted, 0)
+		if t.spad(spadState) >= hsPosted && t.spad(spadNonce) != 0 {
+			pn = t.spad(spadNonce)
+			break
+		}
+		if !t.sleep(200 * time.Microsecond) {
+			return errStopped
+		}
+	}
+negotiate:
+	p := peerParams{queues: int(t.spad(spadQueues)), ring: int(t.spad(spadRing)),
+		maxMsg: int(t.spad(spadMaxMsg)), win: int(t.spad(spadWinPages)) * 4096}
+	if v := t.spad(spadVersion); v != protoVersion {
+		return fmt.Errorf("%w: protocol version %#x, want %#x", errProtocol, v, protoVersion)
+	}
+	if p.maxMsg != t.cfg.MaxMsgSize {
+		return fmt.Errorf("%w: max message size %d, ours %d", errProtocol, p.maxMsg, t.cfg.MaxMsgSize)
+	}
+	if p.queues < 1 || p.queues > maxQueues || p.ring < 8192 || p.ring%4096 != 0 ||
+		p.maxMsg > p.ring/2-4*recHdr || ringsOff+p.queues*p.ring > p.win {
+		return fmt.Errorf("%w: bad parameters %+v", errProtocol, p)
+	}
+	// Step 2: the peer is not sending; reset our side of every ring.
+	t.reset()
+	// Step 3: acknowledge its nonce; wait for it to acknowledge ours.
+	for {
+		if t.closed.Load() {
+			return errStopped
+		}
+		if !d.LinkIsUp() {
+			return errLinkDown
+		}
+		t.post(hsReady, pn)
+		n := t.spad(spadNonce)
+		if n != pn && n != 0 {
+			pn = n // the peer restarted its handshake: negotiate again
+			goto negotiate
+		}
+		if t.spad(spadState) == hsReady && t.spad(spadAck) == t.nonce && n == pn {
+			break
+		}
+		if !t.sleep(200 * time.Microsecond) {
+			return errStopped
+		}
+	}
+	pw, err := d.PeerMW(0)
+	if err != nil {
+		return err
+	}
+	if len(pw) < p.win {
+		return fmt.Errorf("%w: peer window is %d bytes, it announced %d", errProtocol, len(pw), p.win)
+	}
+	t.goUp(p, pw[:p.win:p.win], pn)
+	return nil
+}
+
+// reset clears our receive rings and control page and every endpoint's
+// ring positions. The peer has quiesced, so nothing writes them.
+func (t *Transport) reset() {
+	t.lockAll()
+	defer t.unlockAll()
+	clear(t.win[:t.lay.heapOff])
+	for _, ep := range t.eps {
+		ep.resetLocked()
+	}
+}
+
+func (t *Transport) lockAll() {
+	for _, ep := range t.eps {
+		ep.txMu.Lock()
+		ep.rxMu.Lock()
+	}
+}
+
+func (t *Transport) unlockAll() {
+	for _, ep := range t.eps {
+		ep.rxMu.Unlock()
+		ep.txMu.Unlock()
+	}
+}
+
+func (t *Transport) goUp(p peerParams, pw []byte, pn uint32) {
+	t.mu.Lock()
+	t.peer, t.peerWin, t.peerNonce = p, pw, pn
+	t.active = min(p.queues, t.lay.queues)
+	// Publish our region table into the peer's window.
+	for i, r := range t.mrs {
+		if r != nil {
+			t.publishMR(i, r)
+		}
+	}
+	t.mu.Unlock()
+	t.lockAll()
+	for q, ep := range t.eps {
+		if q < t.active {
+			ep.attachLocked(p, pw, pn)
+		}
+	}
+	t.up.Store(true)
+	t.unlockAll()
+	t.broadcast(fabric.Event{Kind: fabric.EventLinkUp, Time: time.Now()})
+}
+
+func (t *Transport) goDown() {
+	if !t.up.Load() {
+		return
+	}
+	t.lockAll()
+	t.up.Store(false)
+	for _, ep := range t.eps {
+		ep.detachLocked()
+	}
+	t.unlockAll()
+	t.dev.WakeLocal()
+	ev := fabric.Event{Kind: fabric.EventLinkDown, Time: time.Now(), Err: fabric.ErrPeerGone}
+	t.broadcast(ev)
+}
+
+// watch returns when the session ends: link down, the peer's handshake
+// registers changed (it restarted), a malformed ring, or Close.
+func (t *Transport) watch() {
+	d := t.dev
+	inc := d.PeerIncarnation()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+			return
+		case <-tick.C:
+		}
+		if !d.LinkIsUp() || d.PeerIncarnation() != inc ||
+			t.spad(spadNonce) != t.peerNonce || t.spad(spadState) != hsReady {
+			return
+		}
+	}
+}
+
+// fault ends the session after malformed input from the peer.
+func (t *Transport) fault(err error) {
+	t.broadcast(fabric.Event{Kind: fabric.EventError, Time: time.Now(), Err: err})
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (t *Transport) broadcast(ev fabric.Event) {
+	for _, ep := range t.eps {
+		ep.emit(ev)
+	}
+}

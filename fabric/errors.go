@@ -102,17 +102,17 @@ type Status uint8
 
 // Completion statuses. Their order is part of no wire format.
 const (
-	StatusOK             Status = iota // success
-	StatusRemoteAccess                 // remote key, permission or bounds check failed at the target
-	StatusRemoteBounds                 // remote address outside the region (backends that can tell)
-	StatusLocalAccess                  // a local SGE lacks the permission the operation needs
-	StatusLocalLength                  // the message did not fit the receive buffers
-	StatusPeerGone                     // the peer went away before the operation completed
-	StatusRetryExceeded                // transport retries exhausted
-	StatusRNRRetryExceeded             // receiver-not-ready retries exhausted
-	StatusFlushed                      // flushed by an error state or Close
-	StatusRemoteInvalid                // the target rejected the request as invalid
-	StatusRemoteOp                     // the target failed to execute the request
+	StatusOK               Status = iota // success
+	StatusRemoteAccess                   // remote key, permission or bounds check failed at the target
+	StatusRemoteBounds                   // remote address outside the region (backends that can tell)
+	StatusLocalAccess                    // a local SGE lacks the permission the operation needs
+	StatusLocalLength                    // the message did not fit the receive buffers
+	StatusPeerGone                       // the peer went away before the operation completed
+	StatusRetryExceeded                  // transport retries exhausted
+	StatusRNRRetryExceeded               // receiver-not-ready retries exhausted
+	StatusFlushed                        // flushed by an error state or Close
+	StatusRemoteInvalid                  // the target rejected the request as invalid
+	StatusRemoteOp                       // the target failed to execute the request
 	numStatus
 )
 

@@ -7,15 +7,15 @@ type DropReason uint8
 
 // Drop reasons.
 const (
-	DropMalformed  DropReason = iota // failed header or record validation
-	DropChecksum                     // bad CRC or checksum
-	DropNoBuffer                     // no receive buffer or queue space
-	DropTruncated                    // message longer than the receive buffers
-	DropAccess                       // refused remote access (key, permission, bounds)
-	DropDuplicate                    // duplicate of something already delivered
-	DropSequence                     // out of sequence
-	DropEvent                        // event that found the Events channel full
-	DropOther                        // anything else
+	DropMalformed DropReason = iota // failed header or record validation
+	DropChecksum                    // bad CRC or checksum
+	DropNoBuffer                    // no receive buffer or queue space
+	DropTruncated                   // message longer than the receive buffers
+	DropAccess                      // refused remote access (key, permission, bounds)
+	DropDuplicate                   // duplicate of something already delivered
+	DropSequence                    // out of sequence
+	DropEvent                       // event that found the Events channel full
+	DropOther                       // anything else
 	NumDropReasons
 )
 

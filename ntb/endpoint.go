@@ -40,16 +40,16 @@ type Endpoint struct {
 	once   sync.Once
 	owner  bool // Close closes the transport (endpoints from fabric.Open)
 
-	txMu      sync.Mutex
-	txUp      bool
-	txRing    []byte
-	txTail    uint64 // absolute position of the next record
-	txHead    uint64 // cached consumer position
-	txSalt    uint32
-	txHeadW   *atomic.Uint64 // in our window: written by the peer
-	rxSleep   *atomic.Uint32 // in our window: the peer's receiver sleeps
-	txSleepP  *atomic.Uint32 // in the peer's window: we wait for room
-	txFirstSeq uint32        // seq of the first record of the burst being written
+	txMu       sync.Mutex
+	txUp       bool
+	txRing     []byte
+	txTail     uint64 // absolute position of the next record
+	txHead     uint64 // cached consumer position
+	txSalt     uint32
+	txHeadW    *atomic.Uint64 // in our window: written by the peer
+	rxSleep    *atomic.Uint32 // in our window: the peer's receiver sleeps
+	txSleepP   *atomic.Uint32 // in the peer's window: we wait for room
+	txFirstSeq uint32         // seq of the first record of the burst being written
 	peerWin    []byte
 
 	rxMu     sync.Mutex

@@ -243,6 +243,11 @@ func (t *Transport) shutdown(closeDev bool) error {
 	if t.closed.Swap(true) {
 		return nil
 	}
+	// Mark the endpoints first, so calls that wake up below report
+	// os.ErrClosed rather than the link going down.
+	for _, ep := range t.eps {
+		ep.closed.Store(true)
+	}
 	// Tell the peer at once, without waiting for its link poll.
 	t.dev.PeerSpadWrite(spadState, 0)
 	t.dev.PeerSpadWrite(spadNonce, 0)

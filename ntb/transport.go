@@ -52,6 +52,7 @@ type Transport struct {
 	mrs       [mrEntries]*fabric.Region
 	mrAddr    [mrEntries]uint64
 	heap      heap
+	dom       fabric.Domain
 
 	closed  atomic.Bool
 	stop    chan struct{}

@@ -119,9 +119,9 @@ func ICRCParts(hdr, rest []byte) (uint32, error) {
 	return ^updateAny(crc, rest), nil
 }
 
-// clmulMin is the length from which hash/crc32 is faster than update8:
-// on amd64 and arm64 it switches to carry-less multiplication for 64
-// bytes and more, but a call costs some 20 ns.
+// clmulMin is the length from which hash/crc32 is faster than update8: on
+// amd64 it uses carry-less multiplication from 64 bytes on (below that,
+// slicing-by-8 as update8 does), but a call costs some 20 ns.
 const clmulMin = 64
 
 // updateAny advances the CRC register crc (not inverted) over p, with

@@ -20,9 +20,31 @@
 // The invariant CRC ([ICRC], [VerifyICRC], [PutICRC]) covers the IP and UDP
 // headers as well, with the fields that routers may change masked to ones,
 // so it is computed over the IP packet rather than the UDP payload.
+// [SplitIP] finds both in a received frame:
 //
-// Facts about the format were taken from public descriptions of it: the
-// Linux soft-RoCE driver (drivers/infiniband/sw/rxe), rdmavt, the Linux
-// RDMA core headers, Wireshark's InfiniBand dissector and scapy's RoCE
-// layer. The code here is original.
+//	ip, udp, err := wire.SplitIP(frame[14:]) // after the Ethernet header
+//	if err == nil {
+//		err = wire.VerifyICRC(ip)
+//	}
+//	if err == nil {
+//		pkt, err = wire.Parse(udp)
+//	}
+//
+// Malformed input yields a *[ParseError], which matches fabric.ErrMalformed
+// and carries a [Reason]; none of these functions allocates, on success or
+// failure.
+//
+// Also here: 24-bit [PSN] arithmetic, AETH [Syndrome] decoding, the [GID]
+// type (IPv4-mapped or IPv6 addresses) and the Linux choice of UDP source port
+// ([UDPSrcPort]).
+//
+// The package supports the RC, UC and UD transports and CNPs. RD and XRC
+// opcodes (which need the RDETH and XRCETH headers) and the newer FLUSH
+// and ATOMIC_WRITE opcodes are rejected as unsupported.
+//
+// Facts about the format were taken from public implementations of it:
+// the Linux soft-RoCE driver (drivers/infiniband/sw/rxe: rxe_hdr.h,
+// rxe_opcode.c, rxe_icrc.c), rdmavt (the AETH credit table), the Linux
+// RDMA core (rdma_flow_label_to_udp_sport, rdma_calc_flow_label) and
+// scapy's RoCE layer and tests. The code here is original.
 package wire

@@ -19,7 +19,8 @@ const (
 	ReasonHeaders                     // shorter than the headers its opcode requires
 	ReasonPayload                     // payload on an opcode that carries none
 	ReasonPad                         // pad count larger than the payload, or set without a payload
-	ReasonIPHeader                    // IP header missing, truncated or of an unknown version
+	ReasonIPHeader                    // IP header missing, truncated, fragmented, of an unknown version or not followed by UDP
+	ReasonUDPHeader                   // UDP length does not match the IP payload length
 	ReasonICRC                        // ICRC mismatch
 	numReasons
 )
@@ -33,6 +34,7 @@ var reasonText = [numReasons]string{
 	ReasonPayload:   "payload on an opcode without payload",
 	ReasonPad:       "invalid pad count",
 	ReasonIPHeader:  "invalid IP header",
+	ReasonUDPHeader: "invalid UDP length",
 	ReasonICRC:      "ICRC mismatch",
 }
 

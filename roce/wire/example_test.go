@@ -45,11 +45,17 @@ func Example() {
 		panic(err)
 	}
 
-	// Receive side.
-	if err := wire.VerifyICRC(pkt); err != nil {
+	// Receive side: b is what follows the Ethernet header of a frame,
+	// possibly with padding.
+	b := append(pkt, make([]byte, 6)...)
+	ip, udp, err := wire.SplitIP(b)
+	if err != nil {
 		panic(err)
 	}
-	p, err := wire.Parse(pkt[28:])
+	if err := wire.VerifyICRC(ip); err != nil {
+		panic(err)
+	}
+	p, err := wire.Parse(udp)
 	if err != nil {
 		panic(err)
 	}

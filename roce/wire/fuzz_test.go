@@ -327,3 +327,30 @@ func FuzzGID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitIP checks that SplitIP never panics and returns sub-slices
+// that are consistent with each other.
+func FuzzSplitIP(f *testing.F) {
+	ip, _ := seedPackets(f)
+	for _, b := range ip {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ip, udp, err := SplitIP(b)
+		if err != nil {
+			return
+		}
+		if len(ip) > len(b) || &ip[0] != &b[0] || len(udp) > len(ip) || (len(udp) > 0 && &udp[len(udp)-1] != &ip[len(ip)-1]) {
+			t.Fatal("views inconsistent")
+		}
+		n, _, _ := ipHeaderLen(ip)
+		if len(udp) != len(ip)-n-udpHeader {
+			t.Fatalf("UDP payload %d bytes in IP packet of %d", len(udp), len(ip))
+		}
+		if _, err := Parse(udp); err == nil {
+			if _, err := ICRC(ip); err != nil {
+				t.Fatalf("parsed packet without ICRC: %v", err)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"hash/crc32"
@@ -338,5 +339,54 @@ func TestVectorsParse(t *testing.T) {
 				w.check(t, &p)
 			}
 		})
+	}
+}
+
+// icrcReference computes the ICRC the slow, obvious way: mask a copy of the
+// whole packet and hash it after eight 0xFF bytes.
+func icrcReference(pkt []byte) uint32 {
+	c := append(bytes.Repeat([]byte{0xff}, 8), pkt[:len(pkt)-ICRCSize]...)
+	m := c[8:]
+	var ip int
+	if m[0]>>4 == 6 {
+		ip = 40
+		m[0] |= 0x0f
+		m[1], m[2], m[3], m[7] = 0xff, 0xff, 0xff, 0xff
+	} else {
+		ip = int(m[0]&0x0f) * 4
+		m[1], m[8], m[10], m[11] = 0xff, 0xff, 0xff, 0xff
+	}
+	m[ip+6], m[ip+7], m[ip+12] = 0xff, 0xff, 0xff
+	return crc32.ChecksumIEEE(c)
+}
+
+func TestICRCReference(t *testing.T) {
+	for _, hdr := range [][]byte{
+		unhex(t, "4501 0000 0478 4000 4011 b4d5 c0a8 0007 c0a8 0007"),
+		unhex(t, "4701 0000 0478 4000 4011 b4d5 c0a8 0007 c0a8 0007 01020304 05060708"), // options
+		unhex(t, "4f01 0000 0478 4000 4011 b4d5 c0a8 0007 c0a8 0007"+strings.Repeat("01", 40)),
+		unhex(t, "6e21 face 0000 11ff 2022 0000 0000 0000 0000 0000 0000 1023 2023 0000 0000 0000 0000 0000 0000 1024"),
+	} {
+		for _, n := range []int{0, 1, 7, 8, 15, 63, 64, 65, 100, 127, 128, 129, 1000, 4096} {
+			pkt := append(append([]byte(nil), hdr...), make([]byte, udpHeader+BTHSize+n+ICRCSize)...)
+			for i := len(hdr); i < len(pkt); i++ {
+				pkt[i] = byte(i*131 + n)
+			}
+			want := icrcReference(pkt)
+			got, err := ICRC(pkt)
+			if err != nil || got != want {
+				t.Fatalf("IP header %x, %d bytes: %#x, %v, want %#x", hdr[:2], n, got, err, want)
+			}
+			body := pkt[:len(pkt)-ICRCSize]
+			min := len(hdr) + udpHeader + BTHSize
+			for _, k := range []int{min, min + 1, min + 63, min + 64, len(body) - 64, len(body) - 1, len(body)} {
+				if k < min || k > len(body) {
+					continue
+				}
+				if got, err := ICRCParts(body[:k], body[k:]); err != nil || got != want {
+					t.Fatalf("%d bytes split at %d: %#x, %v, want %#x", n, k, got, err, want)
+				}
+			}
+		}
 	}
 }

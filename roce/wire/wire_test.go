@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net/netip"
@@ -639,4 +640,62 @@ func TestZeroAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per run", allocs)
 	}
 	_ = sink
+}
+
+func TestSplitIP(t *testing.T) {
+	for _, v := range vectors {
+		if v.v1 {
+			continue
+		}
+		pkt := unhex(t, v.frame)[ethHeader:]
+		padded := append(append([]byte(nil), pkt...), 0, 0, 0, 0, 0, 0)
+		ip, udp, err := SplitIP(padded)
+		if err != nil || !bytes.Equal(ip, pkt) {
+			t.Fatalf("%s: %v", v.name, err)
+		}
+		hl, _, _ := ipHeaderLen(pkt)
+		if !bytes.Equal(udp, pkt[hl+udpHeader:]) {
+			t.Fatalf("%s: UDP payload", v.name)
+		}
+		if VerifyICRC(ip) != nil {
+			t.Fatalf("%s: ICRC", v.name)
+		}
+		if _, err := Parse(udp); err != nil {
+			t.Fatalf("%s: %v", v.name, err)
+		}
+	}
+	v4 := unhex(t, vectors[0].frame)[ethHeader:]
+	v6 := unhex(t, vectors[2].frame)[ethHeader:]
+	mod := func(b []byte, f func(b []byte)) []byte {
+		c := append([]byte(nil), b...)
+		f(c)
+		return c
+	}
+	cases := []struct {
+		name   string
+		b      []byte
+		reason Reason
+	}{
+		{"empty", nil, ReasonIPHeader},
+		{"version 5", mod(v4, func(b []byte) { b[0] = 0x55 }), ReasonIPHeader},
+		{"ihl 4", mod(v4, func(b []byte) { b[0] = 0x44 }), ReasonIPHeader},
+		{"cut", v4[:40], ReasonIPHeader},
+		{"tcp", mod(v4, func(b []byte) { b[9] = 6 }), ReasonIPHeader},
+		{"more fragments", mod(v4, func(b []byte) { b[6] |= 0x20 }), ReasonIPHeader},
+		{"fragment offset", mod(v4, func(b []byte) { b[7] = 1 }), ReasonIPHeader},
+		{"truncated", v4[:len(v4)-1], ReasonIPHeader},
+		{"total too small", mod(v4, func(b []byte) { binary.BigEndian.PutUint16(b[2:], 27) }), ReasonIPHeader},
+		{"udp length", mod(v4, func(b []byte) { b[25]-- }), ReasonUDPHeader},
+		{"ipv6 short", v6[:39], ReasonIPHeader},
+		{"ipv6 extension header", mod(v6, func(b []byte) { b[6] = 0 }), ReasonIPHeader},
+		{"ipv6 truncated", v6[:len(v6)-4], ReasonIPHeader},
+		{"ipv6 udp length", mod(v6, func(b []byte) { b[45]++ }), ReasonUDPHeader},
+	}
+	for _, c := range cases {
+		ip, udp, err := SplitIP(c.b)
+		var pe *ParseError
+		if !errors.As(err, &pe) || pe.Reason != c.reason || ip != nil || udp != nil {
+			t.Errorf("%s: %v, want %v", c.name, err, c.reason)
+		}
+	}
 }

@@ -70,6 +70,7 @@ type UDPLink struct {
 	wb    *mmsg.Batch
 	rmsgs []mmsg.Message
 	wmsgs []mmsg.Message
+	wmu   sync.Mutex // WriteBatch
 
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
@@ -130,7 +131,8 @@ func listen(addr netip.AddrPort) (*net.UDPConn, error) {
 // LocalAddr implements Link.
 func (l *UDPLink) LocalAddr() netip.AddrPort { return l.local }
 
-// ReadBatch implements Link.
+// ReadBatch implements Link. Calls must not overlap (the engine reads from
+// one poller at a time); WriteBatch may be called concurrently.
 func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
 	n := min(len(pkts), len(l.rmsgs))
 	for i := 0; i < n; i++ {
@@ -152,6 +154,8 @@ func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
 // WriteBatch implements Link. Runs of datagrams with the same source port
 // go out in one sendmmsg.
 func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	done := 0
 	for done < len(pkts) {
 		port := pkts[done].SrcPort

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,9 @@ type EngineConfig struct {
 // longest headers (BTH, RETH, ImmDt) and the ICRC, rounded up.
 const maxPacket = 4096 + 128
 
+// rxBufSize leaves room for the IP and UDP headers of a raw receive.
+const rxBufSize = maxPacket + 128
+
 // rxBatch is the number of datagrams read per system call.
 const rxBatch = 64
 
@@ -93,7 +97,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.rx = make([]Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)
 	for i := range e.rxBufs {
-		e.rxBufs[i] = make([]byte, maxPacket)
+		e.rxBufs[i] = make([]byte, rxBufSize)
 	}
 	e.wg.Add(1)
 	go e.background()
@@ -243,7 +247,20 @@ func (e *Engine) background() {
 			}
 			continue
 		}
-		for e.poll() > 0 {
+		busy := false
+		for {
+			n := e.poll()
+			if n < 0 {
+				busy = true // another thread is polling: do not sleep on its packets
+			}
+			if n <= 0 {
+				break
+			}
+		}
+		if busy {
+			runtime.Gosched()
+			e.runTimers(time.Now())
+			continue
 		}
 		now := time.Now()
 		next := e.runTimers(now)
@@ -273,10 +290,10 @@ func (e *Engine) runTimers(now time.Time) time.Time {
 }
 
 // poll reads one batch of packets and processes it; it returns how many
-// it read. If another thread is polling it returns 0 at once.
+// it read. If another thread is polling it returns -1 at once.
 func (e *Engine) poll() int {
 	if !e.pollMu.TryLock() {
-		return 0
+		return -1
 	}
 	defer e.pollMu.Unlock()
 	rx := e.rx
@@ -300,7 +317,9 @@ func (e *Engine) poll() int {
 }
 
 // drop counts a dropped packet.
-func (e *Engine) drop(r fabric.DropReason) { e.stats.Drops[r].Add(1) }
+func (e *Engine) drop(r fabric.DropReason) {
+	e.stats.Drops[r].Add(1)
+}
 
 // input validates one datagram and hands it to its queue pair.
 func (e *Engine) input(p *Packet) {
@@ -308,7 +327,7 @@ func (e *Engine) input(p *Packet) {
 		e.drop(fabric.DropMalformed)
 		return
 	}
-	data := p.Buf[:p.N]
+	data := p.Buf[p.Off : p.Off+p.N]
 	e.stats.RxPackets.Add(1)
 	e.stats.RxBytes.Add(uint64(p.N))
 	pkt, err := wire.Parse(data)
@@ -316,7 +335,7 @@ func (e *Engine) input(p *Packet) {
 		e.drop(fabric.DropMalformed)
 		return
 	}
-	if !e.cfg.NoICRC && !e.verifyICRC(data, p.Addr.Addr(), p.SrcPort) {
+	if !e.cfg.NoICRC && !e.verifyICRC(p, data) {
 		e.drop(fabric.DropChecksum)
 		return
 	}
@@ -365,14 +384,19 @@ func pseudoHeader(h []byte, src, dst netip.Addr, sport uint16, n int) int {
 	return 48
 }
 
-// verifyICRC rebuilds the IP and UDP headers of a received datagram and
-// checks its ICRC.
-func (e *Engine) verifyICRC(data []byte, src netip.Addr, sport uint16) bool {
+// verifyICRC checks the ICRC of a received datagram over the headers it
+// came with, or, if the link does not show them, over rebuilt ones.
+func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
+	want := binary.LittleEndian.Uint32(data[len(data)-wire.ICRCSize:])
+	if p.Off >= 28 {
+		crc, err := wire.ICRCParts(p.Buf[:p.Off+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
+		return err == nil && crc == want
+	}
 	var hbuf [48 + wire.BTHSize]byte
-	hl := pseudoHeader(hbuf[:], src.Unmap(), e.local, sport, len(data))
+	hl := pseudoHeader(hbuf[:], p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
-	return err == nil && crc == binary.LittleEndian.Uint32(data[len(data)-wire.ICRCSize:])
+	return err == nil && crc == want
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the

@@ -25,7 +25,12 @@ type Packet struct {
 	// Buf holds the datagram: on read it is the space to fill (its length
 	// is the capacity), on write Buf[:N] is sent.
 	Buf []byte
-	// N is the datagram length (set by ReadBatch; -1 if it was truncated).
+	// Off is, on read, where the UDP payload starts in Buf. When it is not
+	// zero, Buf[:Off] holds the IP and UDP headers exactly as they came
+	// off the wire (the ICRC covers them). Writes ignore it.
+	Off int
+	// N is the UDP payload length (set by ReadBatch; -1 if it was
+	// truncated).
 	N int
 	// Addr is the peer's address: the source on read, the destination on
 	// write (whose port is normally Port).
@@ -56,21 +61,32 @@ type Link interface {
 }
 
 // UDPLink is a Link over kernel UDP sockets, batched with recvmmsg and
-// sendmmsg. It receives on one socket bound to the local address and port
-// 4791, and sends each datagram from the UDP source port the engine
-// chose for its queue pair (the Linux convention), through one small
-// send-only socket per source port. The sockets set don't-fragment, so
-// the kernel sends IPv4 identification 0, which the ICRC covers.
+// sendmmsg. It binds the local address and port 4791, and sends each
+// datagram from the UDP source port the engine chose for its queue pair
+// (the Linux convention), through one small send-only socket per source
+// port. The sockets set don't-fragment, so the kernel sends IPv4
+// identification 0, which the ICRC covers.
+//
+// The ICRC also covers the IPv4 identification of received packets,
+// which a UDP socket does not show and Linux rxe randomises. So, for
+// IPv4 and where the process may (CAP_NET_RAW), the link receives through
+// a raw socket with a BPF filter for its address and port, and hands the
+// engine the real headers; the UDP socket then only holds the port.
+// Without the privilege it receives on the UDP socket and the engine
+// rebuilds the headers assuming identification 0 (Raw reports which).
 type UDPLink struct {
 	conn  *net.UDPConn
 	rc    syscall.RawConn
 	fd    int
+	raw   *os.File // raw IPv4 receive socket, or nil
+	rawFD int
 	local netip.AddrPort
 	rb    *mmsg.Batch
 	wb    *mmsg.Batch
 	rmsgs []mmsg.Message
 	wmsgs []mmsg.Message
 	wmu   sync.Mutex // WriteBatch
+	rawRC syscall.RawConn
 
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
@@ -98,11 +114,77 @@ func ListenUDP(addr netip.AddrPort) (*UDPLink, error) {
 	l := &UDPLink{conn: conn, rc: rc, local: addr, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
 		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
 	rc.Control(func(fd uintptr) { l.fd = int(fd) })
-	// Big socket buffers: the engine moves bursts.
-	conn.SetReadBuffer(8 << 20)
-	conn.SetWriteBuffer(8 << 20)
+	// Big socket buffers: the engine moves bursts (a 256 KiB RDMA READ is
+	// 256 response packets at once). Root may exceed net.core.rmem_max.
+	setBuffers(l.fd, 16<<20)
+	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() {
+		l.openRaw()
+	}
 	return l, nil
 }
+
+// openRaw switches reception to a raw IPv4 socket if the process may open
+// one.
+func (l *UDPLink) openRaw() {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return // EPERM without CAP_NET_RAW: stay on the UDP socket
+	}
+	ip := l.local.Addr().As4()
+	dst := uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
+	// Accept unfragmented UDP datagrams to our address and port.
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 6},               // fragment field
+		{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: 6, K: 0x3fff}, // MF or offset: drop
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16},              // destination address
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 4, K: dst},     // not ours: drop
+		{Code: unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH, K: 0},              // X = IP header length
+		{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_IND, K: 2},               // UDP destination port
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 1, K: uint32(l.local.Port())},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0x40000},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp); err != nil {
+		unix.Close(fd)
+		return
+	}
+	setBuffers(fd, 16<<20)
+	// The UDP socket now only holds the port: let it queue nothing.
+	drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+	dfp := unix.SockFprog{Len: 1, Filter: &drop[0]}
+	if err := unix.SetsockoptSockFprog(l.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &dfp); err != nil {
+		unix.Close(fd)
+		return
+	}
+	l.raw = os.NewFile(uintptr(fd), "roce-raw")
+	l.rawFD = fd
+	if rc, err := l.raw.SyscallConn(); err == nil {
+		l.rawRC = rc
+	}
+	// Drain what the UDP socket queued before its filter.
+	var buf [2048]byte
+	for {
+		if _, _, err := unix.Recvfrom(l.fd, buf[:], unix.MSG_DONTWAIT); err != nil {
+			break
+		}
+	}
+}
+
+// setBuffers asks for n-byte socket buffers, beyond the sysctl limits if
+// the process may (SO_RCVBUFFORCE needs CAP_NET_ADMIN).
+func setBuffers(fd, n int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+	}
+}
+
+// Raw reports whether the link receives through a raw socket, with the
+// real IP headers.
+func (l *UDPLink) Raw() bool { return l.raw != nil }
 
 func listen(addr netip.AddrPort) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
@@ -138,12 +220,39 @@ func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
 	for i := 0; i < n; i++ {
 		l.rmsgs[i].Buf = pkts[i].Buf
 	}
-	got, err := l.rb.Recv(l.fd, l.rmsgs[:n])
+	fd := l.fd
+	if l.raw != nil {
+		fd = l.rawFD
+	}
+	got, err := l.rb.Recv(fd, l.rmsgs[:n])
 	for i := 0; i < got; i++ {
-		pkts[i].N = l.rmsgs[i].N
-		pkts[i].Addr = l.rmsgs[i].Addr
-		pkts[i].SrcPort = l.rmsgs[i].Addr.Port()
+		p := &pkts[i]
+		p.N, p.Off = l.rmsgs[i].N, 0
+		p.Addr = l.rmsgs[i].Addr
+		p.SrcPort = l.rmsgs[i].Addr.Port()
 		l.rmsgs[i].Buf = nil
+		if l.raw != nil && p.N >= 0 {
+			// IP header, UDP header, payload: the filter vouched for
+			// the first two; check the lengths.
+			b := p.Buf[:p.N]
+			if len(b) < 28 || b[0]>>4 != 4 {
+				p.N = -1
+				continue
+			}
+			hl := int(b[0]&0x0f) * 4
+			if hl < 20 || len(b) < hl+8 {
+				p.N = -1
+				continue
+			}
+			ulen := int(b[hl+4])<<8 | int(b[hl+5])
+			if ulen < 8 || hl+ulen > len(b) {
+				p.N = -1
+				continue
+			}
+			p.SrcPort = uint16(b[hl])<<8 | uint16(b[hl+1])
+			p.Addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[12:16])), p.SrcPort)
+			p.Off, p.N = hl+8, ulen-8
+		}
 	}
 	if err != nil {
 		return got, &os.SyscallError{Syscall: "recvmmsg", Err: err}
@@ -206,11 +315,11 @@ func (l *UDPLink) sender(port uint16) (*sender, error) {
 		l.senders[port] = nil
 		return nil, errNoSender
 	}
-	conn.SetWriteBuffer(4 << 20)
 	s := &sender{conn: conn}
 	if rc, err := conn.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { s.fd = int(fd) })
 	}
+	setBuffers(s.fd, 4<<20)
 	l.senders[port] = s
 	return s, nil
 }
@@ -224,11 +333,21 @@ func (l *UDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
 	}
 	l.conn.SetReadDeadline(deadline)
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { l.conn.SetReadDeadline(time.Unix(1, 0)) })
+		stop := context.AfterFunc(ctx, func() {
+			l.conn.SetReadDeadline(time.Unix(1, 0))
+			if l.raw != nil {
+				l.raw.SetReadDeadline(time.Unix(1, 0))
+			}
+		})
 		defer stop()
 	}
 	first := true
-	err := l.rc.Read(func(uintptr) bool {
+	rc := l.rc
+	if l.raw != nil {
+		rc = l.rawRC
+		l.raw.SetReadDeadline(deadline)
+	}
+	err := rc.Read(func(uintptr) bool {
 		if first {
 			first = false
 			return false // wait for readiness
@@ -242,7 +361,7 @@ func (l *UDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
 			}
 			return nil
 		}
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 			return os.ErrClosed
 		}
 		return err
@@ -260,6 +379,9 @@ func (l *UDPLink) Close() error {
 	}
 	l.senders = map[uint16]*sender{}
 	l.mu.Unlock()
+	if l.raw != nil {
+		l.raw.Close()
+	}
 	return l.conn.Close()
 }
 
@@ -272,19 +394,22 @@ type LossConfig struct {
 }
 
 // LossyLink wraps a Link and injects faults into the datagrams it writes:
-// drops, reordering (a datagram is held back and sent after the next
-// one), duplicates and corruption (one byte flipped, which the ICRC
-// catches). This kernel has no netem; tests use this instead.
+// drops, reordering (a datagram is held back and sent after the next one
+// of the same batch; the last of a batch goes out at the next write or
+// after a millisecond), duplicates and corruption (one byte flipped,
+// which the ICRC catches). This kernel has no netem; tests use this
+// instead.
 type LossyLink struct {
 	Link
-	cfg  LossConfig
-	mu   sync.Mutex
-	rng  *rand.Rand
-	held []byte
-	hpkt Packet
-	has  bool
-	out  []Packet
-	bufs [][]byte
+	cfg   LossConfig
+	mu    sync.Mutex
+	rng   *rand.Rand
+	held  []byte
+	hpkt  Packet
+	has   bool
+	out   []Packet
+	bufs  [][]byte
+	timer *time.Timer
 	// Counters of injected faults.
 	Dropped, Reordered, Duplicated, Corrupted uint64
 }
@@ -343,6 +468,11 @@ func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
 			l.has = false
 		}
 	}
+	if l.has && l.timer == nil {
+		l.timer = time.AfterFunc(time.Millisecond, l.release)
+	} else if l.has {
+		l.timer.Reset(time.Millisecond)
+	}
 	for sent := 0; sent < len(l.out); {
 		n, err := l.Link.WriteBatch(l.out[sent:])
 		if err != nil {
@@ -354,6 +484,19 @@ func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
 		sent += n
 	}
 	return len(pkts), nil
+}
+
+// release sends a datagram that was held back for reordering and found
+// no successor.
+func (l *LossyLink) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.has {
+		return
+	}
+	l.has = false
+	l.hpkt.Buf = l.held
+	l.Link.WriteBatch([]Packet{l.hpkt})
 }
 
 // String describes the configured faults.

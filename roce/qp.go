@@ -149,8 +149,14 @@ func TimeoutDuration(t uint8) time.Duration {
 // maxSGE is the longest SGE list of a work request.
 const maxSGE = 32
 
-// maxInflight bounds the packets sent and not yet acknowledged.
-const maxInflight = 1024
+// maxInflight bounds the packets sent and not yet acknowledged; the
+// requester's window (cwnd) moves between minWindow and maxInflight,
+// halving on a loss and growing as acknowledgements arrive.
+const (
+	maxInflight = 1024
+	minWindow   = 8
+	initWindow  = 128
+)
 
 // work request opcodes
 type wop uint8
@@ -180,7 +186,9 @@ type wqe struct {
 	psn    wire.PSN // first PSN
 	npkts  int      // PSNs consumed
 	rdDone int      // read: bytes received in order
+	rdReq  int      // read: rdDone when the request was last sent
 	done   bool     // read, atomic: response complete
+	issued bool     // read, atomic: counted in rdOut
 }
 
 // QP is a queue pair.
@@ -220,6 +228,8 @@ type QP struct {
 	rnrUntil   time.Time
 	rdOut      int
 	gapNAKed   bool // a read response gap was already answered
+	cwnd       int  // packets the requester may have unacknowledged
+	cwndAcc    int
 	lastActive time.Time
 
 	// responder
@@ -438,6 +448,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.attr.KeepAlive = attr.KeepAlive
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
+		qp.cwnd, qp.cwndAcc = initWindow, 0
 		qp.lastActive = time.Now()
 	default:
 		return bad()
@@ -473,6 +484,9 @@ func (qp *QP) resetLocked() {
 func (qp *QP) errorLocked(st fabric.Status) {
 	if qp.state == StateErr {
 		return
+	}
+	if debugRoce {
+		println("QP ERROR", qp.qpn, st.String(), "epsn", qp.epsn, "inSend", qp.inSend, "inWrite", qp.inWrite)
 	}
 	qp.state = StateErr
 	if qp.status == fabric.StatusOK {
@@ -548,6 +562,9 @@ func (qp *QP) input(p *wire.Packet, src netip.Addr) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state != StateRTR && qp.state != StateRTS {
+		if debugRoce {
+			println("drop in state", qp.qpn, qp.state.String())
+		}
 		qp.ctr.Drop(fabric.DropOther, 1)
 		return
 	}

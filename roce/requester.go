@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
@@ -155,7 +156,7 @@ func (qp *QP) postKeepAlive() {
 func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeout) }
 
 func (qp *QP) armTimer() {
-	if qp.una == qp.txPSN && qp.rdOut == 0 {
+	if qp.una == qp.txPSN {
 		qp.deadline = time.Time{}
 		return
 	}
@@ -172,15 +173,16 @@ func (qp *QP) transmit() {
 	}
 	qp.txN = 0
 	for qp.sqNext < qp.sqTail {
-		if qp.txPSN.Sub(qp.una) >= maxInflight {
+		if int(qp.txPSN.Sub(qp.una)) >= qp.cwnd {
 			break
 		}
 		w := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
-		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && qp.nextPkt == 0 && w.rdDone == 0 {
+		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.issued {
 			if qp.rdOut >= qp.attr.MaxRDAtomic {
 				break
 			}
 			qp.rdOut++
+			w.issued = true
 		}
 		if w.flags&fabric.FlagFence != 0 && qp.rdOut > 0 && qp.nextPkt == 0 && w.op != wopRead {
 			break
@@ -285,6 +287,7 @@ func (qp *QP) buildPacket(w *wqe) {
 		// One request for the rest of the read (all of it, or after a
 		// retransmission, what is missing).
 		done := w.rdDone
+		w.rdReq = done
 		k = done / mtu
 		f.BTH.PSN = w.psn.Add(k)
 		f.BTH.OpCode = wire.OpRCReadRequest
@@ -394,8 +397,14 @@ func (qp *QP) ackTo(p wire.PSN) {
 	if next.Sub(qp.maxPSN) > 0 || next.Sub(qp.una) < 0 {
 		return
 	}
-	if next.Sub(qp.una) > 0 {
+	if adv := next.Sub(qp.una); adv > 0 {
 		qp.una = next
+		// Additive increase: one packet per window acknowledged.
+		qp.cwndAcc += int(adv)
+		if qp.cwndAcc >= qp.cwnd {
+			qp.cwndAcc = 0
+			qp.cwnd = min(qp.cwnd+8, maxInflight)
+		}
 		qp.retries = int(qp.attr.RetryCnt)
 		qp.rnrRetries = int(qp.attr.RNRRetry)
 		qp.gapNAKed = false
@@ -409,8 +418,12 @@ func (qp *QP) ackTo(p wire.PSN) {
 	qp.armTimer()
 }
 
-// rewind goes back to PSN p for retransmission (go-back-N).
+// rewind goes back to PSN p for retransmission (go-back-N), and halves
+// the window: every packet after a loss is sent again, so a window much
+// larger than the path holds only multiplies the retransmissions.
 func (qp *QP) rewind(p wire.PSN) {
+	qp.cwnd = max(minWindow, qp.cwnd/2)
+	qp.cwndAcc = 0
 	qp.seek(p)
 	if d := qp.maxPSN.Sub(qp.txPSN); d > 0 {
 		qp.ctr.Retransmits.Add(uint64(d))
@@ -425,6 +438,9 @@ func (qp *QP) seek(p wire.PSN) {
 		w := &qp.sq[i%uint64(len(qp.sq))]
 		atomicOrRead := w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap
 		if p.Less(w.psn.Add(w.npkts)) && !w.done {
+			for j := i; j < qp.sqTail; j++ {
+				qp.sq[j%uint64(len(qp.sq))].issued = false
+			}
 			qp.sqNext = i
 			qp.nextPkt = max(0, int(p.Sub(w.psn)))
 			if atomicOrRead {
@@ -437,7 +453,7 @@ func (qp *QP) seek(p wire.PSN) {
 			qp.rdOut = rd
 			return
 		}
-		if atomicOrRead && !w.done {
+		if atomicOrRead && w.issued && !w.done {
 			rd++
 		}
 	}
@@ -447,8 +463,16 @@ func (qp *QP) seek(p wire.PSN) {
 // onTimeout retransmits from the oldest unacknowledged PSN, or fails the
 // QP when the retries are spent.
 func (qp *QP) onTimeout(now time.Time) {
+	if debugRoce {
+		w := qp.oldestPending()
+		rd := -1
+		if w != nil {
+			rd = w.rdDone
+		}
+		println("timeout qpn", qp.qpn, "retries", qp.retries, "una", qp.una, "tx", qp.txPSN, "max", qp.maxPSN, "rdOut", qp.rdOut, "rdDone", rd, "head", qp.sqHead, "next", qp.sqNext, "tail", qp.sqTail)
+	}
 	if qp.retries <= 0 {
-		qp.errorLocked(fabric.StatusRetryExceeded)
+		qp.failAt(qp.una, fabric.StatusRetryExceeded)
 		return
 	}
 	qp.retries--
@@ -472,7 +496,7 @@ func (qp *QP) response(p *wire.Packet) {
 			qp.ackTo(psn.Add(-1))
 			if qp.attr.RNRRetry != 7 {
 				if qp.rnrRetries <= 0 {
-					qp.errorLocked(fabric.StatusRNRRetryExceeded)
+					qp.failAt(psn, fabric.StatusRNRRetryExceeded)
 					return
 				}
 				qp.rnrRetries--
@@ -513,7 +537,9 @@ func (qp *QP) response(p *wire.Packet) {
 		}
 		scatterAt(w, 0, orig[:])
 		w.done = true
-		qp.rdOut--
+		if w.issued {
+			qp.rdOut--
+		}
 		qp.ackTo(psn)
 	default:
 		qp.ctr.Drop(fabric.DropMalformed, 1)
@@ -535,6 +561,7 @@ func (qp *QP) oldestPending() *wqe {
 
 func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) {
 	w := qp.oldestPending()
+
 	if w == nil || w.op != wopRead {
 		qp.ctr.Drop(fabric.DropDuplicate, 1)
 		return
@@ -559,21 +586,27 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) {
 	op := p.OpCode()
 	n := len(p.Payload)
 	lastPkt := op == wire.OpRCReadResponseLast || op == wire.OpRCReadResponseOnly
+	// The responses to a request (the first, or one re-issued for what is
+	// missing) start with FIRST or ONLY.
 	first := op == wire.OpRCReadResponseFirst || op == wire.OpRCReadResponseOnly
-	if (lastPkt && n != rest) || (!lastPkt && (n != qp.mtu || n >= rest)) || first != (w.rdDone == 0) {
+	if (lastPkt && n != rest) || (!lastPkt && (n != qp.mtu || n >= rest)) || first != (w.rdDone == w.rdReq) {
 		qp.ctr.Drop(fabric.DropMalformed, 1)
 		return
 	}
 	scatterAt(w, w.rdDone, p.Payload)
 	w.rdDone += n
 	qp.gapNAKed = false
+	qp.retries = int(qp.attr.RetryCnt) // progress
 	if lastPkt {
 		w.done = true
-		qp.rdOut--
+		if w.issued {
+			qp.rdOut--
+		}
 		qp.ackTo(w.psn.Add(w.npkts - 1))
 	} else {
-		qp.deadline = time.Time{}
-		qp.armTimer()
+		// An in-order response acknowledges its PSN (the read itself
+		// completes only with its last response).
+		qp.ackTo(psn)
 	}
 }
 
@@ -592,3 +625,7 @@ func (qp *QP) failAt(p wire.PSN, st fabric.Status) {
 	}
 	qp.errorLocked(st)
 }
+
+// debugRoce prints retransmission timeouts and QP errors to stderr
+// (WEFT_ROCE_DEBUG=1), for diagnosing interop.
+var debugRoce = os.Getenv("WEFT_ROCE_DEBUG") != ""

@@ -324,11 +324,19 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 			d.LocalAddr = &net.TCPAddr{IP: o.Local.AsSlice()}
 		}
 		for {
+			// The server may not listen yet, or not even be up: retry
+			// until ctx says stop.
 			conn, err = d.DialContext(ctx, "tcp", o.Bootstrap)
-			if err == nil || ctx.Err() != nil || !isRefused(err) {
+			if err == nil || ctx.Err() != nil {
 				break
 			}
-			time.Sleep(20 * time.Millisecond) // the server may not listen yet
+			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
+				break // no deadline: give up on errors other than refusal
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 		if err != nil {
 			return nil, err

@@ -264,7 +264,7 @@ func (e *Engine) background() {
 		}
 		now := time.Now()
 		next := e.runTimers(now)
-		wait := 50 * time.Millisecond
+		wait := 1 * time.Millisecond
 		if !next.IsZero() {
 			wait = min(wait, max(next.Sub(now), 20*time.Microsecond))
 		}

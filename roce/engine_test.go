@@ -101,7 +101,7 @@ func TestLossySoak(t *testing.T) {
 	}
 	loss := LossConfig{Drop: 0.05, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 42}
 	ea, eb, lossy := enginePair(t, 4791, loss)
-	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
+	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 6, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
 	const burst = 64
 	const size = 32
 	src, _ := pa.RegMR(make([]byte, burst*size), 0)
@@ -141,6 +141,21 @@ func TestLossySoak(t *testing.T) {
 		}
 		m, err := a.SendWait(ctx, msgs[:k])
 		if err != nil {
+			b.mu.Lock()
+			t.Logf("responder: epsn %d nakSent %v ackDirty %v rq %d/%d state %v", b.epsn, b.nakSent, b.ackDirty, b.rqHead, b.rqTail, b.state)
+			for i := 0; i < len(b.trace); i++ {
+				e := b.trace[(b.traceN+i)%len(b.trace)]
+				t.Logf("  trace psn %d epsn %d op %#x", e[0], e[1], e[2])
+			}
+			b.mu.Unlock()
+			for i := 0; i < len(a.trace); i++ {
+				e := a.trace[(a.traceN+i)%len(a.trace)]
+				t.Logf("  requester trace psn %d una %d op/syn %#x", e[0], e[1], e[2])
+			}
+			t.Logf("requester stats %+v", a.Stats())
+			t.Logf("responder stats %+v", b.Stats())
+			t.Logf("engine A %+v", ea.Stats())
+			t.Logf("engine B %+v", eb.Stats())
 			t.Fatalf("send at %d: %v", sent, err)
 		}
 		sent += m

@@ -249,6 +249,8 @@ type QP struct {
 	ackBuf    [64]byte
 	ackPkt    [1]Packet
 	srcQPN    uint32 // UD: source QP of the last datagram
+	trace     [32][3]uint32
+	traceN    int
 
 	// receive buffer: a ring of records {len, imm, flags, 0} + payload
 	rq       []byte

@@ -155,13 +155,19 @@ func (qp *QP) postKeepAlive() {
 // timeoutDur is the retransmission timeout.
 func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeout) }
 
+// armTimer starts the retransmission timer if packets are outstanding.
+// The timeout is 4.096 µs × 2^Timeout, doubled for each consecutive
+// timeout of the same packets (at most 64 times): the first retries come
+// fast, and a peer stalled by a busy host gets time before the retry
+// count runs out.
 func (qp *QP) armTimer() {
 	if qp.una == qp.txPSN {
 		qp.deadline = time.Time{}
 		return
 	}
 	if d := qp.timeoutDur(); d > 0 {
-		qp.deadline = time.Now().Add(d)
+		backoff := min(int(qp.attr.RetryCnt)-qp.retries, 6)
+		qp.deadline = time.Now().Add(d << max(backoff, 0))
 	}
 }
 
@@ -486,6 +492,14 @@ func (qp *QP) onTimeout(now time.Time) {
 func (qp *QP) response(p *wire.Packet) {
 	op := p.OpCode()
 	psn := p.BTH.PSN()
+	if debugRoce {
+		var syn uint32
+		if p.AETH != nil {
+			syn = uint32(p.AETH.Syndrome())
+		}
+		qp.trace[qp.traceN%len(qp.trace)] = [3]uint32{uint32(psn), uint32(qp.una), uint32(op)<<8 | syn}
+		qp.traceN++
+	}
 	switch op {
 	case wire.OpRCAcknowledge:
 		syn := p.AETH.Syndrome()
@@ -629,3 +643,4 @@ func (qp *QP) failAt(p wire.PSN, st fabric.Status) {
 // debugRoce prints retransmission timeouts and QP errors to stderr
 // (WEFT_ROCE_DEBUG=1), for diagnosing interop.
 var debugRoce = os.Getenv("WEFT_ROCE_DEBUG") != ""
+

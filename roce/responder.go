@@ -12,6 +12,10 @@ import (
 func (qp *QP) request(p *wire.Packet) {
 	psn := p.BTH.PSN()
 	d := psn.Sub(qp.epsn)
+	if debugRoce {
+		qp.trace[qp.traceN%len(qp.trace)] = [3]uint32{uint32(psn), uint32(qp.epsn), uint32(p.OpCode())}
+		qp.traceN++
+	}
 	switch {
 	case d > 0:
 		// A packet is missing: NAK once per gap, from the expected PSN.

@@ -643,4 +643,3 @@ func (qp *QP) failAt(p wire.PSN, st fabric.Status) {
 // debugRoce prints retransmission timeouts and QP errors to stderr
 // (WEFT_ROCE_DEBUG=1), for diagnosing interop.
 var debugRoce = os.Getenv("WEFT_ROCE_DEBUG") != ""
-

@@ -20,6 +20,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +32,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/wire"
 )
 
 const guestIP = "10.77.0.2"
@@ -215,4 +219,201 @@ func TestRxeHost(t *testing.T) {
 	}
 }
 
-func perftestSteps() []rxeStep { return nil }
+type perftestCase struct {
+	kind        string // send_lat, write_bw, read_lat
+	prog        string
+	size, iters int
+}
+
+var perftestCases = []perftestCase{
+	{"send_lat", "ib_send_lat", 2, 100},
+	{"send_lat", "ib_send_lat", 4096, 20},
+	{"write_bw", "ib_write_bw", 65536, 20},
+	{"read_lat", "ib_read_lat", 2, 50},
+	{"read_lat", "ib_read_lat", 4096, 20},
+}
+
+func perftestSteps() []rxeStep {
+	var steps []rxeStep
+	for _, c := range perftestCases {
+		args := fmt.Sprintf("%s -d rxe0 -s %d -n %d", c.prog, c.size, c.iters)
+		steps = append(steps,
+			rxeStep{Name: fmt.Sprintf("%s-server-%d", c.prog, c.size), Guest: args,
+				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, true) }},
+			rxeStep{Name: fmt.Sprintf("%s-client-%d", c.prog, c.size), Guest: "retry " + args + " 10.77.0.1",
+				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, false) }})
+	}
+	return steps
+}
+
+// weftPerftest plays the other side of a perftest program: its TCP
+// protocol (INTEROP.md section 3) and its traffic.
+func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
+	var conn net.Conn
+	var err error
+	if client {
+		d := net.Dialer{}
+		for {
+			conn, err = d.DialContext(ctx, "tcp", guestIP+":18515")
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	} else {
+		var ln net.Listener
+		ln, err = net.Listen("tcp", "10.77.0.1:18515")
+		if err == nil {
+			stop := context.AfterFunc(ctx, func() { ln.Close() })
+			conn, err = ln.Accept()
+			stop()
+			ln.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	pc := NewPerftestConn(conn, client)
+	defer pc.Close()
+	if err := pc.Preamble(ctx, 1024); err != nil {
+		return err
+	}
+	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, Port), false)
+	if err != nil {
+		return err
+	}
+	defer release()
+	pd := eng.AllocPD()
+	qp, err := pd.CreateQP(QPConfig{})
+	if err != nil {
+		return err
+	}
+	defer qp.Destroy()
+	bufSize := 2 * max(c.size, 4096)
+	mr, err := pd.RegMR(make([]byte, bufSize), fabric.AccessLocalWrite|fabric.AccessRemoteWrite|fabric.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	outReads := uint16(1)
+	if c.kind == "read_lat" {
+		outReads = 16
+	}
+	mine := PerftestKeys{OutReads: outReads, QPN: qp.QPN(), PSN: wire.PSN(time.Now().UnixNano()) & wire.PSNMask,
+		RKey: uint32(mr.RemoteKey()), VA: mr.Addr() + uint64(bufSize/2), GID: eng.GID()}
+	peer, err := pc.HandShake(ctx, mine) // H1
+	if err != nil {
+		return err
+	}
+	attr := &QPAttr{PathMTU: pc.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN, SQPSN: mine.PSN,
+		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRDAtomic: max(1, int(peer.OutReads))}
+	if err := qp.Connect(attr); err != nil {
+		return err
+	}
+	for i := 0; i < 3; i++ { // H2, H3, H4 (write_bw's H4 comes after the traffic)
+		if c.kind == "write_bw" && i == 2 {
+			break
+		}
+		if _, err := pc.HandShake(ctx, mine); err != nil {
+			return err
+		}
+	}
+	one := func(op string, m fabric.Message) error {
+		m.Flags |= fabric.FlagSignal
+		var err error
+		switch op {
+		case "send":
+			_, err = qp.SendWait(ctx, []fabric.Message{m})
+		case "write":
+			_, err = qp.postWait(ctx, []fabric.Message{m}, qp.Write)
+		case "read":
+			_, err = qp.postWait(ctx, []fabric.Message{m}, qp.Read)
+		}
+		if err != nil {
+			return err
+		}
+		out := make([]fabric.Completion, 1)
+		if _, err := qp.cq.Wait(ctx, out); err != nil {
+			return err
+		}
+		return out[0].Err()
+	}
+	src := fabric.SGE{Region: mr, Length: c.size}
+	recvOne := func() error {
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Offset: bufSize / 2, Length: c.size}}}}
+		if _, err := qp.RecvWait(ctx, msgs); err != nil {
+			return err
+		}
+		if msgs[0].Len != c.size {
+			return fmt.Errorf("received %d bytes, want %d", msgs[0].Len, c.size)
+		}
+		return nil
+	}
+	remote := fabric.RemoteIOV{Addr: peer.VA, Len: uint64(c.size), Key: fabric.Key(peer.RKey)}
+	switch c.kind {
+	case "send_lat":
+		for i := 0; i < c.iters; i++ {
+			if client {
+				if err := one("send", fabric.Message{SGEs: []fabric.SGE{src}}); err != nil {
+					return fmt.Errorf("send %d: %w", i, err)
+				}
+				if err := recvOne(); err != nil {
+					return fmt.Errorf("receive %d: %w", i, err)
+				}
+			} else {
+				if err := recvOne(); err != nil {
+					return fmt.Errorf("receive %d: %w", i, err)
+				}
+				if err := one("send", fabric.Message{SGEs: []fabric.SGE{src}}); err != nil {
+					return fmt.Errorf("send %d: %w", i, err)
+				}
+			}
+		}
+	case "write_bw":
+		start := time.Now()
+		if client {
+			for i := 0; i < c.iters; i++ {
+				if err := one("write", fabric.Message{SGEs: []fabric.SGE{src}, Remote: remote}); err != nil {
+					return fmt.Errorf("write %d: %w", i, err)
+				}
+			}
+		}
+		if _, err := pc.HandShake(ctx, mine); err != nil { // H4
+			return err
+		}
+		if !client {
+			if !bytes.ContainsFunc(mr.Bytes()[bufSize/2:bufSize/2+c.size], func(r rune) bool { return r != 0 }) {
+				return fmt.Errorf("the client's writes left the buffer zero")
+			}
+		}
+		// The bandwidth report: size, iterations, then peak and average
+		// MB/s and Mmsg/s as big-endian doubles. perftest does not check
+		// the server's, which it never fills.
+		secs := time.Since(start).Seconds()
+		mbs := float64(c.size) * float64(c.iters) / secs / 1e6
+		report := []uint64{uint64(c.size), uint64(c.iters), math.Float64bits(mbs), math.Float64bits(mbs),
+			math.Float64bits(float64(c.iters) / secs / 1e6)}
+		for i := 0; i < 5; i++ {
+			v := uint64(0)
+			if client {
+				v = report[i]
+			}
+			if _, err := pc.Exchange8(ctx, v); err != nil {
+				return err
+			}
+		}
+	case "read_lat":
+		if client {
+			dst := fabric.SGE{Region: mr, Offset: bufSize / 2, Length: c.size}
+			for i := 0; i < c.iters; i++ {
+				if err := one("read", fabric.Message{SGEs: []fabric.SGE{dst}, Remote: remote}); err != nil {
+					return fmt.Errorf("read %d: %w", i, err)
+				}
+			}
+		}
+	}
+	if _, err := pc.HandShake(ctx, mine); err != nil { // H5
+		return err
+	}
+	return nil
+}

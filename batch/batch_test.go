@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -802,6 +803,42 @@ func TestMalformed(t *testing.T) {
 	}
 	if st := s.Stats(); st.Drops[batch.DropTruncated] != 1 || s.Held() != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Bad and good batches back to back, received in one burst: the good
+	// ones come through in order, the bad ones are dropped in between.
+	before := s.Stats().Drops[batch.DropMalformed]
+	seq := [][]byte{cases["magic"], good(5), cases["zero length"], cases["short"], good(6, 7), cases["flags"]}
+	for _, m := range seq {
+		copy(src.Bytes(), m)
+		if _, err := a.Send([]fabric.Message{{SGEs: []fabric.SGE{{Region: src, Length: len(m)}},
+			Flags: fabric.FlagImm, Imm: batch.Imm}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lens []int
+	for len(lens) < 3 {
+		n, err := s.RecvWait(ctx, pkts)
+		if err != nil && !errors.Is(err, fabric.ErrMalformed) {
+			t.Fatal(err)
+		}
+		for _, p := range pkts[:n] {
+			lens = append(lens, len(p.Data))
+		}
+		s.Release(pkts[:n])
+	}
+	if fmt.Sprint(lens) != "[5 6 7]" {
+		t.Fatalf("packets of %v bytes", lens)
+	}
+	for s.Stats().Drops[batch.DropMalformed] != before+4 { // the last one may still be on its way
+		if _, err := s.Recv(pkts); err != nil && !errors.Is(err, fabric.ErrMalformed) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("drops %v", s.Stats().Drops)
+		}
+	}
+	if s.Held() != 0 {
+		t.Fatalf("held %d", s.Held())
 	}
 }
 

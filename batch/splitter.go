@@ -81,19 +81,28 @@ type Splitter struct {
 	reg      *fabric.Region
 	slotSize int
 	slots    []slot
-	sges     []fabric.SGE     // one per slot
-	msgs     []fabric.Message // receive scratch
-	rxIdx    []int32          // slot of msgs[i]
+	sges     []fabric.SGE // one per slot
 
-	rxMu    sync.Mutex // Recv state below
-	pend    []int32    // FIFO of slots with undelivered packets
-	ph, pt  uint64
-	lastSeq uint32
-	haveSeq bool
+	rxMu sync.Mutex // Recv state below
+	// The free slots, as messages ready to post: ready[lo:] is a stack
+	// whose top is ready[lo], and readyIdx[i] is the slot of ready[i].
+	// Recv passes ready[lo:lo+k] to the endpoint as is, so taking k free
+	// slots costs nothing; the endpoint fills them from the top.
+	ready    []fabric.Message
+	readyIdx []int32
+	lo       int
+	dropped  []int32 // slots of messages dropped by the current Recv
+	pend     []int32 // FIFO of slots with undelivered packets
+	ph, pt   uint64
+	lastSeq  uint32
+	haveSeq  bool
 
-	freeMu sync.Mutex
-	free   []int32 // free slots (a stack)
-
+	// Slots freed by Release (any goroutine) wait here until Recv moves
+	// them to the stack.
+	retMu    sync.Mutex
+	ret      []int32
+	nret     atomic.Int32
+	inUse    atomic.Int32 // slots holding a message
 	closed   atomic.Bool
 	freeOnce sync.Once
 	ctr      splitterCounters
@@ -120,14 +129,15 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 		return nil, fmt.Errorf("batch: receive region: %w", err)
 	}
 	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, slots: make([]slot, o.Slots),
-		sges: make([]fabric.SGE, o.Slots), msgs: make([]fabric.Message, o.Slots),
-		rxIdx: make([]int32, o.Slots), pend: make([]int32, o.Slots), free: make([]int32, 0, o.Slots)}
+		sges: make([]fabric.SGE, o.Slots), ready: make([]fabric.Message, o.Slots),
+		readyIdx: make([]int32, o.Slots), pend: make([]int32, o.Slots), dropped: make([]int32, 0, o.Slots), ret: make([]int32, 0, o.Slots)}
 	buf := reg.Bytes()
 	for i := range s.slots {
 		off := i * o.SlotSize
 		s.slots[i].buf = buf[off : off+o.SlotSize : off+o.SlotSize]
 		s.sges[i] = fabric.SGE{Region: reg, Offset: off, Length: o.SlotSize}
-		s.free = append(s.free, int32(o.Slots-1-i))
+		s.ready[i].SGEs = s.sges[i : i+1 : i+1]
+		s.readyIdx[i] = int32(i)
 	}
 	return s, nil
 }
@@ -198,26 +208,35 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 	n := s.drain(pkts)
 	var first error
 	for n < len(pkts) {
-		k := s.popFree(min(len(pkts)-n, len(s.msgs)))
+		if s.nret.Load() != 0 {
+			s.collect()
+		}
+		k := min(len(pkts)-n, len(s.ready)-s.lo)
 		if k == 0 {
 			s.ctr.full.Add(1)
 			break
 		}
+		lo := s.lo
+		msgs := s.ready[lo : lo+k]
 		var r int
 		var err error
 		if ctx != nil && n == 0 && first == nil {
-			r, err = s.ep.RecvWait(ctx, s.msgs[:k])
+			r, err = s.ep.RecvWait(ctx, msgs)
 		} else {
-			r, err = s.ep.Recv(s.msgs[:k])
+			r, err = s.ep.Recv(msgs)
 		}
-		if r < k {
-			s.pushFree(s.rxIdx[r:k])
-		}
+		r = min(max(r, 0), k)
+		s.lo += r
+		s.inUse.Add(int32(r))
 		for i := 0; i < r; i++ {
-			if e := s.accept(s.rxIdx[i], &s.msgs[i]); e != nil && first == nil {
+			if e := s.accept(s.readyIdx[lo+i], &msgs[i]); e != nil && first == nil {
 				first = e
 			}
 		}
+		for _, idx := range s.dropped {
+			s.drop(idx)
+		}
+		s.dropped = s.dropped[:0]
 		n += s.drain(pkts[n:])
 		if err != nil {
 			return n, err
@@ -229,6 +248,19 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 	return n, first
 }
 
+// collect moves released slots onto the stack of free slots.
+func (s *Splitter) collect() {
+	s.retMu.Lock()
+	for _, idx := range s.ret {
+		s.lo--
+		s.ready[s.lo] = fabric.Message{SGEs: s.sges[idx : idx+1 : idx+1]}
+		s.readyIdx[s.lo] = idx
+	}
+	s.ret = s.ret[:0]
+	s.nret.Store(0)
+	s.retMu.Unlock()
+}
+
 // accept takes a received message in slot idx: a batch is validated and
 // queued for delivery, a raw message is queued whole, anything else is
 // dropped and its slot freed.
@@ -236,7 +268,7 @@ func (s *Splitter) accept(idx int32, m *fabric.Message) error {
 	sl := &s.slots[idx]
 	if m.Flags&fabric.FlagTruncated != 0 || (m.Flags&fabric.FlagRemoteWrite == 0 && m.Len > len(sl.buf)) {
 		s.ctr.drops[DropTruncated].Add(1)
-		s.pushFree1(idx)
+		s.dropped = append(s.dropped, idx)
 		return errTruncated
 	}
 	switch {
@@ -248,7 +280,7 @@ func (s *Splitter) accept(idx int32, m *fabric.Message) error {
 		h, err := ParseHeader(msg)
 		if err != nil {
 			s.ctr.drops[DropMalformed].Add(1)
-			s.pushFree1(idx)
+			s.dropped = append(s.dropped, idx)
 			return err
 		}
 		if s.haveSeq && h.Seq != s.lastSeq+1 {
@@ -301,31 +333,22 @@ func (s *Splitter) drain(pkts []Packet) int {
 	return n
 }
 
-func (s *Splitter) popFree(want int) int {
-	s.freeMu.Lock()
-	k := min(want, len(s.free))
-	for i := 0; i < k; i++ {
-		idx := s.free[len(s.free)-1-i]
-		s.rxIdx[i] = idx
-		m := &s.msgs[i]
-		m.SGEs = s.sges[idx : idx+1 : idx+1]
-		m.Flags, m.Len = 0, 0
-	}
-	s.free = s.free[:len(s.free)-k]
-	s.freeMu.Unlock()
-	return k
+// drop returns the slot of a dropped message to the free stack; the
+// caller holds rxMu.
+func (s *Splitter) drop(idx int32) {
+	s.inUse.Add(-1)
+	s.lo--
+	s.ready[s.lo] = fabric.Message{SGEs: s.sges[idx : idx+1 : idx+1]}
+	s.readyIdx[s.lo] = idx
 }
 
-func (s *Splitter) pushFree(idx []int32) {
-	s.freeMu.Lock()
-	s.free = append(s.free, idx...)
-	s.freeMu.Unlock()
-}
-
-func (s *Splitter) pushFree1(idx int32) {
-	s.freeMu.Lock()
-	s.free = append(s.free, idx)
-	s.freeMu.Unlock()
+// giveBack queues a slot whose packets are all released.
+func (s *Splitter) giveBack(idx int32) {
+	s.inUse.Add(-1)
+	s.retMu.Lock()
+	s.ret = append(s.ret, idx)
+	s.nret.Store(int32(len(s.ret)))
+	s.retMu.Unlock()
 }
 
 // Release gives packets back. A slot is received into again once every
@@ -361,17 +384,13 @@ func (s *Splitter) release(idx, gen uint32, k int32) {
 		panic("batch: Release of a packet that was already released")
 	}
 	if v == 0 {
-		s.pushFree1(int32(idx))
+		s.giveBack(int32(idx))
 	}
 }
 
 // Held returns the number of slots holding packets that are not yet
 // delivered or not yet released.
-func (s *Splitter) Held() int {
-	s.freeMu.Lock()
-	defer s.freeMu.Unlock()
-	return len(s.slots) - len(s.free)
-}
+func (s *Splitter) Held() int { return int(s.inUse.Load()) }
 
 // Stats returns a snapshot of the counters.
 func (s *Splitter) Stats() Stats {

@@ -1,0 +1,869 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weft-io/weft/batch"
+	"github.com/weft-io/weft/fabric"
+)
+
+// The sweep (-mode sweep) measures small-packet forwarding with and
+// without the batch package, side by side in one run, for each backend:
+//
+//   - unbatched: one fabric message per packet, one Send per packet, as a
+//     router that forwards packet by packet posts them;
+//   - burst: one message per packet, one Send per group of packets (the
+//     fabric burst API without coalescing);
+//   - batched: packets go through a batch.Coalescer, the receiver splits
+//     batches with a batch.Splitter.
+//
+// For each packet size, mode and run it measures two phases:
+//
+//   - throughput: the sender offers packets as fast as it can, in groups
+//     of -group (as a router's receive burst); the receiver counts packets
+//     from the first to the stop message: packets/s and Gb/s of packet
+//     bytes. Latency here is mostly queueing in a full ring ("sat").
+//   - latency: the sender offers one packet every 1/-lat-rate seconds;
+//     each packet carries its CLOCK_MONOTONIC send time, and the receiver
+//     records arrival minus send time per packet: the end-to-end latency
+//     including the time a packet waits in its batch.
+//
+// Modes are interleaved within each run, and the median of the runs is
+// reported for every figure.
+
+// Control messages of the sweep are raw messages with these immediates.
+const (
+	immSweepStart  = 0x57b0 // payload: mode, size; the server answers immSweepReady
+	immSweepReady  = 0x57b1
+	immSweepStop   = 0x57b2 // the server answers immSweepResult with its counts
+	immSweepResult = 0x57b3
+)
+
+var allModes = []string{"unbatched", "burst", "batched"}
+
+type sweepConfig struct {
+	backends, addrs []string
+	sizes           []int
+	modes           []string
+	dur, latDur     time.Duration
+	runs            int
+	group           int
+	latRate         float64
+	opts            batch.Options
+	asJSON          bool
+	plotPath        string
+	maxMsg          int
+}
+
+// Point is one measured (backend, mode, size): a single run, or the
+// median of the runs figure by figure.
+type Point struct {
+	Backend string `json:"backend"`
+	Mode    string `json:"mode"`
+	Size    int    `json:"size"`
+	// Throughput phase.
+	Packets   uint64  `json:"packets"`
+	PktPerSec float64 `json:"pkt_per_s"`
+	Gbps      float64 `json:"gbps"`
+	SatP50us  float64 `json:"sat_p50_us"`
+	SatP99us  float64 `json:"sat_p99_us"`
+	// Latency phase, at LatRate packets/s.
+	LatRate   float64 `json:"lat_rate_pkt_per_s"`
+	LatP50us  float64 `json:"lat_p50_us"`
+	LatP99us  float64 `json:"lat_p99_us"`
+	LatP999us float64 `json:"lat_p999_us"`
+	LatMaxus  float64 `json:"lat_max_us"`
+	// Batching (batched mode), throughput phase.
+	PktPerBatch float64           `json:"pkt_per_batch,omitempty"`
+	Flushes     map[string]uint64 `json:"flushes,omitempty"`
+	// Allocations per packet in the measured loops (heap objects / packets).
+	TxAllocsPerPkt float64 `json:"tx_allocs_per_pkt"`
+	RxAllocsPerPkt float64 `json:"rx_allocs_per_pkt"`
+	// Lost or reordered packets seen by the receiver (must be 0).
+	Gaps uint64 `json:"gaps"`
+}
+
+// SweepReport is the -json output of the sweep.
+type SweepReport struct {
+	GOMAXPROCS int     `json:"gomaxprocs"`
+	Runs       int     `json:"runs"`
+	Group      int     `json:"group"`
+	Seconds    float64 `json:"seconds_per_phase"`
+	DeadlineUs float64 `json:"deadline_us"`
+	MaxPackets int     `json:"max_packets"`
+	ClockErrUs float64 `json:"clock_offset_error_us"`
+	// Points are the medians of the runs.
+	Points []Point `json:"points"`
+	// Summary compares batched with unbatched per backend and size.
+	Summary []Compare `json:"summary"`
+	// AllRuns are the single runs.
+	AllRuns []Point `json:"all_runs"`
+}
+
+// Compare is batched against unbatched (and burst) at one size.
+type Compare struct {
+	Backend string  `json:"backend"`
+	Size    int     `json:"size"`
+	Speedup float64 `json:"batched_vs_unbatched"`
+	VsBurst float64 `json:"batched_vs_burst,omitempty"`
+	// AddedP99us is batched p99 latency minus unbatched p99 latency in the
+	// latency phase; BoundUs is the deadline plus the transmission time of
+	// one full batch at the batched rate.
+	AddedP99us float64 `json:"added_p99_us"`
+	BoundUs    float64 `json:"bound_us"`
+}
+
+func runSweep(cfg sweepConfig) error {
+	ctx := context.Background()
+	var all []Point
+	for i, backend := range cfg.backends {
+		addr := ""
+		if i < len(cfg.addrs) {
+			addr = cfg.addrs[i]
+		}
+		pts, err := sweepBackend(ctx, cfg, backend, addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", backend, err)
+		}
+		all = append(all, pts...)
+	}
+	rep := summarize(cfg, all)
+	if cfg.plotPath != "" {
+		if err := writePlot(cfg.plotPath, rep); err != nil {
+			return err
+		}
+	}
+	if cfg.asJSON {
+		return writeJSON(rep)
+	}
+	printSummary(rep)
+	if cfg.plotPath != "" {
+		fmt.Printf("plot: %s\n", cfg.plotPath)
+	}
+	return nil
+}
+
+// sweepBackend runs the sweep on one backend. An empty addr with the ntb
+// backend runs the receiver as a child process over a fresh bridge.
+func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([]Point, error) {
+	var cmd *exec.Cmd
+	if addr == "" {
+		if backend != "ntb" {
+			return nil, errors.New("needs -addr (run the receiver with -server -mode sweep on the peer)")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		dir := "/dev/shm"
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			dir = os.TempDir()
+		}
+		addr = filepath.Join(dir, fmt.Sprintf("weft-perf-sweep-%d", os.Getpid()))
+		os.Remove(addr)
+		defer os.Remove(addr)
+		cmd = exec.Command(self, "-server", "-mode", "sweep", "-backend", backend, "-addr", addr,
+			"-maxmsg", strconv.Itoa(cfg.maxMsg))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		defer cmd.Wait()
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ep, err := fabric.Open(octx, backend, addr, &fabric.Options{MaxMsgSize: cfg.maxMsg})
+	cancel()
+	if err != nil {
+		if cmd != nil {
+			cmd.Process.Kill()
+		}
+		return nil, err
+	}
+	defer ep.Close()
+	if !cfg.asJSON {
+		caps := ep.Caps()
+		fmt.Printf("backend %s at %s: max message %d B, %d SGEs, inline %d B\n", backend, addr, caps.MaxMsgSize, caps.MaxSGEs, caps.InlineSize)
+	}
+	cl := &client{ep: ep, cfg: cfg}
+	if err := cl.init(); err != nil {
+		return nil, err
+	}
+	var pts []Point
+	for _, size := range cfg.sizes {
+		for run := 0; run < cfg.runs; run++ {
+			for _, mode := range cfg.modes {
+				p, err := cl.measure(ctx, mode, size)
+				if err != nil {
+					return nil, fmt.Errorf("%s %d B: %w", mode, size, err)
+				}
+				p.Backend = backend
+				pts = append(pts, p)
+				if !cfg.asJSON {
+					fmt.Fprintf(os.Stderr, "  run %d %-9s %5d B: %7.3f Mpkt/s %7.2f Gb/s  lat p50 %6.2f p99 %6.2f µs\n",
+						run+1, mode, size, p.PktPerSec/1e6, p.Gbps, p.LatP50us, p.LatP99us)
+				}
+			}
+		}
+	}
+	control(ctx, ep, cl.ctl, immQuit, 0)
+	return pts, nil
+}
+
+type client struct {
+	ep   fabric.Endpoint
+	cfg  sweepConfig
+	ctl  *fabric.Region // control messages out
+	in   *fabric.Region // replies in
+	rmsg []fabric.Message
+}
+
+func (cl *client) init() error {
+	var err error
+	if cl.ctl, err = cl.ep.Alloc(64, 0); err != nil {
+		return err
+	}
+	if cl.in, err = cl.ep.Alloc(256, fabric.AccessLocalWrite); err != nil {
+		return err
+	}
+	cl.rmsg = []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(cl.in)}}}
+	return nil
+}
+
+// ask sends a control message and waits for the reply with immediate want.
+func (cl *client) ask(ctx context.Context, imm uint32, payload uint64, want uint32) ([]byte, error) {
+	if err := control(ctx, cl.ep, cl.ctl, imm, payload); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := cl.ep.RecvWait(ctx, cl.rmsg); err != nil {
+			return nil, err
+		}
+		if m := cl.rmsg[0]; m.Flags&fabric.FlagImm != 0 && m.Imm == want {
+			return cl.in.Bytes()[:m.Len], nil
+		}
+	}
+}
+
+// result is what the receiver reports at the end of a phase.
+type result struct {
+	count, bytes, ns, gaps, mallocs uint64
+	p50, p99, p999, max             float64 // ns
+}
+
+func (r *result) encode(b []byte) int {
+	for i, v := range []uint64{r.count, r.bytes, r.ns, r.gaps, r.mallocs,
+		uint64(r.p50), uint64(r.p99), uint64(r.p999), uint64(r.max)} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	return 72
+}
+
+func decodeResult(b []byte) result {
+	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
+	return result{count: u(0), bytes: u(1), ns: u(2), gaps: u(3), mallocs: u(4),
+		p50: float64(u(5)), p99: float64(u(6)), p999: float64(u(7)), max: float64(u(8))}
+}
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// measure runs both phases of one mode and size.
+func (cl *client) measure(ctx context.Context, mode string, size int) (Point, error) {
+	p := Point{Mode: mode, Size: size, LatRate: cl.cfg.latRate}
+	s, err := newSender(cl.ep, mode, size, cl.cfg)
+	if err != nil {
+		return p, err
+	}
+	defer s.close()
+	modeByte := uint64(0)
+	if mode == "batched" {
+		modeByte = 1
+	}
+	start := func() error {
+		_, err := cl.ask(ctx, immSweepStart, modeByte|uint64(size)<<8, immSweepReady)
+		return err
+	}
+	stop := func() (result, error) {
+		if err := s.finish(ctx); err != nil {
+			return result{}, err
+		}
+		b, err := cl.ask(ctx, immSweepStop, 0, immSweepResult)
+		if err != nil {
+			return result{}, err
+		}
+		return decodeResult(b), nil
+	}
+
+	// Throughput.
+	if err := start(); err != nil {
+		return p, err
+	}
+	m0 := mallocs()
+	n, err := s.blast(cl.cfg.dur)
+	m1 := mallocs()
+	if err != nil {
+		return p, err
+	}
+	r, err := stop()
+	if err != nil {
+		return p, err
+	}
+	if r.count != n {
+		return p, fmt.Errorf("sent %d packets, the receiver got %d", n, r.count)
+	}
+	secs := float64(r.ns) / 1e9
+	p.Packets, p.PktPerSec = r.count, float64(r.count)/secs
+	p.Gbps = float64(r.bytes) * 8 / secs / 1e9
+	p.SatP50us, p.SatP99us = r.p50/1e3, r.p99/1e3
+	p.TxAllocsPerPkt = float64(m1-m0) / float64(max(n, 1))
+	p.RxAllocsPerPkt = float64(r.mallocs) / float64(max(r.count, 1))
+	p.Gaps = r.gaps
+	if s.c != nil {
+		st := s.c.Stats()
+		p.PktPerBatch = st.PacketsPerBatch()
+		p.Flushes = map[string]uint64{}
+		for c := batch.FlushCause(0); c < batch.NumFlushCauses; c++ {
+			p.Flushes[c.String()] = st.Flushes[c]
+		}
+	}
+
+	// Latency at a paced rate.
+	if err := start(); err != nil {
+		return p, err
+	}
+	n, err = s.paced(cl.cfg.latDur, cl.cfg.latRate)
+	if err != nil {
+		return p, err
+	}
+	if r, err = stop(); err != nil {
+		return p, err
+	}
+	if r.count != n {
+		return p, fmt.Errorf("paced: sent %d packets, the receiver got %d", n, r.count)
+	}
+	p.LatP50us, p.LatP99us, p.LatP999us, p.LatMaxus = r.p50/1e3, r.p99/1e3, r.p999/1e3, r.max/1e3
+	p.Gaps += r.gaps
+	return p, nil
+}
+
+// sender generates timestamped packets and pushes them in one of the
+// modes. Packet buffers come from a pool in registered memory; a buffer
+// is reused only when the endpoint (or the coalescer) has handed it back.
+type sender struct {
+	ep      fabric.Endpoint
+	mode    string
+	size    int
+	reg     *fabric.Region
+	free    []uint64
+	c       *batch.Coalescer
+	sges    []fabric.SGE
+	msgs    []fabric.Message
+	cookies []uint64
+	got     []uint64
+	comps   []fabric.Completion
+	signal  bool // plain modes: packets above InlineSize complete later
+	seq     uint64
+	group   int
+}
+
+func newSender(ep fabric.Endpoint, mode string, size int, cfg sweepConfig) (*sender, error) {
+	s := &sender{ep: ep, mode: mode, size: size, group: cfg.group}
+	nbuf := 4 * cfg.group
+	if mode == "batched" {
+		c, err := batch.NewCoalescer(ep, &cfg.opts)
+		if err != nil {
+			return nil, err
+		}
+		s.c = c
+		o := cfg.opts
+		depth := o.Depth
+		if depth == 0 {
+			depth = batch.DefaultDepth
+		}
+		nbuf += depth * c.MaxPackets()
+	} else {
+		s.signal = size > ep.Caps().InlineSize
+		if s.signal {
+			nbuf = 1024
+		}
+	}
+	reg, err := ep.Alloc(nbuf*size, 0)
+	if err != nil {
+		if s.c != nil {
+			s.c.Close()
+		}
+		return nil, err
+	}
+	s.reg = reg
+	for i := nbuf - 1; i >= 0; i-- {
+		s.free = append(s.free, uint64(i))
+	}
+	s.sges = make([]fabric.SGE, cfg.group)
+	s.msgs = make([]fabric.Message, cfg.group)
+	s.cookies = make([]uint64, cfg.group)
+	s.got = make([]uint64, 1024)
+	s.comps = make([]fabric.Completion, 256)
+	return s, nil
+}
+
+func (s *sender) close() {
+	if s.c != nil {
+		s.c.Close()
+	}
+	s.reg.Close()
+}
+
+// reclaim returns free buffers to the pool.
+func (s *sender) reclaim() {
+	if s.c != nil {
+		n := s.c.Reclaim(s.got)
+		s.free = append(s.free, s.got[:n]...)
+		return
+	}
+	if s.signal {
+		n := s.ep.CQ().Poll(s.comps)
+		for _, c := range s.comps[:n] {
+			s.free = append(s.free, c.Context)
+		}
+	}
+}
+
+// fill takes k buffers, stamps them with now and the next sequence numbers
+// and prepares sges/msgs/cookies[:k].
+func (s *sender) fill(k int, now time.Time) error {
+	ts := mono(now)
+	for i := 0; i < k; i++ {
+		for len(s.free) == 0 {
+			s.reclaim()
+			if len(s.free) == 0 && s.c != nil {
+				if _, err := s.c.Tick(time.Now()); err != nil {
+					return err
+				}
+			}
+		}
+		b := s.free[len(s.free)-1]
+		s.free = s.free[:len(s.free)-1]
+		off := int(b) * s.size
+		buf := s.reg.Bytes()[off : off+s.size]
+		binary.LittleEndian.PutUint64(buf, uint64(ts))
+		binary.LittleEndian.PutUint64(buf[8:], s.seq)
+		s.seq++
+		s.sges[i] = fabric.SGE{Region: s.reg, Offset: off, Length: s.size}
+		s.cookies[i] = b
+		m := &s.msgs[i]
+		m.SGEs = s.sges[i : i+1]
+		m.Context = b
+		if s.signal {
+			m.Flags = fabric.FlagSignal
+		}
+	}
+	return nil
+}
+
+// push hands k prepared packets to the endpoint or the coalescer, retrying
+// under backpressure until all are taken.
+func (s *sender) push(k int, now time.Time) error {
+	switch s.mode {
+	case "unbatched":
+		for i := 0; i < k; i++ {
+			for {
+				n, err := s.ep.Send(s.msgs[i : i+1])
+				if err != nil {
+					return err
+				}
+				if n == 1 {
+					break
+				}
+				s.reclaim()
+			}
+		}
+	case "burst":
+		for sent := 0; sent < k; {
+			n, err := s.ep.Send(s.msgs[sent:k])
+			if err != nil {
+				return err
+			}
+			sent += n
+			if sent < k {
+				s.reclaim()
+			}
+		}
+	case "batched":
+		for sent := 0; sent < k; {
+			n, err := s.c.AddBurst(s.sges[sent:k], s.cookies[sent:k])
+			sent += n
+			if err != nil && !errors.Is(err, batch.ErrFull) {
+				return err
+			}
+			if sent < k {
+				s.reclaim()
+				if _, err := s.c.Tick(time.Now()); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := s.c.Tick(now); err != nil {
+			return err
+		}
+	}
+	if !s.signal {
+		// Inline sends (and the coalescer's completed batches) free their
+		// buffers at once.
+		if s.c == nil {
+			for i := 0; i < k; i++ {
+				s.free = append(s.free, s.cookies[i])
+			}
+		} else {
+			s.reclaim()
+		}
+	}
+	return nil
+}
+
+// blast offers packets in groups as fast as the endpoint takes them for d
+// and returns how many it sent.
+func (s *sender) blast(d time.Duration) (uint64, error) {
+	t0 := time.Now()
+	var n uint64
+	for i := 0; ; i++ {
+		now := time.Now()
+		if i&15 == 0 && now.Sub(t0) >= d {
+			return n, nil
+		}
+		if err := s.fill(s.group, now); err != nil {
+			return n, err
+		}
+		if err := s.push(s.group, now); err != nil {
+			return n, err
+		}
+		n += uint64(s.group)
+	}
+}
+
+// paced offers one packet every 1/rate seconds for d.
+func (s *sender) paced(d time.Duration, rate float64) (uint64, error) {
+	interval := time.Duration(float64(time.Second) / rate)
+	t0 := time.Now()
+	next := time.Duration(0)
+	var n uint64
+	for {
+		now := time.Now()
+		el := now.Sub(t0)
+		if el >= d {
+			return n, nil
+		}
+		if el < next {
+			if s.c != nil {
+				if _, err := s.c.Tick(now); err != nil {
+					return n, err
+				}
+				s.reclaim()
+			}
+			continue
+		}
+		if err := s.fill(1, now); err != nil {
+			return n, err
+		}
+		if err := s.push(1, now); err != nil {
+			return n, err
+		}
+		n++
+		next += interval
+	}
+}
+
+// finish makes sure every packet has been handed to the endpoint.
+func (s *sender) finish(ctx context.Context) error {
+	if s.c != nil {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := s.c.FlushWait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveSweep is the receiving side of the sweep: plain messages in the
+// unbatched and burst modes, a batch.Splitter in the batched mode.
+func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
+	split, err := batch.NewSplitter(ep, nil)
+	if err != nil {
+		return err
+	}
+	defer split.Close()
+	const burst = 32
+	maxMsg := ep.Caps().MaxMsgSize
+	buf, err := ep.Alloc(burst*maxMsg, fabric.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	msgs := make([]fabric.Message, burst)
+	sges := make([]fabric.SGE, burst)
+	for i := range msgs {
+		sges[i] = fabric.SGE{Region: buf, Offset: i * maxMsg, Length: maxMsg}
+		msgs[i].SGEs = sges[i : i+1]
+	}
+	pkts := make([]batch.Packet, 64)
+	out, err := ep.Alloc(256, 0)
+	if err != nil {
+		return err
+	}
+	reply := func(imm uint32, n int) error {
+		m := []fabric.Message{{SGEs: []fabric.SGE{{Region: out, Length: n}}, Flags: fabric.FlagImm, Imm: imm}}
+		_, err := ep.SendWait(ctx, m)
+		return err
+	}
+
+	var h hist
+	var count, bytes, gaps, expect, m0 uint64
+	var first int64
+	batched := false
+	// control handles a control message; it returns true to quit.
+	control := func(imm uint32, payload []byte, now int64) (bool, error) {
+		switch imm {
+		case immSweepStart:
+			v := binary.LittleEndian.Uint64(payload)
+			batched = v&0xff == 1
+			h.reset()
+			count, bytes, gaps, first = 0, 0, 0, 0
+			expect = ^uint64(0)
+			m0 = mallocs()
+			return false, reply(immSweepReady, 0)
+		case immSweepStop:
+			r := result{count: count, bytes: bytes, gaps: gaps, mallocs: mallocs() - m0,
+				p50: h.quantile(0.5), p99: h.quantile(0.99), p999: h.quantile(0.999), max: float64(h.max)}
+			if count > 0 {
+				r.ns = uint64(now - first)
+			}
+			return false, reply(immSweepResult, r.encode(out.Bytes()))
+		case immQuit:
+			return true, nil
+		}
+		return false, nil
+	}
+	data := func(b []byte, now int64) {
+		if len(b) < 16 {
+			gaps++
+			return
+		}
+		ts := int64(binary.LittleEndian.Uint64(b))
+		seq := binary.LittleEndian.Uint64(b[8:])
+		if count == 0 {
+			first = now
+		} else if seq != expect {
+			gaps++
+		}
+		expect = seq + 1
+		h.add(now - ts)
+		count++
+		bytes += uint64(len(b))
+	}
+	for {
+		var quit bool
+		if batched {
+			n, err := split.RecvWait(ctx, pkts)
+			if err != nil {
+				return sweepServeErr(err)
+			}
+			now := mono(time.Now())
+			for _, p := range pkts[:n] {
+				if p.Raw && p.Flags&fabric.FlagImm != 0 {
+					q, err := control(p.Imm, p.Data, now)
+					if err != nil {
+						return err
+					}
+					quit = quit || q
+					continue
+				}
+				data(p.Data, now)
+			}
+			split.Release(pkts[:n])
+		} else {
+			n, err := ep.RecvWait(ctx, msgs)
+			if err != nil {
+				return sweepServeErr(err)
+			}
+			now := mono(time.Now())
+			for i := range msgs[:n] {
+				m := &msgs[i]
+				b := buf.Bytes()[i*maxMsg : i*maxMsg+m.Len]
+				if m.Flags&fabric.FlagImm != 0 {
+					q, err := control(m.Imm, b, now)
+					if err != nil {
+						return err
+					}
+					quit = quit || q
+					continue
+				}
+				data(b, now)
+			}
+		}
+		if quit {
+			return nil
+		}
+	}
+}
+
+func sweepServeErr(err error) error {
+	if errors.Is(err, fabric.ErrPeerGone) {
+		return nil
+	}
+	return err
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	c := slices.Clone(xs)
+	slices.Sort(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// summarize takes the median of the runs, figure by figure, and compares
+// the modes.
+func summarize(cfg sweepConfig, runs []Point) SweepReport {
+	rep := SweepReport{GOMAXPROCS: runtime.GOMAXPROCS(0), Runs: cfg.runs, Group: cfg.group,
+		Seconds: cfg.dur.Seconds(), DeadlineUs: float64(cfg.opts.Deadline) / 1e3,
+		ClockErrUs: float64(clockErr) / 1e3, AllRuns: runs}
+	if cfg.opts.Deadline == 0 {
+		rep.DeadlineUs = float64(batch.DefaultDeadline) / 1e3
+	}
+	type key struct {
+		backend, mode string
+		size          int
+	}
+	groups := map[key][]Point{}
+	var order []key
+	for _, p := range runs {
+		k := key{p.Backend, p.Mode, p.Size}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], p)
+	}
+	med := func(ps []Point, f func(Point) float64) float64 {
+		xs := make([]float64, len(ps))
+		for i, p := range ps {
+			xs[i] = f(p)
+		}
+		return median(xs)
+	}
+	byKey := map[key]Point{}
+	for _, k := range order {
+		ps := groups[k]
+		m := Point{Backend: k.backend, Mode: k.mode, Size: k.size, LatRate: ps[0].LatRate, Flushes: ps[len(ps)/2].Flushes}
+		m.Packets = uint64(med(ps, func(p Point) float64 { return float64(p.Packets) }))
+		m.PktPerSec = med(ps, func(p Point) float64 { return p.PktPerSec })
+		m.Gbps = med(ps, func(p Point) float64 { return p.Gbps })
+		m.SatP50us = med(ps, func(p Point) float64 { return p.SatP50us })
+		m.SatP99us = med(ps, func(p Point) float64 { return p.SatP99us })
+		m.LatP50us = med(ps, func(p Point) float64 { return p.LatP50us })
+		m.LatP99us = med(ps, func(p Point) float64 { return p.LatP99us })
+		m.LatP999us = med(ps, func(p Point) float64 { return p.LatP999us })
+		m.LatMaxus = med(ps, func(p Point) float64 { return p.LatMaxus })
+		m.PktPerBatch = med(ps, func(p Point) float64 { return p.PktPerBatch })
+		m.TxAllocsPerPkt = med(ps, func(p Point) float64 { return p.TxAllocsPerPkt })
+		m.RxAllocsPerPkt = med(ps, func(p Point) float64 { return p.RxAllocsPerPkt })
+		for _, p := range ps {
+			m.Gaps += p.Gaps
+		}
+		byKey[k] = m
+		rep.Points = append(rep.Points, m)
+	}
+	maxPkts := cfg.opts.MaxPackets
+	for _, k := range order {
+		if k.mode != "batched" {
+			continue
+		}
+		b := byKey[k]
+		u, okU := byKey[key{k.backend, "unbatched", k.size}]
+		c := Compare{Backend: k.backend, Size: k.size}
+		if okU && u.PktPerSec > 0 {
+			c.Speedup = b.PktPerSec / u.PktPerSec
+			c.AddedP99us = b.LatP99us - u.LatP99us
+		}
+		if bu, ok := byKey[key{k.backend, "burst", k.size}]; ok && bu.PktPerSec > 0 {
+			c.VsBurst = b.PktPerSec / bu.PktPerSec
+		}
+		// One full batch: as many packets as fit by count and by bytes.
+		full := float64(maxPkts)
+		if full == 0 {
+			full = b.PktPerBatch
+		}
+		if mb := cfg.opts.MaxBytes; mb > 0 {
+			full = min(full, float64((mb-batch.FixedHeaderSize)/(k.size+2)))
+		}
+		if b.PktPerSec > 0 {
+			c.BoundUs = rep.DeadlineUs + full/b.PktPerSec*1e6
+		}
+		rep.Summary = append(rep.Summary, c)
+	}
+	rep.MaxPackets = maxPkts
+	return rep
+}
+
+func printSummary(rep SweepReport) {
+	fmt.Printf("\nWeft perf sweep: median of %d runs, %.2fs per phase, groups of %d, deadline %.1f µs, GOMAXPROCS %d, clock offset error <= %.2f µs\n",
+		rep.Runs, rep.Seconds, rep.Group, rep.DeadlineUs, rep.GOMAXPROCS, rep.ClockErrUs)
+	lr := 0.0
+	if len(rep.Points) > 0 {
+		lr = rep.Points[0].LatRate
+	}
+	fmt.Printf("throughput: packets offered as fast as taken; sat = latency in that phase (queueing)\n")
+	fmt.Printf("latency: one packet every %.2f µs (%.0f kpkt/s), end to end per packet, including time in the batch\n\n", 1e6/lr, lr/1e3)
+	fmt.Printf("%-8s %6s %-10s %9s %8s %9s %9s %9s %9s %9s %7s %7s\n", "backend", "bytes", "mode", "Mpkt/s", "Gb/s",
+		"sat p50", "sat p99", "lat p50", "lat p99", "lat p999", "pkt/b", "alloc/p")
+	for _, p := range rep.Points {
+		fmt.Printf("%-8s %6d %-10s %9.3f %8.2f %9.1f %9.1f %9.2f %9.2f %9.2f %7.1f %7.3f\n", p.Backend, p.Size, p.Mode,
+			p.PktPerSec/1e6, p.Gbps, p.SatP50us, p.SatP99us, p.LatP50us, p.LatP99us, p.LatP999us, p.PktPerBatch,
+			max(p.TxAllocsPerPkt, p.RxAllocsPerPkt))
+	}
+	fmt.Printf("\n%-8s %6s %12s %10s %14s %10s\n", "backend", "bytes", "batched/unb", "vs burst", "added p99 µs", "bound µs")
+	for _, c := range rep.Summary {
+		ok := "ok"
+		if c.AddedP99us > c.BoundUs {
+			ok = "OVER"
+		}
+		fmt.Printf("%-8s %6d %11.2fx %9.2fx %14.2f %10.2f %s\n", c.Backend, c.Size, c.Speedup, c.VsBurst, c.AddedP99us, c.BoundUs, ok)
+	}
+	var gaps uint64
+	for _, p := range rep.Points {
+		gaps += p.Gaps
+	}
+	if gaps != 0 {
+		fmt.Printf("\nWARNING: %d lost or reordered packets\n", gaps)
+	}
+}
+
+func parseModes(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(allModes, f) {
+			return nil, fmt.Errorf("unknown mode %q (want %s)", f, strings.Join(allModes, ","))
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -113,7 +113,14 @@ type Coalescer struct {
 	inflight int
 	closed   bool
 	st       Stats
+	// After backpressure, retries from Tick and Add are spaced out: skip
+	// more calls each time the endpoint is still full (up to maxBackoff),
+	// so that a spinning router does not hammer a full ring with whole
+	// batches (which costs the backend a validation pass each time).
+	skip, backoff int
 }
+
+const maxBackoff = 32
 
 var epoch = time.Now()
 
@@ -256,9 +263,7 @@ func (c *Coalescer) addLocked(p fabric.SGE, cookie uint64) error {
 	}
 	if d == nil {
 		c.pollLocked()
-		if c.sent < c.tail {
-			c.sendLocked()
-		}
+		c.retryLocked()
 		if d = c.open(); d == nil {
 			c.st.Full++
 			return ErrFull
@@ -291,7 +296,7 @@ func (c *Coalescer) addLocked(p fabric.SGE, cookie uint64) error {
 func (c *Coalescer) closeLocked(cause FlushCause) error {
 	c.sealLocked()
 	c.st.Flushes[cause]++
-	return c.sendLocked()
+	return c.retryLocked()
 }
 
 // sealLocked finishes the open batch's header and message and queues it.
@@ -339,10 +344,25 @@ func (c *Coalescer) sendLocked() error {
 				d.blocked = true
 				c.st.Backpressure++
 			}
+			c.backoff = min(2*c.backoff+1, maxBackoff)
+			c.skip = c.backoff
 			return nil
 		}
 	}
+	c.backoff, c.skip = 0, 0
 	return nil
+}
+
+// retryLocked retries queued batches, unless backing off.
+func (c *Coalescer) retryLocked() error {
+	if c.sent == c.tail {
+		return nil
+	}
+	if c.skip > 0 {
+		c.skip--
+		return nil
+	}
+	return c.sendLocked()
 }
 
 // rejects reports whether a Send error is about the message rather than
@@ -461,8 +481,8 @@ func (c *Coalescer) Reclaim(out []uint64) int {
 }
 
 // Tick closes the open batch if its first packet has waited the deadline
-// by now, retries batches queued behind backpressure, and polls
-// completions. The router calls it (or Poll) in its loop, often enough to
+// by now, retries batches queued behind backpressure (spacing the retries
+// out while the endpoint stays full), and polls completions. The router calls it (or Poll) in its loop, often enough to
 // keep the deadline. It returns the number of batches still queued
 // (backpressure) and the error of the last Send, if any.
 func (c *Coalescer) Tick(now time.Time) (int, error) {
@@ -482,8 +502,8 @@ func (c *Coalescer) tick(now int64) (int, error) {
 	var err error
 	if d := c.open(); d != nil && d.n > 0 && c.deadline >= 0 && now >= c.due {
 		err = c.closeLocked(FlushDeadline)
-	} else if c.sent < c.tail {
-		err = c.sendLocked()
+	} else {
+		err = c.retryLocked()
 	}
 	return int(c.tail - c.sent), err
 }
@@ -512,9 +532,11 @@ func (c *Coalescer) Flush() (int, error) {
 	c.pollLocked()
 	var err error
 	if d := c.open(); d != nil && d.n > 0 {
-		err = c.closeLocked(FlushExplicit)
-	} else if c.sent < c.tail {
-		err = c.sendLocked()
+		c.sealLocked()
+		c.st.Flushes[FlushExplicit]++
+	}
+	if c.sent < c.tail {
+		err = c.sendLocked() // explicit: no backoff
 	}
 	return int(c.tail - c.sent), err
 }

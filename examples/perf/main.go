@@ -93,6 +93,7 @@ func main() {
 	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
 	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
+	doPin := flag.Bool("pin", false, "sweep: pin the sender and the receiver threads to CPUs 0 and 1")
 	flag.Parse()
 	if *mode == "sweep" {
 		set := map[string]bool{}
@@ -131,10 +132,16 @@ func main() {
 				fatal(err)
 			}
 			defer ep.Close()
+			if *doPin {
+				pin(1)
+			}
 			if err := serveSweep(ctx, ep); err != nil {
 				fatal(err)
 			}
 			return
+		}
+		if *doPin {
+			cfg.pinned = pin(0) >= 0
 		}
 		if err := runSweep(cfg); err != nil {
 			fatal(err)

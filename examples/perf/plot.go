@@ -73,12 +73,12 @@ func writePlot(path string, rep SweepReport) error {
 	panels := []struct {
 		title, ylabel string
 		f             func(Point) float64
-		legend        bool
+		legend, log   bool
 	}{
-		{"Packet rate (throughput phase)", "Mpkt/s", func(p Point) float64 { return p.PktPerSec / 1e6 }, true},
-		{"Bandwidth of packet bytes", "Gb/s", func(p Point) float64 { return p.Gbps }, false},
-		{fmt.Sprintf("Latency median at %.0f kpkt/s", latRate/1e3), "µs, end to end", func(p Point) float64 { return p.LatP50us }, false},
-		{fmt.Sprintf("Latency p99 at %.0f kpkt/s", latRate/1e3), "µs, end to end", func(p Point) float64 { return p.LatP99us }, false},
+		{"Packet rate (throughput phase)", "Mpkt/s", func(p Point) float64 { return p.PktPerSec / 1e6 }, true, false},
+		{"Bandwidth of packet bytes (throughput phase)", "Gb/s", func(p Point) float64 { return p.Gbps }, false, false},
+		{fmt.Sprintf("Latency median at %.0f kpkt/s", latRate/1e3), "µs, end to end (log)", func(p Point) float64 { return max(p.LatP50us, 0.1) }, false, true},
+		{fmt.Sprintf("Latency p99 at %.0f kpkt/s", latRate/1e3), "µs, end to end (log)", func(p Point) float64 { return max(p.LatP99us, 0.1) }, false, true},
 	}
 	plots := make([][]*plot.Plot, 2)
 	for i, pn := range panels {
@@ -89,6 +89,11 @@ func writePlot(path string, rep SweepReport) error {
 		pl.X.Scale = plot.LogScale{}
 		pl.X.Tick.Marker = ticks
 		pl.Y.Min = 0
+		if pn.log {
+			pl.Y.Scale = plot.LogScale{}
+			pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			pl.Y.Min = 0.1
+		}
 		pl.Add(plotter.NewGrid())
 		for _, s := range ss {
 			xys := make(plotter.XYs, len(s.pts))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -61,7 +62,7 @@ type Options struct {
 	Deadline time.Duration
 	// Depth is the number of batch descriptors: batches that are open,
 	// queued behind backpressure, in flight, or complete and not yet
-	// reclaimed (0: DefaultDepth).
+	// reclaimed (0: DefaultDepth; rounded up to a power of two).
 	Depth int
 	// ExternalCompletions says that the program polls the endpoint's
 	// completion queue itself (because it posts other signaled operations
@@ -101,7 +102,8 @@ type Coalescer struct {
 	inline   int
 	external bool
 	hdrReg   *fabric.Region
-	descs    []desc
+	descs    []desc // a power of two of them
+	mask     uint64
 	msgs     []fabric.Message // message of descs[i], so a run of queued batches is one Send
 	comps    []fabric.Completion
 	head     uint64
@@ -163,9 +165,10 @@ func NewCoalescer(ep fabric.Endpoint, opts *Options) (*Coalescer, error) {
 	if o.Depth == 0 {
 		o.Depth = DefaultDepth
 	}
-	if o.Depth < 1 {
+	if o.Depth < 1 || o.Depth > 1<<16 {
 		return nil, fmt.Errorf("batch: Depth %d: %w", o.Depth, fabric.ErrInvalid)
 	}
+	o.Depth = 1 << bits.Len(uint(o.Depth-1)) // a power of two, for masking
 	stride := (HeaderSize(o.MaxPackets) + 63) &^ 63
 	reg, err := ep.Alloc(o.Depth*stride, 0)
 	if err != nil {
@@ -173,7 +176,7 @@ func NewCoalescer(ep fabric.Endpoint, opts *Options) (*Coalescer, error) {
 	}
 	c := &Coalescer{ep: ep, maxPkts: o.MaxPackets, maxBytes: o.MaxBytes, deadline: int64(o.Deadline),
 		inline: caps.InlineSize, external: o.ExternalCompletions, hdrReg: reg,
-		descs: make([]desc, o.Depth), msgs: make([]fabric.Message, o.Depth),
+		descs: make([]desc, o.Depth), mask: uint64(o.Depth - 1), msgs: make([]fabric.Message, o.Depth),
 		comps: make([]fabric.Completion, 64), tag: uint64(rand.Uint32()) << 32}
 	if o.Deadline < 0 {
 		c.deadline = -1
@@ -204,7 +207,7 @@ func (c *Coalescer) open() *desc {
 	if c.tail-c.head == uint64(len(c.descs)) {
 		return nil
 	}
-	return &c.descs[c.tail%uint64(len(c.descs))]
+	return &c.descs[c.tail&c.mask]
 }
 
 // Add appends a packet to the open batch; cookie comes back from Reclaim
@@ -301,7 +304,7 @@ func (c *Coalescer) closeLocked(cause FlushCause) error {
 
 // sealLocked finishes the open batch's header and message and queues it.
 func (c *Coalescer) sealLocked() {
-	i := c.tail % uint64(len(c.descs))
+	i := c.tail & c.mask
 	d := &c.descs[i]
 	putHeader(d.hdr, d.n, c.seq)
 	c.seq++
@@ -323,7 +326,7 @@ func (c *Coalescer) sealLocked() {
 // sendLocked sends queued batches until the endpoint pushes back.
 func (c *Coalescer) sendLocked() error {
 	for c.sent < c.tail {
-		i := c.sent % uint64(len(c.descs))
+		i := c.sent & c.mask
 		k := min(c.tail-c.sent, uint64(len(c.descs))-i)
 		n, err := c.ep.Send(c.msgs[i : i+k])
 		c.acceptedLocked(n)
@@ -332,7 +335,7 @@ func (c *Coalescer) sendLocked() error {
 				return err // endpoint down or closed: keep the queue
 			}
 			// msgs[i+n] can never be sent: hand its packets back.
-			d := &c.descs[c.sent%uint64(len(c.descs))]
+			d := &c.descs[c.sent&c.mask]
 			d.done = true
 			c.st.Drops[DropRejected]++
 			c.st.DroppedPackets += uint64(d.n)
@@ -340,7 +343,7 @@ func (c *Coalescer) sendLocked() error {
 			return err
 		}
 		if uint64(n) < k {
-			if d := &c.descs[c.sent%uint64(len(c.descs))]; !d.blocked {
+			if d := &c.descs[c.sent&c.mask]; !d.blocked {
 				d.blocked = true
 				c.st.Backpressure++
 			}
@@ -376,7 +379,7 @@ func rejects(err error) bool {
 // acceptedLocked accounts for n batches taken by Send.
 func (c *Coalescer) acceptedLocked(n int) {
 	for j := 0; j < n; j++ {
-		d := &c.descs[c.sent%uint64(len(c.descs))]
+		d := &c.descs[c.sent&c.mask]
 		if d.signaled {
 			c.inflight++
 		} else {
@@ -423,7 +426,7 @@ func (c *Coalescer) completeLocked(cs []fabric.Completion, countForeign bool) in
 			}
 			continue
 		}
-		d := &c.descs[pos%uint64(len(c.descs))]
+		d := &c.descs[pos&c.mask]
 		if d.pos != pos || !d.signaled || d.done {
 			if countForeign {
 				c.st.Foreign++
@@ -464,7 +467,7 @@ func (c *Coalescer) Reclaim(out []uint64) int {
 	c.pollLocked()
 	n := 0
 	for c.head < c.sent && n < len(out) {
-		d := &c.descs[c.head%uint64(len(c.descs))]
+		d := &c.descs[c.head&c.mask]
 		if !d.done {
 			break
 		}
@@ -551,13 +554,13 @@ func (c *Coalescer) FlushWait(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.sent < c.tail && !c.closed {
-		i := c.sent % uint64(len(c.descs))
+		i := c.sent & c.mask
 		k := min(c.tail-c.sent, uint64(len(c.descs))-i)
 		n, err := c.ep.SendWait(ctx, c.msgs[i:i+k])
 		c.acceptedLocked(n)
 		if err != nil {
 			if rejects(err) {
-				d := &c.descs[c.sent%uint64(len(c.descs))]
+				d := &c.descs[c.sent&c.mask]
 				d.done = true
 				c.st.Drops[DropRejected]++
 				c.st.DroppedPackets += uint64(d.n)
@@ -623,7 +626,7 @@ func (c *Coalescer) Close() error {
 		c.sealLocked()
 	}
 	for ; c.sent < c.tail; c.sent++ {
-		d := &c.descs[c.sent%uint64(len(c.descs))]
+		d := &c.descs[c.sent&c.mask]
 		d.done = true
 		c.st.Drops[DropClosed]++
 		c.st.DroppedPackets += uint64(d.n)

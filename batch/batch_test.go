@@ -178,6 +178,11 @@ func TestIntegrity(t *testing.T) {
 			if s.Held() != 0 {
 				t.Fatalf("%d slots held after every packet was released", s.Held())
 			}
+			// On NTB a batch is one ring record, rung with at most one
+			// doorbell.
+			if es := a.Stats(); es.TxMessages != cs.Batches || es.Doorbells > cs.Batches {
+				t.Fatalf("endpoint sent %d messages and rang %d doorbells for %d batches", es.TxMessages, es.Doorbells, cs.Batches)
+			}
 		})
 	}
 }

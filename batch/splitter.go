@@ -96,6 +96,7 @@ type Splitter struct {
 	ph, pt   uint64
 	lastSeq  uint32
 	haveSeq  bool
+	perMsg   int // packets in the last message received, to size receives
 
 	// Slots freed by Release (any goroutine) wait here until Recv moves
 	// them to the stack.
@@ -128,7 +129,7 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch: receive region: %w", err)
 	}
-	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, slots: make([]slot, o.Slots),
+	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots),
 		sges: make([]fabric.SGE, o.Slots), ready: make([]fabric.Message, o.Slots),
 		readyIdx: make([]int32, o.Slots), pend: make([]int32, o.Slots), dropped: make([]int32, 0, o.Slots), ret: make([]int32, 0, o.Slots)}
 	buf := reg.Bytes()
@@ -211,7 +212,11 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 		if s.nret.Load() != 0 {
 			s.collect()
 		}
-		k := min(len(pkts)-n, len(s.ready)-s.lo)
+		// Receive about as many messages as the caller has room for
+		// packets: batches hold many, so this keeps the data a call
+		// touches (and the slots it holds) small.
+		want := (len(pkts) - n + s.perMsg - 1) / s.perMsg
+		k := min(want, len(s.ready)-s.lo)
 		if k == 0 {
 			s.ctr.full.Add(1)
 			break
@@ -296,6 +301,7 @@ func (s *Splitter) accept(idx int32, m *fabric.Message) error {
 		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = sl.buf[:m.Len:m.Len], 1, true, m.Flags, m.Imm
 		s.ctr.raw.Add(1)
 	}
+	s.perMsg = sl.count
 	sl.next = 0
 	sl.refs.Store(int32(sl.count))
 	sl.gen.Add(1)

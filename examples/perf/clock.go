@@ -64,3 +64,30 @@ func pin(cpu int) int {
 	}
 	return c
 }
+
+// cpuTime returns the CPU time the process has used (user and system).
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// share measures the CPU share of the process over a phase: CPU time over
+// wall time. Both ends of the sweep spin, so a share well below 1 means
+// the host took the CPU away (other load), which stalls the pipeline.
+type share struct {
+	cpu  time.Duration
+	wall time.Time
+}
+
+func startShare() share { return share{cpuTime(), time.Now()} }
+
+func (s share) end() float64 {
+	w := time.Since(s.wall)
+	if w <= 0 {
+		return 0
+	}
+	return float64(cpuTime()-s.cpu) / float64(w)
+}

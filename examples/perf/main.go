@@ -46,6 +46,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -94,10 +95,20 @@ func main() {
 	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
 	doPin := flag.Bool("pin", false, "sweep: pin the sender and the receiver threads to CPUs 0 and 1")
+	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
+	cpuProfile := flag.String("cpuprofile", "", "sweep: write a CPU profile of the sender (and FILE.server of the receiver)")
 	flag.Parse()
 	if *mode == "sweep" {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 		initClock()
 		cfg := sweepConfig{backends: strings.Split(*backend, ","), runs: *runs, group: *group,
 			latRate: *latRate, asJSON: *asJSON, plotPath: *plotPath, maxMsg: *maxMsg, dur: 500 * time.Millisecond,
@@ -136,6 +147,7 @@ func main() {
 				pin(1)
 			}
 			if err := serveSweep(ctx, ep); err != nil {
+				pprof.StopCPUProfile()
 				fatal(err)
 			}
 			return
@@ -143,7 +155,10 @@ func main() {
 		if *doPin {
 			cfg.pinned = pin(0) >= 0
 		}
+		cfg.cpuProfile = *cpuProfile
+		cfg.clean = *cleanShare
 		if err := runSweep(cfg); err != nil {
+			pprof.StopCPUProfile()
 			fatal(err)
 		}
 		return

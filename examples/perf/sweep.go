@@ -65,6 +65,8 @@ type sweepConfig struct {
 	plotPath        string
 	maxMsg          int
 	pinned          bool
+	cpuProfile      string
+	clean           float64
 }
 
 // Point is one measured (backend, mode, size): a single run, or the
@@ -97,6 +99,15 @@ type Point struct {
 	RxAllocsPerPkt float64 `json:"rx_allocs_per_pkt"`
 	// Lost or reordered packets seen by the receiver (must be 0).
 	Gaps uint64 `json:"gaps"`
+	// CPU share (CPU time over wall time) of the sender and the receiver
+	// process in the throughput and the latency phase: both spin, so a
+	// share well below 1 means the host's other load took the CPU.
+	TxCPU    float64 `json:"tx_cpu_share"`
+	RxCPU    float64 `json:"rx_cpu_share"`
+	LatTxCPU float64 `json:"lat_tx_cpu_share"`
+	LatRxCPU float64 `json:"lat_rx_cpu_share"`
+	// Runs is the number of runs a median was taken over.
+	Runs int `json:"runs,omitempty"`
 }
 
 // SweepReport is the -json output of the sweep.
@@ -109,8 +120,13 @@ type SweepReport struct {
 	DeadlineUs float64 `json:"deadline_us"`
 	MaxPackets int     `json:"max_packets"`
 	ClockErrUs float64 `json:"clock_offset_error_us"`
+	// CleanShare is the CPU share both ends must have kept for a run to
+	// count as clean.
+	CleanShare float64 `json:"clean_cpu_share"`
 	// Points are the medians of the runs.
 	Points []Point `json:"points"`
+	// CleanPoints are the medians of the clean runs.
+	CleanPoints []Point `json:"clean_points"`
 	// Summary compares batched with unbatched per backend and size.
 	Summary []Compare `json:"summary"`
 	// AllRuns are the single runs.
@@ -119,8 +135,10 @@ type SweepReport struct {
 
 // Compare is batched against unbatched (and burst) at one size.
 type Compare struct {
-	Backend string  `json:"backend"`
-	Size    int     `json:"size"`
+	Backend string `json:"backend"`
+	Size    int    `json:"size"`
+	// Speedup is the median over runs of batched over unbatched packet
+	// rate, each run's modes being measured back to back.
 	Speedup float64 `json:"batched_vs_unbatched"`
 	VsBurst float64 `json:"batched_vs_burst,omitempty"`
 	// AddedP99us is batched p99 latency minus unbatched p99 latency in the
@@ -130,7 +148,13 @@ type Compare struct {
 	AddedP99us float64 `json:"added_p99_us"`
 	// AddedP99Winus is the same for the windowed p99 (Point.LatP99Winus).
 	AddedP99Winus float64 `json:"added_p99_window_us"`
-	BoundUs       float64 `json:"bound_us"`
+	// SpeedupClean and AddedP99Cleanus are the same over the runs in which
+	// both modes were clean (CleanRuns, LatCleanRuns of them).
+	SpeedupClean    float64 `json:"batched_vs_unbatched_clean"`
+	CleanRuns       int     `json:"clean_runs"`
+	AddedP99Cleanus float64 `json:"added_p99_clean_us"`
+	LatCleanRuns    int     `json:"lat_clean_runs"`
+	BoundUs         float64 `json:"bound_us"`
 }
 
 func runSweep(cfg sweepConfig) error {
@@ -182,8 +206,12 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 		addr = filepath.Join(dir, fmt.Sprintf("weft-perf-sweep-%d", os.Getpid()))
 		os.Remove(addr)
 		defer os.Remove(addr)
-		cmd = exec.Command(self, "-server", "-mode", "sweep", "-backend", backend, "-addr", addr,
-			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin="+strconv.FormatBool(cfg.pinned))
+		args := []string{"-server", "-mode", "sweep", "-backend", backend, "-addr", addr,
+			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin=" + strconv.FormatBool(cfg.pinned)}
+		if cfg.cpuProfile != "" {
+			args = append(args, "-cpuprofile", cfg.cpuProfile+".server")
+		}
+		cmd = exec.Command(self, args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			return nil, err
@@ -270,20 +298,22 @@ func (cl *client) ask(ctx context.Context, imm uint32, payload uint64, want uint
 type result struct {
 	count, bytes, ns, gaps, mallocs uint64
 	p50, p99, p999, max, p99w       float64 // ns
+	cpu                             float64 // CPU share of the receiver
 }
 
 func (r *result) encode(b []byte) int {
 	for i, v := range []uint64{r.count, r.bytes, r.ns, r.gaps, r.mallocs,
-		uint64(r.p50), uint64(r.p99), uint64(r.p999), uint64(r.max), uint64(r.p99w)} {
+		uint64(r.p50), uint64(r.p99), uint64(r.p999), uint64(r.max), uint64(r.p99w), uint64(r.cpu * 1e6)} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
-	return 80
+	return 88
 }
 
 func decodeResult(b []byte) result {
 	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
 	return result{count: u(0), bytes: u(1), ns: u(2), gaps: u(3), mallocs: u(4),
-		p50: float64(u(5)), p99: float64(u(6)), p999: float64(u(7)), max: float64(u(8)), p99w: float64(u(9))}
+		p50: float64(u(5)), p99: float64(u(6)), p999: float64(u(7)), max: float64(u(8)), p99w: float64(u(9)),
+		cpu: float64(u(10)) / 1e6}
 }
 
 func mallocs() uint64 {
@@ -324,7 +354,9 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 		return p, err
 	}
 	m0 := mallocs()
+	sh := startShare()
 	n, err := s.blast(cl.cfg.dur)
+	p.TxCPU = sh.end()
 	m1 := mallocs()
 	if err != nil {
 		return p, err
@@ -343,6 +375,7 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 	p.TxAllocsPerPkt = float64(m1-m0) / float64(max(n, 1))
 	p.RxAllocsPerPkt = float64(r.mallocs) / float64(max(r.count, 1))
 	p.Gaps = r.gaps
+	p.RxCPU = r.cpu
 	if s.c != nil {
 		st := s.c.Stats()
 		p.PktPerBatch = st.PacketsPerBatch()
@@ -356,7 +389,9 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 	if err := start(); err != nil {
 		return p, err
 	}
+	sh = startShare()
 	n, err = s.paced(cl.cfg.latDur, cl.cfg.latRate)
+	p.LatTxCPU = sh.end()
 	if err != nil {
 		return p, err
 	}
@@ -368,6 +403,7 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 	}
 	p.LatP50us, p.LatP99us, p.LatP999us, p.LatMaxus = r.p50/1e3, r.p99/1e3, r.p999/1e3, r.max/1e3
 	p.LatP99Winus = r.p99w / 1e3
+	p.LatRxCPU = r.cpu
 	p.Gaps += r.gaps
 	return p, nil
 }
@@ -646,6 +682,7 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
 	wp99 := make([]float64, 0, 1<<16)
 	var count, bytes, gaps, expect, m0 uint64
 	var first int64
+	var sh share
 	batched := false
 	// control handles a control message; it returns true to quit.
 	control := func(imm uint32, payload []byte, now int64) (bool, error) {
@@ -659,11 +696,12 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
 			count, bytes, gaps, first = 0, 0, 0, 0
 			expect = ^uint64(0)
 			m0 = mallocs()
+			sh = startShare()
 			return false, reply(immSweepReady, 0)
 		case immSweepStop:
 			r := result{count: count, bytes: bytes, gaps: gaps, mallocs: mallocs() - m0,
 				p50: h.quantile(0.5), p99: h.quantile(0.99), p999: h.quantile(0.999), max: float64(h.max),
-				p99w: h.quantile(0.99)}
+				p99w: h.quantile(0.99), cpu: sh.end()}
 			if len(wp99) > 0 {
 				slices.Sort(wp99)
 				r.p99w = wp99[len(wp99)/2]
@@ -766,12 +804,62 @@ func median(xs []float64) float64 {
 	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
-// summarize takes the median of the runs, figure by figure, and compares
-// the modes.
+// clean reports whether a run's throughput (lat: latency) phase kept
+// both ends on a CPU for at least frac of the time.
+func (p *Point) clean(frac float64, lat bool) bool {
+	if lat {
+		return min(p.LatTxCPU, p.LatRxCPU) >= frac
+	}
+	return min(p.TxCPU, p.RxCPU) >= frac
+}
+
+// medianPoint takes the median of runs, figure by figure: the throughput
+// figures over thr, the latency figures over lat.
+func medianPoint(thr, lat []Point) Point {
+	med := func(ps []Point, f func(Point) float64) float64 {
+		xs := make([]float64, len(ps))
+		for i, p := range ps {
+			xs[i] = f(p)
+		}
+		return median(xs)
+	}
+	var m Point
+	if len(thr) > 0 {
+		m = Point{Backend: thr[0].Backend, Mode: thr[0].Mode, Size: thr[0].Size, Flushes: thr[len(thr)/2].Flushes}
+		m.Packets = uint64(med(thr, func(p Point) float64 { return float64(p.Packets) }))
+		m.PktPerSec = med(thr, func(p Point) float64 { return p.PktPerSec })
+		m.Gbps = med(thr, func(p Point) float64 { return p.Gbps })
+		m.SatP50us = med(thr, func(p Point) float64 { return p.SatP50us })
+		m.SatP99us = med(thr, func(p Point) float64 { return p.SatP99us })
+		m.PktPerBatch = med(thr, func(p Point) float64 { return p.PktPerBatch })
+		m.TxAllocsPerPkt = med(thr, func(p Point) float64 { return p.TxAllocsPerPkt })
+		m.RxAllocsPerPkt = med(thr, func(p Point) float64 { return p.RxAllocsPerPkt })
+		m.TxCPU = med(thr, func(p Point) float64 { return p.TxCPU })
+		m.RxCPU = med(thr, func(p Point) float64 { return p.RxCPU })
+		m.Runs = len(thr)
+	}
+	if len(lat) > 0 {
+		m.Backend, m.Mode, m.Size, m.LatRate = lat[0].Backend, lat[0].Mode, lat[0].Size, lat[0].LatRate
+		m.LatP50us = med(lat, func(p Point) float64 { return p.LatP50us })
+		m.LatP99us = med(lat, func(p Point) float64 { return p.LatP99us })
+		m.LatP999us = med(lat, func(p Point) float64 { return p.LatP999us })
+		m.LatMaxus = med(lat, func(p Point) float64 { return p.LatMaxus })
+		m.LatP99Winus = med(lat, func(p Point) float64 { return p.LatP99Winus })
+		m.LatTxCPU = med(lat, func(p Point) float64 { return p.LatTxCPU })
+		m.LatRxCPU = med(lat, func(p Point) float64 { return p.LatRxCPU })
+	}
+	for _, p := range thr {
+		m.Gaps += p.Gaps
+	}
+	return m
+}
+
+// summarize takes the median of the runs, figure by figure, over all runs
+// and over the clean ones, and compares the modes run by run.
 func summarize(cfg sweepConfig, runs []Point) SweepReport {
 	rep := SweepReport{GOMAXPROCS: runtime.GOMAXPROCS(0), Pinned: cfg.pinned, Runs: cfg.runs, Group: cfg.group,
 		Seconds: cfg.dur.Seconds(), DeadlineUs: float64(cfg.opts.Deadline) / 1e3,
-		ClockErrUs: float64(clockErr) / 1e3, AllRuns: runs}
+		ClockErrUs: float64(clockErr) / 1e3, CleanShare: cfg.clean, AllRuns: runs}
 	if cfg.opts.Deadline == 0 {
 		rep.DeadlineUs = float64(batch.DefaultDeadline) / 1e3
 	}
@@ -788,105 +876,101 @@ func summarize(cfg sweepConfig, runs []Point) SweepReport {
 		}
 		groups[k] = append(groups[k], p)
 	}
-	med := func(ps []Point, f func(Point) float64) float64 {
-		xs := make([]float64, len(ps))
-		for i, p := range ps {
-			xs[i] = f(p)
+	filter := func(ps []Point, lat bool) []Point {
+		var out []Point
+		for _, p := range ps {
+			if p.clean(cfg.clean, lat) {
+				out = append(out, p)
+			}
 		}
-		return median(xs)
+		return out
 	}
 	byKey := map[key]Point{}
 	for _, k := range order {
 		ps := groups[k]
-		m := Point{Backend: k.backend, Mode: k.mode, Size: k.size, LatRate: ps[0].LatRate, Flushes: ps[len(ps)/2].Flushes}
-		m.Packets = uint64(med(ps, func(p Point) float64 { return float64(p.Packets) }))
-		m.PktPerSec = med(ps, func(p Point) float64 { return p.PktPerSec })
-		m.Gbps = med(ps, func(p Point) float64 { return p.Gbps })
-		m.SatP50us = med(ps, func(p Point) float64 { return p.SatP50us })
-		m.SatP99us = med(ps, func(p Point) float64 { return p.SatP99us })
-		m.LatP50us = med(ps, func(p Point) float64 { return p.LatP50us })
-		m.LatP99us = med(ps, func(p Point) float64 { return p.LatP99us })
-		m.LatP999us = med(ps, func(p Point) float64 { return p.LatP999us })
-		m.LatMaxus = med(ps, func(p Point) float64 { return p.LatMaxus })
-		m.LatP99Winus = med(ps, func(p Point) float64 { return p.LatP99Winus })
-		m.PktPerBatch = med(ps, func(p Point) float64 { return p.PktPerBatch })
-		m.TxAllocsPerPkt = med(ps, func(p Point) float64 { return p.TxAllocsPerPkt })
-		m.RxAllocsPerPkt = med(ps, func(p Point) float64 { return p.RxAllocsPerPkt })
-		for _, p := range ps {
-			m.Gaps += p.Gaps
-		}
+		m := medianPoint(ps, ps)
 		byKey[k] = m
 		rep.Points = append(rep.Points, m)
+		thr, lat := filter(ps, false), filter(ps, true)
+		c := medianPoint(thr, lat)
+		c.Backend, c.Mode, c.Size, c.Runs = k.backend, k.mode, k.size, len(thr)
+		rep.CleanPoints = append(rep.CleanPoints, c)
 	}
-	maxPkts := cfg.opts.MaxPackets
 	for _, k := range order {
 		if k.mode != "batched" {
 			continue
 		}
 		b := byKey[k]
-		u, okU := byKey[key{k.backend, "unbatched", k.size}]
 		c := Compare{Backend: k.backend, Size: k.size}
-		if okU && u.PktPerSec > 0 {
-			c.Speedup = b.PktPerSec / u.PktPerSec
-			// Pair the interleaved runs: run i of batched against run i
-			// of unbatched, then the median.
-			bs, us := groups[k], groups[key{k.backend, "unbatched", k.size}]
-			var added, addedW []float64
-			for i := 0; i < min(len(bs), len(us)); i++ {
-				added = append(added, bs[i].LatP99us-us[i].LatP99us)
-				addedW = append(addedW, bs[i].LatP99Winus-us[i].LatP99Winus)
+		bs, us, ws := groups[k], groups[key{k.backend, "unbatched", k.size}], groups[key{k.backend, "burst", k.size}]
+		// Pair the interleaved runs: run i of batched against run i of
+		// unbatched, then the median.
+		var sp, spc, vb, add, addc, addw []float64
+		for i := 0; i < min(len(bs), len(us)); i++ {
+			x, u := bs[i], us[i]
+			if u.PktPerSec > 0 {
+				sp = append(sp, x.PktPerSec/u.PktPerSec)
+				if x.clean(cfg.clean, false) && u.clean(cfg.clean, false) {
+					spc = append(spc, x.PktPerSec/u.PktPerSec)
+				}
 			}
-			c.AddedP99us, c.AddedP99Winus = median(added), median(addedW)
+			add = append(add, x.LatP99us-u.LatP99us)
+			addw = append(addw, x.LatP99Winus-u.LatP99Winus)
+			if x.clean(cfg.clean, true) && u.clean(cfg.clean, true) {
+				addc = append(addc, x.LatP99us-u.LatP99us)
+			}
 		}
-		if bu, ok := byKey[key{k.backend, "burst", k.size}]; ok && bu.PktPerSec > 0 {
-			c.VsBurst = b.PktPerSec / bu.PktPerSec
+		for i := 0; i < min(len(bs), len(ws)); i++ {
+			if ws[i].PktPerSec > 0 {
+				vb = append(vb, bs[i].PktPerSec/ws[i].PktPerSec)
+			}
 		}
+		c.Speedup, c.VsBurst, c.AddedP99us, c.AddedP99Winus = median(sp), median(vb), median(add), median(addw)
+		c.SpeedupClean, c.CleanRuns = median(spc), len(spc)
+		c.AddedP99Cleanus, c.LatCleanRuns = median(addc), len(addc)
 		// One full batch: as many packets as fit by count and by bytes.
-		full := float64(maxPkts)
-		if full == 0 {
-			full = b.PktPerBatch
-		}
-		if mb := cfg.opts.MaxBytes; mb > 0 {
-			full = min(full, float64((mb-batch.FixedHeaderSize)/(k.size+2)))
+		full := b.PktPerBatch
+		if mp := cfg.opts.MaxPackets; mp > 0 {
+			full = float64(mp)
 		}
 		if b.PktPerSec > 0 {
 			c.BoundUs = rep.DeadlineUs + full/b.PktPerSec*1e6
 		}
 		rep.Summary = append(rep.Summary, c)
 	}
-	rep.MaxPackets = maxPkts
+	rep.MaxPackets = cfg.opts.MaxPackets
 	return rep
 }
 
 func printSummary(rep SweepReport) {
-	fmt.Printf("\nWeft perf sweep: median of %d runs, %.2fs per phase, groups of %d, deadline %.1f µs, GOMAXPROCS %d, pinned %v, clock offset error <= %.2f µs\n",
+	fmt.Printf("\nWeft perf sweep: %d runs, %.2fs per phase, groups of %d, deadline %.1f µs, GOMAXPROCS %d, pinned %v, clock offset error <= %.2f µs\n",
 		rep.Runs, rep.Seconds, rep.Group, rep.DeadlineUs, rep.GOMAXPROCS, rep.Pinned, rep.ClockErrUs)
 	lr := 0.0
 	if len(rep.Points) > 0 {
 		lr = rep.Points[0].LatRate
 	}
 	fmt.Printf("throughput: packets offered as fast as taken; sat = latency in that phase (queueing)\n")
-	fmt.Printf("latency: one packet every %.2f µs (%.0f kpkt/s), end to end per packet, including time in the batch\n\n", 1e6/lr, lr/1e3)
-	fmt.Printf("%-8s %6s %-10s %9s %8s %9s %9s %9s %9s %9s %9s %7s %7s\n", "backend", "bytes", "mode", "Mpkt/s", "Gb/s",
-		"sat p50", "sat p99", "lat p50", "lat p99", "p99 win", "lat p999", "pkt/b", "alloc/p")
-	for _, p := range rep.Points {
-		fmt.Printf("%-8s %6d %-10s %9.3f %8.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9.2f %7.1f %7.3f\n", p.Backend, p.Size, p.Mode,
-			p.PktPerSec/1e6, p.Gbps, p.SatP50us, p.SatP99us, p.LatP50us, p.LatP99us, p.LatP99Winus, p.LatP999us, p.PktPerBatch,
-			max(p.TxAllocsPerPkt, p.RxAllocsPerPkt))
+	fmt.Printf("latency: one packet every %.2f µs (%.0f kpkt/s), end to end per packet, including time in the batch\n", 1e6/lr, lr/1e3)
+	fmt.Printf("cpu: the lower CPU share of the two ends (CPU time / wall time; both spin, so below 1 = taken by other load)\n")
+	table := func(title string, pts []Point) {
+		fmt.Printf("\n%s\n", title)
+		fmt.Printf("%-7s %5s %-9s %4s %8s %7s %8s %8s %8s %8s %8s %9s %6s %5s %7s\n", "backend", "bytes", "mode", "runs", "Mpkt/s", "Gb/s",
+			"sat p50", "sat p99", "lat p50", "lat p99", "p99 win", "lat p999", "pkt/b", "cpu", "alloc/p")
+		for _, p := range pts {
+			fmt.Printf("%-7s %5d %-9s %4d %8.3f %7.2f %8.1f %8.1f %8.2f %8.2f %8.2f %9.2f %6.1f %5.2f %7.3f\n", p.Backend, p.Size, p.Mode, p.Runs,
+				p.PktPerSec/1e6, p.Gbps, p.SatP50us, p.SatP99us, p.LatP50us, p.LatP99us, p.LatP99Winus, p.LatP999us, p.PktPerBatch,
+				min(p.TxCPU, p.RxCPU), max(p.TxAllocsPerPkt, p.RxAllocsPerPkt))
+		}
 	}
-	fmt.Printf("\n(latencies in µs; p99 win: median over windows of 4096 packets of the window p99; alloc/p: heap allocations per packet, worse end)\n")
-	fmt.Printf("\n%-8s %6s %12s %10s %14s %14s %10s\n", "backend", "bytes", "batched/unb", "vs burst", "added p99 µs", "(p99 win)", "bound µs")
+	table("Median of all runs", rep.Points)
+	table(fmt.Sprintf("Median of clean runs (both ends' CPU share >= %.2f; throughput and latency phases filtered separately)", rep.CleanShare), rep.CleanPoints)
+	fmt.Printf("\n(latencies in µs; p99 win: median over windows of 4096 packets of the window p99; alloc/p: heap allocations per packet)\n")
+	fmt.Printf("\nBatched against unbatched, run by run (median of the per-run ratios and differences):\n")
+	fmt.Printf("%-7s %5s %11s %13s %9s %14s %16s %13s %9s\n", "backend", "bytes", "batched/unb", "(clean runs)", "vs burst",
+		"added p99 µs", "(clean runs)", "(p99 win)", "bound µs")
 	for _, c := range rep.Summary {
-		ok := "ok"
-		if c.AddedP99us > c.BoundUs {
-			ok = "OVER"
-		}
-		okW := "ok"
-		if c.AddedP99Winus > c.BoundUs {
-			okW = "OVER"
-		}
-		fmt.Printf("%-8s %6d %11.2fx %9.2fx %9.2f %-4s %9.2f %-4s %10.2f\n", c.Backend, c.Size, c.Speedup, c.VsBurst,
-			c.AddedP99us, ok, c.AddedP99Winus, okW, c.BoundUs)
+		fmt.Printf("%-7s %5d %10.2fx %8.2fx (%d) %8.2fx %14.2f %11.2f (%d) %13.2f %9.2f\n", c.Backend, c.Size, c.Speedup,
+			c.SpeedupClean, c.CleanRuns, c.VsBurst, c.AddedP99us, c.AddedP99Cleanus, c.LatCleanRuns, c.AddedP99Winus, c.BoundUs)
 	}
 	var gaps uint64
 	for _, p := range rep.Points {

@@ -61,3 +61,13 @@ func (h *hist) quantile(q float64) float64 {
 }
 
 func (h *hist) reset() { *h = hist{} }
+
+// merge adds o's samples to h.
+func (h *hist) merge(o *hist) {
+	for i, x := range o.b {
+		h.b[i] += x
+	}
+	h.n += o.n
+	h.neg += o.neg
+	h.max = max(h.max, o.max)
+}

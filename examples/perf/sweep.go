@@ -699,6 +699,8 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
 			sh = startShare()
 			return false, reply(immSweepReady, 0)
 		case immSweepStop:
+			h.merge(&wh)
+			wh.reset()
 			r := result{count: count, bytes: bytes, gaps: gaps, mallocs: mallocs() - m0,
 				p50: h.quantile(0.5), p99: h.quantile(0.99), p999: h.quantile(0.999), max: float64(h.max),
 				p99w: h.quantile(0.99), cpu: sh.end()}
@@ -728,12 +730,14 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
 			gaps++
 		}
 		expect = seq + 1
-		h.add(now - ts)
+		// One histogram update per packet: the window's, merged into the
+		// total when the window closes (and at the stop).
 		wh.add(now - ts)
 		if wh.n == window {
 			if len(wp99) < cap(wp99) {
 				wp99 = append(wp99, wh.quantile(0.99))
 			}
+			h.merge(&wh)
 			wh.reset()
 		}
 		count++

@@ -25,6 +25,12 @@ func TestHist(t *testing.T) {
 	if h.neg != 1 || h.max != 100000 || h.n != 100001 {
 		t.Fatalf("%+v", h.n)
 	}
+	var m hist
+	m.merge(&h)
+	m.merge(&h)
+	if m.n != 2*h.n || m.quantile(0.5) != h.quantile(0.5) || m.max != h.max {
+		t.Fatal("merge")
+	}
 	for v := int64(0); v < 1<<20; v = v*5/4 + 1 {
 		if b := bucketOf(v); bucketMid(b) < float64(v)*0.96-1 || bucketMid(b) > float64(v)*1.04+1 {
 			t.Fatalf("value %d in bucket %d (mid %.1f)", v, b, bucketMid(b))

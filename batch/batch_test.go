@@ -215,6 +215,9 @@ func TestFlushCauses(t *testing.T) {
 		if st.Flushes != [batch.NumFlushCauses]uint64{batch.FlushCount: 1} || st.BatchSizes[3] != 1 {
 			t.Fatalf("flushes %v, sizes %v", st.Flushes, st.BatchSizes)
 		}
+		if got, want := st.String(), "batches=1 packets=8 bytes=80 pkts/batch=8.0 sizes=8-15:1 flushes=count:1"; got != want {
+			t.Fatalf("Stats.String:\n got %s\nwant %s", got, want)
+		}
 	})
 	t.Run("bytes", func(t *testing.T) {
 		// 12+2*3+3*100 = 318 fits, a fourth packet would not.

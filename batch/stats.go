@@ -1,6 +1,9 @@
 package batch
 
-import "math/bits"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // FlushCause says why a batch was closed.
 type FlushCause uint8
@@ -154,4 +157,41 @@ func (s *Stats) TotalDrops() uint64 {
 		n += d
 	}
 	return n
+}
+
+// String formats the non-zero counters on one line, for logs.
+func (s Stats) String() string {
+	b := fmt.Appendf(nil, "batches=%d packets=%d bytes=%d pkts/batch=%.1f", s.Batches, s.Packets, s.Bytes, s.PacketsPerBatch())
+	sep := " sizes="
+	for i, n := range s.BatchSizes {
+		if n != 0 {
+			lo, hi := BucketRange(i)
+			b = fmt.Appendf(b, "%s%d-%d:%d", sep, lo, hi, n)
+			sep = ","
+		}
+	}
+	sep = " flushes="
+	for i, n := range s.Flushes {
+		if n != 0 {
+			b = fmt.Appendf(b, "%s%v:%d", sep, FlushCause(i), n)
+			sep = ","
+		}
+	}
+	sep = " drops="
+	for i, n := range s.Drops {
+		if n != 0 {
+			b = fmt.Appendf(b, "%s%v:%d", sep, DropReason(i), n)
+			sep = ","
+		}
+	}
+	for _, f := range []struct {
+		name string
+		n    uint64
+	}{{"dropped-packets", s.DroppedPackets}, {"backpressure", s.Backpressure}, {"full", s.Full},
+		{"raw", s.Raw}, {"seq-gaps", s.SeqGaps}, {"foreign", s.Foreign}} {
+		if f.n != 0 {
+			b = fmt.Appendf(b, " %s=%d", f.name, f.n)
+		}
+	}
+	return string(b)
 }

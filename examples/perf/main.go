@@ -96,6 +96,8 @@ func main() {
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
 	doPin := flag.Bool("pin", false, "sweep: pin the sender and the receiver threads to CPUs 0 and 1")
 	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
+	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
+	maxRuns := flag.Int("max-runs", 0, "sweep: cap on runs per size with -min-clean (0: 4 x -runs)")
 	cpuProfile := flag.String("cpuprofile", "", "sweep: write a CPU profile of the sender (and FILE.server of the receiver)")
 	flag.Parse()
 	if *mode == "sweep" {
@@ -157,6 +159,10 @@ func main() {
 		}
 		cfg.cpuProfile = *cpuProfile
 		cfg.clean = *cleanShare
+		cfg.minClean, cfg.maxRuns = *minClean, *maxRuns
+		if cfg.maxRuns == 0 {
+			cfg.maxRuns = 4 * cfg.runs
+		}
 		if err := runSweep(cfg); err != nil {
 			pprof.StopCPUProfile()
 			fatal(err)

@@ -67,6 +67,8 @@ type sweepConfig struct {
 	pinned          bool
 	cpuProfile      string
 	clean           float64
+	minClean        int
+	maxRuns         int
 }
 
 // Point is one measured (backend, mode, size): a single run, or the
@@ -115,6 +117,7 @@ type SweepReport struct {
 	GOMAXPROCS int     `json:"gomaxprocs"`
 	Pinned     bool    `json:"pinned"`
 	Runs       int     `json:"runs"`
+	MinClean   int     `json:"min_clean_runs,omitempty"`
 	Group      int     `json:"group"`
 	Seconds    float64 `json:"seconds_per_phase"`
 	DeadlineUs float64 `json:"deadline_us"`
@@ -238,7 +241,12 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 	}
 	var pts []Point
 	for _, size := range cfg.sizes {
-		for run := 0; run < cfg.runs; run++ {
+		// -runs runs, then more (up to -max-runs) until -min-clean of
+		// them were clean in every mode: whether a run is clean depends
+		// only on the CPU shares, never on the figures measured.
+		clean := 0
+		for run := 0; run < cfg.runs || (clean < cfg.minClean && run < cfg.maxRuns); run++ {
+			allClean := true
 			for _, mode := range cfg.modes {
 				p, err := cl.measure(ctx, mode, size)
 				if err != nil {
@@ -246,10 +254,14 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 				}
 				p.Backend = backend
 				pts = append(pts, p)
+				allClean = allClean && p.clean(cfg.clean, false)
 				if !cfg.asJSON {
-					fmt.Fprintf(os.Stderr, "  run %d %-9s %5d B: %7.3f Mpkt/s %7.2f Gb/s  lat p50 %6.2f p99 %6.2f µs\n",
-						run+1, mode, size, p.PktPerSec/1e6, p.Gbps, p.LatP50us, p.LatP99us)
+					fmt.Fprintf(os.Stderr, "  run %d %-9s %5d B: %7.3f Mpkt/s %7.2f Gb/s  lat p50 %6.2f p99 %6.2f µs  cpu %.2f/%.2f\n",
+						run+1, mode, size, p.PktPerSec/1e6, p.Gbps, p.LatP50us, p.LatP99us, p.TxCPU, p.RxCPU)
 				}
+			}
+			if allClean {
+				clean++
 			}
 		}
 	}
@@ -861,7 +873,7 @@ func medianPoint(thr, lat []Point) Point {
 // summarize takes the median of the runs, figure by figure, over all runs
 // and over the clean ones, and compares the modes run by run.
 func summarize(cfg sweepConfig, runs []Point) SweepReport {
-	rep := SweepReport{GOMAXPROCS: runtime.GOMAXPROCS(0), Pinned: cfg.pinned, Runs: cfg.runs, Group: cfg.group,
+	rep := SweepReport{GOMAXPROCS: runtime.GOMAXPROCS(0), Pinned: cfg.pinned, Runs: cfg.runs, MinClean: cfg.minClean, Group: cfg.group,
 		Seconds: cfg.dur.Seconds(), DeadlineUs: float64(cfg.opts.Deadline) / 1e3,
 		ClockErrUs: float64(clockErr) / 1e3, CleanShare: cfg.clean, AllRuns: runs}
 	if cfg.opts.Deadline == 0 {
@@ -947,8 +959,8 @@ func summarize(cfg sweepConfig, runs []Point) SweepReport {
 }
 
 func printSummary(rep SweepReport) {
-	fmt.Printf("\nWeft perf sweep: %d runs, %.2fs per phase, groups of %d, deadline %.1f µs, GOMAXPROCS %d, pinned %v, clock offset error <= %.2f µs\n",
-		rep.Runs, rep.Seconds, rep.Group, rep.DeadlineUs, rep.GOMAXPROCS, rep.Pinned, rep.ClockErrUs)
+	fmt.Printf("\nWeft perf sweep: %d runs (more until %d clean), %.2fs per phase, groups of %d, deadline %.1f µs, GOMAXPROCS %d, pinned %v, clock offset error <= %.2f µs\n",
+		rep.Runs, rep.MinClean, rep.Seconds, rep.Group, rep.DeadlineUs, rep.GOMAXPROCS, rep.Pinned, rep.ClockErrUs)
 	lr := 0.0
 	if len(rep.Points) > 0 {
 		lr = rep.Points[0].LatRate

@@ -28,6 +28,14 @@
 //	go run ./examples/perf -mode sweep -plot sweep.png
 //	go run ./examples/perf -mode sweep -json
 //
+// Figures are medians of -runs runs in which the modes are measured back to
+// back; ratios and latency differences are taken run by run. Both ends
+// spin, so each phase records its CPU share (CPU time over wall time) on
+// both ends: a share below -clean means the host's other load took the
+// CPU. The sweep reports medians over all runs and over the clean ones, and
+// -min-clean K adds runs until K were clean (the choice depends on the CPU
+// shares only).
+//
 // Each backend in -backend (a list) is measured; an empty address with the
 // ntb backend runs both ends itself, any other backend runs its receiver
 // on the peer with -server -mode sweep -backend NAME -addr ADDR:

@@ -106,6 +106,8 @@ func main() {
 	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
 	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
 	maxRuns := flag.Int("max-runs", 0, "sweep: cap on runs per size with -min-clean (0: 4 x -runs)")
+	plotAll := flag.Bool("plot-all", false, "sweep: plot the medians of all runs (default: of the clean runs)")
+	fromJSON := flag.String("from-json", "", "sweep: print and plot a saved -json report instead of measuring")
 	cpuProfile := flag.String("cpuprofile", "", "sweep: write a CPU profile of the sender (and FILE.server of the receiver)")
 	flag.Parse()
 	if *mode == "sweep" {
@@ -167,7 +169,21 @@ func main() {
 		}
 		cfg.cpuProfile = *cpuProfile
 		cfg.clean = *cleanShare
-		cfg.minClean, cfg.maxRuns = *minClean, *maxRuns
+		cfg.minClean, cfg.maxRuns, cfg.plotAll = *minClean, *maxRuns, *plotAll
+		if *fromJSON != "" {
+			b, err := os.ReadFile(*fromJSON)
+			if err != nil {
+				fatal(err)
+			}
+			var rep SweepReport
+			if err := json.Unmarshal(b, &rep); err != nil {
+				fatal(err)
+			}
+			if err := report(cfg, rep); err != nil {
+				fatal(err)
+			}
+			return
+		}
 		if cfg.maxRuns == 0 {
 			cfg.maxRuns = 4 * cfg.runs
 		}

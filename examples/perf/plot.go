@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"strconv"
 
@@ -13,6 +14,22 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 )
+
+// ticks125 marks a log axis at 1, 2 and 5 times the powers of ten.
+type ticks125 struct{}
+
+// Ticks implements plot.Ticker.
+func (ticks125) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * d; v >= lo && v <= hi {
+				ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return ts
+}
 
 func writeJSON(rep SweepReport) error {
 	enc := json.NewEncoder(os.Stdout)
@@ -30,8 +47,21 @@ var backendDashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(
 
 // writePlot draws the sweep as a PNG: packet rate, bandwidth and the
 // latency median and p99 against packet size, one line per backend and
-// mode (colour: mode; dash: backend).
-func writePlot(path string, rep SweepReport) error {
+// mode (colour: mode; dash: backend). With clean it plots the medians of
+// the clean runs (falling back to all runs for a point without any).
+func writePlot(path string, rep SweepReport, clean bool) error {
+	pts := rep.Points
+	which := "all runs"
+	if clean && len(rep.CleanPoints) == len(rep.Points) {
+		which = fmt.Sprintf("clean runs (CPU share >= %.2f)", rep.CleanShare)
+		pts = make([]Point, len(rep.Points))
+		for i, p := range rep.CleanPoints {
+			pts[i] = p
+			if p.Runs == 0 {
+				pts[i] = rep.Points[i]
+			}
+		}
+	}
 	type series struct {
 		backend, mode string
 		pts           []Point
@@ -39,7 +69,7 @@ func writePlot(path string, rep SweepReport) error {
 	var ss []*series
 	index := map[string]*series{}
 	var backends []string
-	for _, p := range rep.Points {
+	for _, p := range pts {
 		k := p.Backend + "/" + p.Mode
 		s := index[k]
 		if s == nil {
@@ -70,6 +100,7 @@ func writePlot(path string, rep SweepReport) error {
 	if len(rep.Points) > 0 {
 		latRate = rep.Points[0].LatRate
 	}
+	suffix := ", median of " + which
 	panels := []struct {
 		title, ylabel string
 		f             func(Point) float64
@@ -84,6 +115,9 @@ func writePlot(path string, rep SweepReport) error {
 	for i, pn := range panels {
 		pl := plot.New()
 		pl.Title.Text = pn.title
+		if i == 0 {
+			pl.Title.Text += suffix
+		}
 		pl.X.Label.Text = "packet size (bytes)"
 		pl.Y.Label.Text = pn.ylabel
 		pl.X.Scale = plot.LogScale{}
@@ -91,7 +125,7 @@ func writePlot(path string, rep SweepReport) error {
 		pl.Y.Min = 0
 		if pn.log {
 			pl.Y.Scale = plot.LogScale{}
-			pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			pl.Y.Tick.Marker = ticks125{}
 			pl.Y.Min = 0.1
 		}
 		pl.Add(plotter.NewGrid())

@@ -69,6 +69,7 @@ type sweepConfig struct {
 	clean           float64
 	minClean        int
 	maxRuns         int
+	plotAll         bool
 }
 
 // Point is one measured (backend, mode, size): a single run, or the
@@ -179,8 +180,13 @@ func runSweep(cfg sweepConfig) error {
 		all = append(all, pts...)
 	}
 	rep := summarize(cfg, all)
+	return report(cfg, rep)
+}
+
+// report prints rep (or its JSON) and draws its plot.
+func report(cfg sweepConfig, rep SweepReport) error {
 	if cfg.plotPath != "" {
-		if err := writePlot(cfg.plotPath, rep); err != nil {
+		if err := writePlot(cfg.plotPath, rep, !cfg.plotAll); err != nil {
 			return err
 		}
 	}

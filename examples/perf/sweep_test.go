@@ -101,7 +101,7 @@ func TestSweep(t *testing.T) {
 	if len(rep.Points) != 6 || len(rep.Summary) != 2 || rep.Summary[0].Speedup <= 0 || rep.Summary[0].BoundUs <= 0 {
 		t.Fatalf("%+v", rep)
 	}
-	if err := writePlot(filepath.Join(t.TempDir(), "sweep.png"), rep); err != nil {
+	if err := writePlot(filepath.Join(t.TempDir(), "sweep.png"), rep, true); err != nil {
 		t.Fatal(err)
 	}
 }

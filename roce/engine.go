@@ -44,6 +44,9 @@ type Engine struct {
 	dirty   []*QP // QPs with an ACK to send after the current batch
 	spinner atomic.Int32
 
+	evMu    sync.Mutex
+	ev      [64]debugEvent
+	evN     int
 	stats   fabric.Counters
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -269,6 +272,9 @@ func (e *Engine) background() {
 			wait = min(wait, max(next.Sub(now), 20*time.Microsecond))
 		}
 		err := e.link.WaitRead(context.Background(), now.Add(wait))
+		if debugRoce {
+			e.evlog("wait", int(wait/time.Microsecond), int(time.Since(now)/time.Microsecond), err)
+		}
 		if errors.Is(err, os.ErrClosed) {
 			return
 		}
@@ -301,6 +307,9 @@ func (e *Engine) poll() int {
 		rx[i] = Packet{Buf: e.rxBufs[i]}
 	}
 	n, err := e.link.ReadBatch(rx)
+	if debugRoce && (n > 0 || err != nil) {
+		e.evlog("read", n, 0, err)
+	}
 	if err != nil || n == 0 {
 		return 0
 	}
@@ -409,6 +418,16 @@ func (e *Engine) sealICRC(data []byte, dst netip.Addr, sport uint16) {
 	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)
 }
 
+// sealICRCFrom fills in the ICRC of a datagram as if src had sent it to
+// the engine (for tests that inject packets).
+func (e *Engine) sealICRCFrom(data []byte, src netip.Addr, sport uint16) {
+	var hbuf [48 + wire.BTHSize]byte
+	hl := pseudoHeader(hbuf[:], src, e.local, sport, len(data))
+	copy(hbuf[hl:], data[:wire.BTHSize])
+	crc, _ := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
+	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)
+}
+
 // send writes packets to the link, retrying briefly on backpressure.
 // Packets it cannot place are dropped (and recovered by retransmission).
 func (e *Engine) send(pkts []Packet) {
@@ -426,4 +445,33 @@ func (e *Engine) send(pkts []Packet) {
 		}
 	}
 	e.stats.TxBytes.Add(bytes)
+}
+
+// evlog records an event in the engine's debug ring (WEFT_ROCE_DEBUG).
+func (e *Engine) evlog(what string, a, b int, err error) {
+	e.evMu.Lock()
+	e.ev[e.evN%len(e.ev)] = debugEvent{t: time.Now(), what: what, a: a, b: b, err: err}
+	e.evN++
+	e.evMu.Unlock()
+}
+
+type debugEvent struct {
+	t    time.Time
+	what string
+	a, b int
+	err  error
+}
+
+// DebugEvents returns the recent debug events, oldest first.
+func (e *Engine) debugEvents() []string {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	var out []string
+	for i := 0; i < len(e.ev); i++ {
+		ev := e.ev[(e.evN+i)%len(e.ev)]
+		if ev.what != "" {
+			out = append(out, fmt.Sprintf("%s %s %d %d %v", ev.t.Format("15:04:05.000000"), ev.what, ev.a, ev.b, ev.err))
+		}
+	}
+	return out
 }

@@ -8,10 +8,15 @@ import (
 	"flag"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-io/weft/internal/mmsg"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
@@ -154,6 +159,42 @@ func TestLossySoak(t *testing.T) {
 			}
 			t.Logf("requester stats %+v", a.Stats())
 			t.Logf("responder stats %+v", b.Stats())
+			for _, e := range []*Engine{ea, eb} {
+				var ul *UDPLink
+				switch l := e.link.(type) {
+				case *LossyLink:
+					ul, _ = l.Link.(*UDPLink)
+				case *UDPLink:
+					ul = l
+				}
+				q := -1
+				if ul != nil {
+					fd := ul.fd
+					if ul.raw != nil {
+						fd = ul.rawFD
+					}
+					q, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
+					pb := make([]byte, 4096)
+					n, _, _, _, perr := unix.Recvmsg(fd, pb, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+					t.Logf("  peek: %d bytes, %v; head % x", n, perr, pb[:max(0, min(n, 48))])
+					tb := mmsg.NewBatch(4)
+					tm := []mmsg.Message{{Buf: make([]byte, 9000)}}
+					k, rerr := tb.Recv(fd, tm)
+					t.Logf("  fresh recvmmsg: %d %v n=%d", k, rerr, tm[0].N)
+				}
+				locked := !e.pollMu.TryLock()
+				if !locked {
+					e.pollMu.Unlock()
+				}
+				t.Logf("engine %v: spinner %d pollMu locked %v queued bytes %d", e.local, e.spinner.Load(), locked, q)
+				for _, l := range e.debugEvents() {
+					t.Logf("    %s", l)
+				}
+			}
+			if debugRoce {
+				buf := make([]byte, 1<<20)
+				t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+			}
 			t.Logf("engine A %+v", ea.Stats())
 			t.Logf("engine B %+v", eb.Stats())
 			t.Fatalf("send at %d: %v", sent, err)

@@ -97,7 +97,7 @@ type Region struct {
 	once   sync.Once
 	dereg  func() error
 	err    error
-	owner  any
+	domain *Domain
 }
 
 // RegionConfig is what a backend passes to NewRegion.
@@ -113,9 +113,9 @@ type RegionConfig struct {
 	// (a virtual address for RoCE, a window offset for NTB). Remote
 	// accesses name Addr..Addr+len(Buf).
 	Addr uint64
-	// Owner identifies the endpoint or domain that registered the region;
-	// backends use it to refuse regions of another endpoint.
-	Owner any
+	// Domain is the protection domain the region belongs to; backends
+	// refuse regions of another domain.
+	Domain *Domain
 	// Deregister is called once, by the first Close.
 	Deregister func() error
 }
@@ -124,7 +124,7 @@ type RegionConfig struct {
 // applications get regions from Endpoint.Register and Endpoint.Alloc.
 func NewRegion(c RegionConfig) *Region {
 	return &Region{buf: c.Buf, access: c.Access, lkey: c.LocalKey, rkey: c.RemoteKey,
-		addr: c.Addr, owner: c.Owner, dereg: c.Deregister}
+		addr: c.Addr, domain: c.Domain, dereg: c.Deregister}
 }
 
 // Bytes returns the registered memory. The caller may read and write it
@@ -149,8 +149,17 @@ func (r *Region) RemoteKey() Key { return r.rkey }
 // space.
 func (r *Region) Addr() uint64 { return r.addr }
 
-// Owner returns the owner given at registration (for backends).
-func (r *Region) Owner() any { return r.owner }
+// Domain returns the protection domain of the region.
+func (r *Region) Domain() *Domain { return r.domain }
+
+// Domain is a protection domain (verbs PD, libfabric domain): the scope in
+// which a region is valid. Endpoints that share a domain share regions;
+// an SGE naming a region of another domain is refused. Backends create one
+// per device or transport; its identity is all that matters.
+type Domain struct {
+	// Name describes the domain, for messages.
+	Name string
+}
 
 // Remote returns the descriptor of the whole region that a peer needs for
 // RMA into it.

@@ -58,10 +58,10 @@ func SGELen(sges []SGE) int {
 }
 
 // CheckSGEs validates an SGE list for a backend: every SGE must have a
-// live region owned by owner (nil skips the owner check) with the
+// live region of domain dom (nil skips the domain check) with the
 // permissions in need, and lie within it. It returns the total length. The
 // error wraps ErrInvalid, ErrClosed, ErrBounds or ErrAccess.
-func CheckSGEs(sges []SGE, owner any, need Access) (int, error) {
+func CheckSGEs(sges []SGE, dom *Domain, need Access) (int, error) {
 	n := 0
 	for i := range sges {
 		s := &sges[i]
@@ -71,7 +71,7 @@ func CheckSGEs(sges []SGE, owner any, need Access) (int, error) {
 			return 0, ErrInvalid
 		case r.closed.Load():
 			return 0, ErrClosed
-		case owner != nil && r.owner != owner:
+		case dom != nil && r.domain != dom:
 			return 0, ErrInvalid
 		case s.Offset < 0 || s.Length < 0 || s.Offset > len(r.buf)-s.Length:
 			return 0, ErrBounds

@@ -66,9 +66,10 @@ type Device interface {
 	DBReadMask() uint64
 	// PeerDBSet rings the peer's doorbell bits (ntb_peer_db_set).
 	PeerDBSet(bits uint64) error
-	// DBWait sleeps until one of bits is set and unmasked, the link goes
-	// down, ctx is done, or WakeLocal is called; it returns the bits set.
-	// It does not clear them.
+	// DBWait sleeps until one of bits is set and unmasked (it returns
+	// them, without clearing them), ctx is done (it returns ctx.Err()), or
+	// WakeLocal is called (it returns 0 and nil: callers re-check their
+	// state). Link changes call WakeLocal.
 	DBWait(ctx context.Context, bits uint64) (uint64, error)
 	// WakeLocal wakes every local DBWait (used by Close and link events).
 	WakeLocal()

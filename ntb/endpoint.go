@@ -175,7 +175,8 @@ func (e *Endpoint) writeHdr(off, n int, imm uint32, flags uint32, first *int) {
 		*first = off
 		e.txFirstSeq = seq
 	} else {
-		shm.U32(r, off).Store(seq)
+		// Ordered by the store of the first record's seq in publish.
+		shm.Put32(r, off, seq)
 	}
 }
 
@@ -215,7 +216,7 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 			err = e.opErr("send", fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGEs, fabric.ErrMessageSize))
 			break
 		}
-		size, cerr := fabric.CheckSGEs(m.SGEs, e.t, 0)
+		size, cerr := fabric.CheckSGEs(m.SGEs, &e.t.dom, 0)
 		if cerr != nil {
 			err = e.opErr("send", cerr)
 			break
@@ -319,7 +320,7 @@ func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
 			err = e.malformed(fmt.Errorf("record at %d of %d bytes", e.rxHead, ln))
 			break
 		}
-		cap, cerr := fabric.CheckSGEs(m.SGEs, e.t, fabric.AccessLocalWrite)
+		cap, cerr := fabric.CheckSGEs(m.SGEs, &e.t.dom, fabric.AccessLocalWrite)
 		if cerr != nil {
 			err = e.opErr("recv", cerr)
 			break
@@ -512,7 +513,7 @@ func (e *Endpoint) rma(msgs []fabric.Message, write bool) (int, error) {
 			err = e.opErr(op, fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGEs, fabric.ErrMessageSize))
 			break
 		}
-		size, cerr := fabric.CheckSGEs(m.SGEs, e.t, local)
+		size, cerr := fabric.CheckSGEs(m.SGEs, &e.t.dom, local)
 		if cerr != nil {
 			err = e.opErr(op, cerr)
 			break

@@ -81,7 +81,7 @@ func (t *Transport) Register(buf []byte, access fabric.Access) (*fabric.Region, 
 		return nil, &fabric.OpError{Op: "register", Backend: "ntb", Err: fabric.ErrClosed}
 	}
 	if access&fabric.AccessRemote == 0 {
-		return fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: randKey(), Owner: t}), nil
+		return fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: randKey(), Domain: &t.dom}), nil
 	}
 	if access&fabric.AccessRemoteAtomic != 0 {
 		return nil, &fabric.OpError{Op: "register", Backend: "ntb", Err: fmt.Errorf("remote atomics: %w", fabric.ErrNotSupported)}
@@ -129,7 +129,7 @@ func (t *Transport) Alloc(size int, access fabric.Access) (*fabric.Region, error
 	}
 	if access&fabric.AccessRemote == 0 {
 		return fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: randKey(),
-			Addr: uint64(off), Owner: t, Deregister: func() error { release(); return nil }}), nil
+			Addr: uint64(off), Domain: &t.dom, Deregister: func() error { release(); return nil }}), nil
 	}
 	r, err := t.addMR(buf, access, uint64(off), release)
 	if err != nil {
@@ -164,7 +164,7 @@ func (t *Transport) addMR(buf []byte, access fabric.Access, addr uint64, release
 	rkey := randKey()&^0xff | fabric.Key(idx)
 	var r *fabric.Region
 	r = fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: randKey(), RemoteKey: rkey,
-		Addr: addr, Owner: t, Deregister: func() error {
+		Addr: addr, Domain: &t.dom, Deregister: func() error {
 			t.mu.Lock()
 			if t.mrs[idx] == r {
 				t.mrs[idx] = nil

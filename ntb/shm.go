@@ -54,6 +54,7 @@ const (
 	sideDBMask     = 16
 	sideDBSeq      = 24
 	sideDBWaiters  = 28
+	sideWakeGen    = 32
 	sideMWTrans    = 64 // maxMWs × {addr, size, valid} at stride 32
 	sideSpads      = 256
 	stateDetached  = 0
@@ -434,6 +435,7 @@ func (d *ShmDevice) PeerDBSet(bits uint64) error {
 
 // WakeLocal implements Device.
 func (d *ShmDevice) WakeLocal() {
+	shm.U32(d.my, sideWakeGen).Add(1)
 	seq := shm.U32(d.my, sideDBSeq)
 	seq.Add(1)
 	if shm.U32(d.my, sideDBWaiters).Load() != 0 {
@@ -442,35 +444,43 @@ func (d *ShmDevice) WakeLocal() {
 }
 
 // DBWait implements Device. It sleeps on a futex in the shared file, so a
-// PeerDBSet from the other process wakes it.
+// PeerDBSet from the other process wakes it. It returns with no bits set
+// when WakeLocal was called (Close, link changes).
 func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 	db, mask := shm.U64(d.my, sideDB), shm.U64(d.my, sideDBMask)
-	seq, waiters := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters)
+	seq, waiters, gen := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters), shm.U32(d.my, sideWakeGen)
 	pending := func() uint64 { return db.Load() & bits &^ mask.Load() }
-	if set := pending(); set != 0 {
-		return set, nil
-	}
-	if d.closed.Load() {
-		return 0, os.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	s := seq.Load()
-	if set := pending(); set != 0 {
-		return set, nil
-	}
+	g := gen.Load()
 	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, d.WakeLocal)
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		if set := pending(); set != 0 {
+			return set, nil
+		}
+		if d.closed.Load() {
+			return 0, os.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if gen.Load() != g {
+			return 0, nil
+		}
+		s := seq.Load()
+		if set := pending(); set != 0 {
+			return set, nil
+		}
+		if stop == nil && ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, d.WakeLocal)
+		}
+		waiters.Add(1)
+		futex.Wait(seq, s, 100*time.Millisecond)
+		waiters.Add(^uint32(0))
 	}
-	waiters.Add(1)
-	futex.Wait(seq, s, 100*time.Millisecond)
-	waiters.Add(^uint32(0))
-	if stop != nil {
-		stop()
-	}
-	return pending(), ctx.Err()
 }
 
 func (d *ShmDevice) spad(block []byte, idx int) (*atomic.Uint32, error) {

@@ -52,6 +52,7 @@ type Transport struct {
 	mrs       [mrEntries]*fabric.Region
 	mrAddr    [mrEntries]uint64
 	heap      heap
+	dom       fabric.Domain
 
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -242,6 +243,11 @@ func (t *Transport) Close() error {
 func (t *Transport) shutdown(closeDev bool) error {
 	if t.closed.Swap(true) {
 		return nil
+	}
+	// Mark the endpoints first, so calls that wake up below report
+	// os.ErrClosed rather than the link going down.
+	for _, ep := range t.eps {
+		ep.closed.Store(true)
 	}
 	// Tell the peer at once, without waiting for its link poll.
 	t.dev.PeerSpadWrite(spadState, 0)

@@ -1,0 +1,324 @@
+// Command perf measures bandwidth and message rate over Weft backends, in
+// the style of perftest's ib_send_bw: one side streams bursts of messages,
+// the other receives and counts them.
+//
+// With no arguments it runs both ends itself over an emulated NTB bridge
+// (a second process of itself is the receiver) and prints, per message
+// size, the message rate (Mmsg/s) and bandwidth (MB/s), beside a reference
+// measured in the same run: Go copy() bandwidth for the same size, the
+// ceiling for a transport that moves bytes through memory.
+//
+//	go run ./examples/perf
+//	go run ./examples/perf -json
+//
+// With flags it runs one side on any registered backend:
+//
+//	perf -server -backend ntb -addr /dev/shm/weft0
+//	perf -backend ntb -addr /dev/shm/weft0
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	_ "github.com/weft-io/weft/ntb"
+)
+
+// Control messages carry FlagImm with one of these immediates.
+const (
+	immStart = 0x57a7 // payload: size
+	immStop  = 0x5703 // ends a size: the server replies with its counts
+	immQuit  = 0x5707
+)
+
+// Result is one measured point.
+type Result struct {
+	Backend  string  `json:"backend"`
+	Size     int     `json:"size"`
+	Burst    int     `json:"burst"`
+	Messages uint64  `json:"messages"`
+	Seconds  float64 `json:"seconds"`
+	MmsgPerS float64 `json:"mmsg_per_s"`
+	MBPerS   float64 `json:"mb_per_s"`
+	// CopyMBPerS is Go copy() bandwidth at the same size in the same run.
+	CopyMBPerS float64 `json:"copy_mb_per_s,omitempty"`
+}
+
+func main() {
+	backend := flag.String("backend", "ntb", "backend: "+strings.Join(fabric.Backends(), ", "))
+	addr := flag.String("addr", "", "address; empty: run both ends over an emulated NTB bridge")
+	server := flag.Bool("server", false, "run the receiving side")
+	sizesFlag := flag.String("sizes", "64,256,1024,4096,16384,65536", "message sizes in bytes")
+	burst := flag.Int("burst", 32, "messages per Send burst")
+	dur := flag.Duration("t", time.Second, "duration per size")
+	runs := flag.Int("runs", 3, "runs per size; the median is reported")
+	asJSON := flag.Bool("json", false, "print JSON")
+	flag.Parse()
+	sizes, err := parseSizes(*sizesFlag)
+	if err != nil {
+		fatal(err)
+	}
+	maxSize := 0
+	for _, s := range sizes {
+		maxSize = max(maxSize, s)
+	}
+	opts := &fabric.Options{MaxMsgSize: max(64<<10, maxSize)}
+	ctx := context.Background()
+	var cmd *exec.Cmd
+	if *addr == "" {
+		if *server || *backend != "ntb" {
+			fatal(errors.New("running both ends needs -backend ntb and no -server"))
+		}
+		self, err := os.Executable()
+		if err != nil {
+			fatal(err)
+		}
+		dir := "/dev/shm"
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			dir = os.TempDir()
+		}
+		*addr = filepath.Join(dir, fmt.Sprintf("weft-perf-%d", os.Getpid()))
+		os.Remove(*addr)
+		defer os.Remove(*addr)
+		cmd = exec.Command(self, "-server", "-backend", "ntb", "-addr", *addr, "-burst", strconv.Itoa(*burst),
+			"-sizes", *sizesFlag)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			fatal(err)
+		}
+		defer cmd.Wait()
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ep, err := fabric.Open(octx, *backend, *addr, opts)
+	cancel()
+	if err != nil {
+		if cmd != nil {
+			cmd.Process.Kill()
+		}
+		fatal(err)
+	}
+	defer ep.Close()
+	if *server {
+		if err := serve(ctx, ep, *burst); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	var results []Result
+	if !*asJSON {
+		fmt.Printf("Weft perf: backend %s, burst %d, %v per run, median of %d runs, GOMAXPROCS %d\n",
+			*backend, *burst, *dur, *runs, runtime.GOMAXPROCS(0))
+		fmt.Printf("%-9s %-12s %-10s %-11s %-13s %s\n", "#bytes", "#messages", "Mmsg/s", "MB/s", "copy() MB/s", "vs copy()")
+	}
+	for _, size := range sizes {
+		if size > ep.Caps().MaxMsgSize {
+			continue
+		}
+		var rs []Result
+		for r := 0; r < *runs; r++ {
+			res, err := stream(ctx, ep, size, *burst, *dur)
+			if err != nil {
+				fatal(err)
+			}
+			res.Backend = *backend
+			res.CopyMBPerS = copyBandwidth(size, *dur/4)
+			rs = append(rs, res)
+		}
+		res := medianResult(rs)
+		results = append(results, res)
+		if !*asJSON {
+			fmt.Printf("%-9d %-12d %-10.3f %-11.1f %-13.1f %.2fx\n", res.Size, res.Messages, res.MmsgPerS, res.MBPerS,
+				res.CopyMBPerS, res.MBPerS/res.CopyMBPerS)
+		}
+	}
+	quit(ctx, ep)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(results)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "perf:", err)
+	os.Exit(1)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// medianResult picks the run with the median rate.
+func medianResult(rs []Result) Result {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].MmsgPerS < rs[j-1].MmsgPerS; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+	copies := make([]float64, len(rs))
+	for i := range rs {
+		copies[i] = rs[i].CopyMBPerS
+	}
+	for i := 1; i < len(copies); i++ {
+		for j := i; j > 0 && copies[j] < copies[j-1]; j-- {
+			copies[j], copies[j-1] = copies[j-1], copies[j]
+		}
+	}
+	m := rs[len(rs)/2]
+	m.CopyMBPerS = copies[len(copies)/2]
+	return m
+}
+
+var sink []byte
+
+// copyBandwidth measures copy() between two buffers of size bytes.
+func copyBandwidth(size int, d time.Duration) float64 {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	n := 0
+	t0 := time.Now()
+	for time.Since(t0) < d {
+		for i := 0; i < 64; i++ {
+			copy(dst, src)
+		}
+		n += 64
+	}
+	sink = dst
+	return float64(n) * float64(size) / time.Since(t0).Seconds() / 1e6
+}
+
+func control(ctx context.Context, ep fabric.Endpoint, buf *fabric.Region, imm uint32, payload uint64) error {
+	binary.LittleEndian.PutUint64(buf.Bytes(), payload)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf, Length: 8}}, Flags: fabric.FlagImm, Imm: imm}}
+	_, err := ep.SendWait(ctx, msgs)
+	return err
+}
+
+// stream sends size-byte messages in bursts for d, then asks the server
+// how many it received and in what time.
+func stream(ctx context.Context, ep fabric.Endpoint, size, burst int, d time.Duration) (Result, error) {
+	ctl, err := ep.Alloc(64, fabric.AccessLocalWrite)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ctl.Close()
+	src, err := ep.Alloc(size, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	defer src.Close()
+	if err := control(ctx, ep, ctl, immStart, uint64(size)); err != nil {
+		return Result{}, err
+	}
+	msgs := make([]fabric.Message, burst)
+	sge := []fabric.SGE{{Region: src, Length: size}}
+	for i := range msgs {
+		msgs[i] = fabric.Message{SGEs: sge}
+	}
+	t0 := time.Now()
+	for i := 0; ; i++ {
+		if _, err := ep.SendWait(ctx, msgs); err != nil {
+			return Result{}, err
+		}
+		if i&63 == 0 && time.Since(t0) >= d {
+			break
+		}
+	}
+	if err := control(ctx, ep, ctl, immStop, 0); err != nil {
+		return Result{}, err
+	}
+	rm := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(ctl)}}}
+	if _, err := ep.RecvWait(ctx, rm); err != nil {
+		return Result{}, err
+	}
+	count := binary.LittleEndian.Uint64(ctl.Bytes())
+	ns := binary.LittleEndian.Uint64(ctl.Bytes()[8:])
+	secs := float64(ns) / 1e9
+	return Result{Size: size, Burst: burst, Messages: count, Seconds: secs,
+		MmsgPerS: float64(count) / secs / 1e6, MBPerS: float64(count) * float64(size) / secs / 1e6}, nil
+}
+
+// serve receives bursts and counts them; between a start and a stop
+// control message it times the stream from its first message to the stop.
+func serve(ctx context.Context, ep fabric.Endpoint, burst int) error {
+	max := ep.Caps().MaxMsgSize
+	buf, err := ep.Alloc(max*burst, fabric.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	msgs := make([]fabric.Message, burst)
+	sges := make([]fabric.SGE, burst)
+	for i := range msgs {
+		sges[i] = fabric.SGE{Region: buf, Offset: i * max, Length: max}
+		msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
+	}
+	ctl, err := ep.Alloc(64, 0)
+	if err != nil {
+		return err
+	}
+	var count uint64
+	var t0 time.Time
+	for {
+		n, err := ep.RecvWait(ctx, msgs)
+		if err != nil {
+			if errors.Is(err, fabric.ErrPeerGone) {
+				return nil
+			}
+			return err
+		}
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			if m.Flags&fabric.FlagImm == 0 {
+				if count == 0 {
+					t0 = time.Now()
+				}
+				count++
+				continue
+			}
+			switch m.Imm {
+			case immStart:
+				count = 0
+			case immStop:
+				el := time.Since(t0)
+				binary.LittleEndian.PutUint64(ctl.Bytes(), count)
+				binary.LittleEndian.PutUint64(ctl.Bytes()[8:], uint64(el.Nanoseconds()))
+				out := []fabric.Message{{SGEs: []fabric.SGE{{Region: ctl, Length: 16}}}}
+				if _, err := ep.SendWait(ctx, out); err != nil {
+					return err
+				}
+			case immQuit:
+				return nil
+			}
+		}
+	}
+}
+
+func quit(ctx context.Context, ep fabric.Endpoint) {
+	ctl, err := ep.Alloc(64, 0)
+	if err != nil {
+		return
+	}
+	control(ctx, ep, ctl, immQuit, 0)
+}

@@ -1,0 +1,302 @@
+package ntb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/shm"
+)
+
+const helperEnv = "WEFT_NTB_HELPER_PATH"
+
+// TestHelperProcess is side B for the multi-process tests: it opens the
+// bridge, echoes messages, and waits to be killed.
+func TestHelperProcess(t *testing.T) {
+	path := os.Getenv(helperEnv)
+	if path == "" {
+		t.Skip("helper process for other tests")
+	}
+	ctx := context.Background()
+	ep, err := DialShm(ctx, path, ShmConfig{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := ep.Alloc(4096, fabric.AccessLocalWrite)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}}
+	for {
+		msgs[0].SGEs[0].Length = 4096
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			os.Exit(3)
+		}
+		msgs[0].SGEs[0].Length = msgs[0].Len
+		ep.SendWait(ctx, msgs)
+	}
+}
+
+func startHelper(t *testing.T, path string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func echo(t *testing.T, ep fabric.Endpoint, payload string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	buf, _ := ep.Alloc(4096, fabric.AccessLocalWrite)
+	defer buf.Close()
+	n := copy(buf.Bytes(), payload)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf, Length: n}}}}
+	if _, err := ep.SendWait(ctx, msgs); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	msgs[0].SGEs[0].Length = 4096
+	if _, err := ep.RecvWait(ctx, msgs); err != nil {
+		t.Fatalf("recv: %v", err)
+	}
+	if got := string(buf.Bytes()[:msgs[0].Len]); got != payload {
+		t.Fatalf("echo %q, want %q", got, payload)
+	}
+}
+
+func waitEvent(t *testing.T, ep fabric.Endpoint, kind fabric.EventKind) fabric.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-ep.Events():
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %v event", kind)
+		}
+	}
+}
+
+// TestPeerDeathAndRestart kills the peer process with SIGKILL: the link
+// must be seen down within 100 ms, and a new peer process must be able to
+// attach and renegotiate with the surviving side.
+func TestPeerDeathAndRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	cmd := startHelper(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ep, err := DialShm(ctx, path, ShmConfig{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	echo(t, ep, "before the crash")
+	for len(ep.Events()) > 0 {
+		<-ep.Events()
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	ev := waitEvent(t, ep, fabric.EventLinkDown)
+	took := ev.Time.Sub(killed)
+	t.Logf("SIGKILL to link-down event: %v", took)
+	// The design bound is the 2 ms link poll plus the kernel's teardown of
+	// the dead process (typically 5-15 ms here, see the closing note of
+	// issue 2); the assertion is loose because CI machines are shared.
+	if took > 2*time.Second {
+		t.Errorf("peer death detected after %v", took)
+	}
+	if !errors.Is(ev.Err, fabric.ErrPeerGone) {
+		t.Errorf("link-down event error %v", ev.Err)
+	}
+	one := []fabric.Message{{}}
+	if _, err := ep.Send(one); !errors.Is(err, fabric.ErrPeerGone) {
+		t.Errorf("Send with the peer dead: %v, want ErrPeerGone", err)
+	}
+	cmd.Wait()
+
+	// A new process attaches; the survivor renegotiates.
+	startHelper(t, path)
+	waitEvent(t, ep, fabric.EventLinkUp)
+	echo(t, ep, "after the restart")
+}
+
+// TestSurvivorRestart restarts the other side within one process: close
+// and reopen side B while A stays up, several times.
+func TestSurvivorRestart(t *testing.T) {
+	a, b := pair(t, ShmConfig{}, Config{})
+	path := b.t.dev.(*ShmDevice).Path()
+	go echoLoop(b)
+	echo(t, a, "first")
+	for i := 0; i < 3; i++ {
+		b.Close()
+		waitEvent(t, a, fabric.EventLinkDown)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		nb, err := DialShm(ctx, path, ShmConfig{}, Config{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = nb
+		defer b.Close()
+		go echoLoop(b)
+		waitEvent(t, a, fabric.EventLinkUp)
+		echo(t, a, "again")
+	}
+}
+
+func echoLoop(ep *Endpoint) {
+	ctx := context.Background()
+	buf, err := ep.Alloc(4096, fabric.AccessLocalWrite)
+	if err != nil {
+		return
+	}
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}}
+	for {
+		msgs[0].SGEs[0].Length = 4096
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			return
+		}
+		msgs[0].SGEs[0].Length = msgs[0].Len
+		if _, err := ep.SendWait(ctx, msgs); err != nil {
+			return
+		}
+	}
+}
+
+// TestHostilePeer has side B write garbage where A reads: ring headers,
+// consumer positions, region table entries. A must drop and count, report
+// an error event, never panic or touch memory outside its windows, and
+// recover by renegotiating.
+func TestHostilePeer(t *testing.T) {
+	cases := []struct {
+		name string
+		harm func(b *Endpoint)
+		// trigger makes A read the garbage.
+		trigger func(a *Endpoint) error
+	}{
+		{"HugeLength", func(b *Endpoint) { forgeRecord(b, 1<<30, 0) }, recvOnce},
+		{"LengthPastRingEnd", func(b *Endpoint) { forgeRecord(b, len(b.txRing)-8, 0) }, recvOnce},
+		{"BadFlags", func(b *Endpoint) { forgeRecord(b, 10, 0x80) }, recvOnce},
+		{"BadPadding", func(b *Endpoint) { forgeRecord(b, 100, recFlagPad) }, recvOnce},
+		{"WrongSequence", func(b *Endpoint) { shm.U32(b.txRing, 0).Store(0x12345678) }, recvOnce},
+		{"ConsumerPastProducer", func(b *Endpoint) { b.rxHeadP.Store(1 << 40) }, fillSend},
+		{"ConsumerBackwards", func(b *Endpoint) { b.rxHeadP.Store(^uint64(0)) }, fillSend},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := pair(t, ShmConfig{}, Config{})
+			b.txMu.Lock()
+			b.rxMu.Lock()
+			c.harm(b)
+			b.rxMu.Unlock()
+			b.txMu.Unlock()
+			err := c.trigger(a)
+			if !errors.Is(err, fabric.ErrMalformed) {
+				t.Fatalf("reading the garbage: %v, want an error matching ErrMalformed", err)
+			}
+			if d := a.Stats().Drops[fabric.DropMalformed]; d == 0 {
+				t.Errorf("malformed input not counted")
+			}
+			waitEvent(t, a, fabric.EventError)
+			// The session renegotiates and works again.
+			waitEvent(t, a, fabric.EventLinkDown)
+			waitEvent(t, a, fabric.EventLinkUp)
+			go echoLoop(b)
+			echo(t, a, "recovered")
+		})
+	}
+}
+
+// forgeRecord writes a record with a valid sequence word at B's send
+// position, bypassing Send's checks.
+func forgeRecord(b *Endpoint, n int, flags uint32) {
+	off := int(b.txTail % uint64(len(b.txRing)))
+	shm.Put32(b.txRing, off+4, uint32(n))
+	shm.Put32(b.txRing, off+12, flags)
+	shm.U32(b.txRing, off).Store(seqOf(b.txTail, b.txSalt))
+}
+
+func recvOnce(a *Endpoint) error {
+	buf, _ := a.Alloc(4096, fabric.AccessLocalWrite)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := a.Recv(msgs)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return errors.New("nothing arrived")
+}
+
+func fillSend(a *Endpoint) error {
+	buf, _ := a.Alloc(4096, 0)
+	msgs := make([]fabric.Message, 32)
+	for i := range msgs {
+		msgs[i] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
+	}
+	for i := 0; i < 10000; i++ {
+		if _, err := a.Send(msgs); err != nil {
+			return err
+		}
+	}
+	return errors.New("sent 320000 messages into a ring nobody drains")
+}
+
+// TestHostileRegionTable forges region table entries in A's window (where
+// B publishes its table): entries past B's window, torn entries, wrong
+// keys. A's RMA must refuse them all without touching memory.
+func TestHostileRegionTable(t *testing.T) {
+	a, b := pair(t, ShmConfig{}, Config{})
+	target, _ := b.Alloc(4096, fabric.AccessRemoteWrite|fabric.AccessRemoteRead)
+	before := bytes.Clone(target.Bytes())
+	src, _ := a.Alloc(64, 0)
+	copy(src.Bytes(), "must not land")
+	idx := int(target.RemoteKey() & 0xff)
+	e := mrOff + idx*mrEntrySize
+	win := a.t.win
+	write := func(r fabric.RemoteIOV) fabric.Status {
+		t.Helper()
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(src)}, Remote: r, Flags: fabric.FlagSignal}}
+		if n, err := a.Write(msgs); n != 1 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+		out := make([]fabric.Completion, 1)
+		if n := a.CQ().Poll(out); n != 1 {
+			t.Fatalf("no completion")
+		}
+		return out[0].Status
+	}
+	if st := write(target.Remote().Slice(0, 64)); st != fabric.StatusOK {
+		t.Fatalf("legitimate write: %v", st)
+	}
+	copy(target.Bytes(), before)
+	// Entry claims a region past the end of B's window.
+	shm.U64(win, e+16).Store(uint64(len(b.t.win)) - 32)
+	shm.U64(win, e+24).Store(1 << 20)
+	if st := write(fabric.RemoteIOV{Addr: uint64(len(b.t.win)) - 32, Len: 64, Key: target.RemoteKey()}); st == fabric.StatusOK {
+		t.Fatal("write past the peer's window accepted")
+	}
+	// Torn entry: odd sequence word.
+	shm.U32(win, e).Store(shm.U32(win, e).Load() | 1)
+	if st := write(target.Remote().Slice(0, 64)); st == fabric.StatusOK {
+		t.Fatal("write through a torn entry accepted")
+	}
+	if !bytes.Equal(target.Bytes(), before) {
+		t.Fatal("refused writes changed the target")
+	}
+}

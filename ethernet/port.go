@@ -55,6 +55,10 @@ type Config struct {
 	// Spin is how long RecvWait busy-polls before it sleeps in poll(2)
 	// (0: fabric.DefaultSpin; negative: sleep at once).
 	Spin time.Duration
+
+	// raw leaves frame management to the caller (the fabric endpoint):
+	// queues get no frame pool and the fill ring starts empty.
+	raw bool
 }
 
 // Port is an interface opened for AF_XDP: Weft's XDP program attached
@@ -269,6 +273,9 @@ func newQueue(p *Port, s *xsk.Socket, idx, frames int) *Queue {
 	base := 0
 	if !p.cfg.SeparateUMEM {
 		base = idx * frames
+	}
+	if p.cfg.raw {
+		return q
 	}
 	q.free = make([]uint64, 0, frames)
 	for i := frames - 1; i >= 0; i-- {

@@ -501,6 +501,31 @@ func (s *Socket) Poll(ctx context.Context, want int16) (int16, error) {
 	}
 }
 
+// PollFor is one poll(2) of at most timeout for want (unix.POLLIN,
+// unix.POLLOUT) on the socket, without a context: the building block of
+// allocation-free blocking loops. It returns 0 on timeout, and an error
+// matching os.ErrClosed once Close has run (Close wakes it).
+func (s *Socket) PollFor(want int16, timeout time.Duration) (int16, error) {
+	if s.closed.Load() {
+		return 0, opErr("poll", fabric.ErrClosed)
+	}
+	var fds [2]unix.PollFd
+	fds[0] = unix.PollFd{Fd: int32(s.fd), Events: want}
+	fds[1] = unix.PollFd{Fd: int32(s.evfd), Events: unix.POLLIN}
+	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
+	n, err := unix.Poll(fds[:], ms)
+	if err != nil && err != unix.EINTR {
+		return 0, opErr("poll", os.NewSyscallError("poll", err))
+	}
+	if n <= 0 {
+		return 0, nil
+	}
+	if fds[1].Revents != 0 || s.closed.Load() {
+		return 0, opErr("poll", fabric.ErrClosed)
+	}
+	return fds[0].Revents, nil
+}
+
 // Statistics are the kernel's counters of a socket (XDP_STATISTICS).
 type Statistics struct {
 	// RXDropped counts packets dropped for other reasons.

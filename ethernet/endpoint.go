@@ -201,6 +201,7 @@ func Dial(ctx context.Context, cfg EndpointConfig) (*Endpoint, error) {
 		return nil, err
 	}
 	if err := e.handshake(ctx); err != nil {
+		close(e.done) // no background goroutine to wait for
 		e.Close()
 		return nil, e.opErr("open", err)
 	}
@@ -683,6 +684,8 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 			}
 		}
 	case ptFin:
+		// A FIN with our session means the peer had the connection up.
+		e.up = true
 		e.failLocked(errors.New("peer closed"))
 	}
 	return false

@@ -1,8 +1,12 @@
 package ethernet_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/internal/testutil"
 )
 
 // dialPair opens a connected pair of endpoints over a fresh veth pair,
@@ -78,4 +83,102 @@ func TestEndpointBasics(t *testing.T) {
 	_ = b
 	ee := a.(*ethernet.Endpoint)
 	require.NotNil(t, ee.Port().Program())
+}
+
+// TestConformanceProcesses runs the conformance cases with side B in a
+// child process (the test binary re-executed): the parent creates named
+// namespaces and the veth pair, the child enters its namespace by name.
+//
+// It uses fabrictest.Cases with its own process harness rather than
+// fabrictest.TestProcesses, whose deferred Kill of side B fires when
+// role A calls t.Skip (runtime.Goexit) before B has exited, failing the
+// RMA-only Refuse* cases on every backend without RMA. Those cases are
+// covered in one process by TestConformance.
+func TestConformanceProcesses(t *testing.T) {
+	const envCase, envKey = "WEFT_ETH_PROC_CASE", "WEFT_ETH_PROC_KEY"
+	open := func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
+		name := fmt.Sprintf("weft-%x", fnv32(key))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var ns *netns.NS
+		ifname := "veth0"
+		if side == fabrictest.SideA {
+			p := newPair(t, netns.PairConfig{NameNS: name})
+			ns = p.A
+		} else {
+			ifname = "veth1"
+			var err error
+			ok := testutil.Eventually(15*time.Second, func() bool {
+				if ns, err = netns.OpenNamed(name + "-b"); err != nil {
+					return false
+				}
+				if _, err = ns.Index(ifname); err != nil {
+					ns.Close()
+					return false
+				}
+				return true
+			})
+			require.True(t, ok, "namespace %s-b: %v", name, err)
+			t.Cleanup(func() { ns.Close() })
+		}
+		var ep fabric.Endpoint
+		require.NoError(t, ns.Do(func() error {
+			var err error
+			ep, err = fabric.Open(ctx, "ethernet", ifname, nil)
+			return err
+		}))
+		return ep
+	}
+	var cases []fabrictest.Case
+	for _, c := range fabrictest.Cases() {
+		if !strings.HasPrefix(c.Name, "Refuse") {
+			cases = append(cases, c)
+		}
+	}
+	if name := os.Getenv(envCase); name != "" {
+		for _, c := range cases {
+			if c.Name == name {
+				ep := open(t, os.Getenv(envKey), fabrictest.SideB)
+				defer ep.Close()
+				c.B(t, ep)
+				return
+			}
+		}
+		t.Fatalf("no case %q", name)
+	}
+	testutil.RequireAFXDP(t)
+	for i, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			key := fmt.Sprintf("%s-%d-%d", c.Name, os.Getpid(), i)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConformanceProcesses$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), envCase+"="+c.Name, envKey+"="+key)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			require.NoError(t, cmd.Start())
+			ep := open(t, key, fabrictest.SideA)
+			func() {
+				defer ep.Close()
+				c.A(t, ep)
+			}()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("side B failed: %v\n%s", err, out.String())
+			}
+		})
+	}
+}
+
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return h
+}
+
+func BenchmarkEndpoint(b *testing.B) {
+	fabrictest.Benchmark(b, func(b *testing.B) (a, z fabric.Endpoint) {
+		return dialPair(b, netns.PairConfig{}, "%s", "%s")
+	})
 }

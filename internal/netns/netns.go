@@ -158,7 +158,7 @@ func (ns *NS) Close() error {
 	}
 	ns.close = true
 	var errs []error
-	if ns.name != "" {
+	if ns.name != "" && !ns.host {
 		p := filepath.Join(RunDir, ns.name)
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
 			errs = append(errs, os.NewSyscallError("umount", err))
@@ -447,4 +447,14 @@ func (ns *NS) Sysctl(path, value string) error {
 	return ns.Do(func() error {
 		return os.WriteFile(filepath.Join("/proc/sys", path), []byte(value), 0o644)
 	})
+}
+
+// OpenNamed returns a handle to the existing named namespace
+// /run/netns/NAME. Closing the handle does not remove the namespace.
+func OpenNamed(name string) (*NS, error) {
+	fd, err := unix.Open(filepath.Join(RunDir, name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("netns: open %s: %w", name, os.NewSyscallError("open", err))
+	}
+	return &NS{fd: fd, host: true}, nil
 }

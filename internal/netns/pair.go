@@ -25,6 +25,9 @@ type PairConfig struct {
 	// StaticNeigh adds permanent neighbour entries both ways, so no ARP
 	// is needed between the two addresses.
 	StaticNeigh bool
+	// NameNS, if set, makes both namespaces named: NameNS+"-a" and
+	// NameNS+"-b" under /run/netns, so another process can enter them.
+	NameNS string
 }
 
 // Pair is two namespaces joined by a veth pair whose ends are up.
@@ -54,10 +57,16 @@ func NewPair(c PairConfig) (*Pair, error) {
 	}
 	p := &Pair{NameA: c.NameA, NameB: c.NameB, MACA: c.MACA, MACB: c.MACB}
 	var err error
-	if p.A, err = New(); err != nil {
+	mk := func(suffix string) (*NS, error) {
+		if c.NameNS != "" {
+			return NewNamed(c.NameNS + suffix)
+		}
+		return New()
+	}
+	if p.A, err = mk("-a"); err != nil {
 		return nil, err
 	}
-	if p.B, err = New(); err != nil {
+	if p.B, err = mk("-b"); err != nil {
 		p.A.Close()
 		return nil, err
 	}

@@ -7,6 +7,7 @@ require (
 	github.com/jsimonetti/rtnetlink/v2 v2.3.0
 	github.com/mdlayher/netlink v1.9.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0
 )
 
@@ -14,6 +15,5 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/net v0.63.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 )

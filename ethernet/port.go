@@ -259,6 +259,10 @@ type Queue struct {
 	comp    [256]uint64
 	spin    time.Duration
 	fillLow int
+	// inFill counts frames given to the fill ring and not yet received
+	// back on the RX ring, so refills need not read the kernel's
+	// consumer index.
+	inFill int
 	closed  atomic.Bool
 
 	rxPackets, rxBytes atomic.Uint64
@@ -309,7 +313,7 @@ func (q *Queue) Buffer(f Frame) []byte { return q.u.Frame(f.Addr) }
 // refillLocked tops the fill ring up to fillLow frames from the pool.
 func (q *Queue) refillLocked() {
 	fr := q.s.Fill()
-	want := q.fillLow - (fr.Size() - fr.Free())
+	want := q.fillLow - q.inFill
 	if want <= 0 || len(q.free) == 0 {
 		return
 	}
@@ -321,6 +325,7 @@ func (q *Queue) refillLocked() {
 	}
 	q.free = q.free[:top-n]
 	fr.Submit(n)
+	q.inFill += n
 }
 
 // reapLocked moves completed TX frames back to the pool.
@@ -365,12 +370,12 @@ func (q *Queue) Recv(frames []Frame) (int, error) {
 		frames[i] = Frame{Addr: d.Addr, Len: int(d.Len)}
 		bytes += uint64(d.Len)
 	}
+	var err error
 	if n > 0 {
 		rx.Release(n)
-	}
-	q.refillLocked()
-	var err error
-	if n == 0 && (q.s.Fill().NeedsWakeup() || q.s.BusyPolling()) {
+		q.inFill -= n
+		q.refillLocked()
+	} else if q.s.Fill().NeedsWakeup() || q.s.BusyPolling() {
 		err = q.s.WakeRX()
 	}
 	q.mu.Unlock()

@@ -263,7 +263,7 @@ type Queue struct {
 	// back on the RX ring, so refills need not read the kernel's
 	// consumer index.
 	inFill int
-	closed  atomic.Bool
+	closed atomic.Bool
 
 	rxPackets, rxBytes atomic.Uint64
 	txPackets, txBytes atomic.Uint64

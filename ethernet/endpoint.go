@@ -68,7 +68,7 @@ const DefaultUDPPort = 34997
 
 const (
 	maxSGEs    = 64
-	rtoMin     = 2 * time.Millisecond
+	rtoMin     = 4 * time.Millisecond
 	rtoMax     = 200 * time.Millisecond
 	keepalive  = time.Second
 	helloEvery = 10 * time.Millisecond
@@ -79,13 +79,14 @@ const (
 // connection to one peer on the same Ethernet segment.
 //
 // Reliability: every packet carries a sequence number; the receiver
-// accepts packets in order only, acknowledges cumulatively once per
-// receive burst and advertises how many packets it can buffer (flow
-// control, so a slow receiver pushes back on the sender instead of
-// dropping). A gap triggers a negative acknowledgement and the sender
-// goes back to the first unacknowledged packet (go-back-N); a
-// retransmission timer (2ms doubling to 200ms) covers lost
-// acknowledgements. Unacknowledged packets stay in their UMEM frames and
+// acknowledges cumulatively once per receive burst and advertises how
+// many packets it can buffer (flow control, so a slow receiver pushes
+// back on the sender instead of dropping). Packets that arrive after a
+// gap wait in their slot of the receive window; the gap is reported with
+// a negative acknowledgement naming the missing run, which the sender
+// resends alone (selective repeat). A retransmission timer (4ms doubling
+// to 200ms) covers lost acknowledgements and lost tails by resending
+// from the oldest unacknowledged packet. Unacknowledged packets stay in their UMEM frames and
 // are retransmitted from there without a copy. A peer that stays silent
 // for PeerTimeout, or acknowledges nothing for that long, is gone;
 // Close sends a FIN, so a peer that closes is seen at once.
@@ -158,6 +159,7 @@ type Endpoint struct {
 	rxPool     []uint32
 	fillTarget int
 	dq         []rxEnt // deliver queue, indexed by position & (dcap-1)
+	dqValid    []bool  // slot holds a packet (in order, or buffered ahead)
 	dqHead     uint32
 	dqTail     uint32
 	dqMsgs     int // complete messages in dq
@@ -166,6 +168,8 @@ type Endpoint struct {
 	ackPending int
 	nakFor     uint32
 	nakValid   bool
+	dropEvery  int // tests: discard every n-th data packet received
+	dropCount  int
 }
 
 type txEnt struct {
@@ -296,6 +300,7 @@ func newEndpoint(c EndpointConfig) (*Endpoint, error) {
 	e.held = make([]bool, n)
 	e.unacked = make([]txEnt, c.Window)
 	e.dq = make([]rxEnt, e.dcap)
+	e.dqValid = make([]bool, e.dcap)
 	e.txPool = make([]uint32, 0, txFrames)
 	for i := txFrames - 1; i >= 0; i-- {
 		e.txPool = append(e.txPool, uint32(i))
@@ -514,9 +519,19 @@ func (e *Endpoint) writeL2(b []byte, n int) int {
 
 var broadcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
+// sendNakLocked sends a negative acknowledgement: the packets from
+// rcvNxt on, gap of them, are missing.
+func (e *Endpoint) sendNakLocked(gap uint32) bool {
+	return e.sendCtlImmLocked(ptAck, pfNak, gap)
+}
+
 // sendCtlLocked sends a control packet (ack, hello, hello-ack, fin) with
 // the current acknowledgement state.
 func (e *Endpoint) sendCtlLocked(typ, flags uint8) bool {
+	return e.sendCtlImmLocked(typ, flags, 0)
+}
+
+func (e *Endpoint) sendCtlImmLocked(typ, flags uint8, imm uint32) bool {
 	e.reapLocked()
 	if len(e.txPool) == 0 {
 		return false
@@ -530,7 +545,7 @@ func (e *Endpoint) sendCtlLocked(typ, flags uint8) bool {
 	e.txPool = e.txPool[:len(e.txPool)-1]
 	b := e.frame(f)
 	cr := e.credits()
-	putHdr(b[e.hdrOff:], &hdr{typ: typ, flags: flags, session: e.session, ack: e.rcvNxt, wnd: cr})
+	putHdr(b[e.hdrOff:], &hdr{typ: typ, flags: flags, session: e.session, ack: e.rcvNxt, wnd: cr, imm: imm})
 	n := e.writeL2(b, hdrLen)
 	d := tx.Desc(idx)
 	d.Addr, d.Len, d.Options = uint64(f)*e.fsize, uint32(n), 0
@@ -640,7 +655,7 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 			return false
 		}
 		e.lastHeard = e.now
-		e.ackLocked(h.ack, h.wnd, false)
+		e.ackLocked(h.ack, h.wnd, false, 0)
 		if h.typ == ptHelloAck {
 			e.up = true
 		} else {
@@ -653,42 +668,72 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 		return false
 	}
 	e.lastHeard = e.now
-	e.ackLocked(h.ack, h.wnd, h.flags&pfNak != 0)
+	e.ackLocked(h.ack, h.wnd, h.flags&pfNak != 0, h.imm)
 	switch h.typ {
 	case ptData:
-		switch {
-		case h.psn == e.rcvNxt:
-			if e.dqTail-e.dqHead == e.dcap {
-				e.ctr.Drop(fabric.DropNoBuffer, 1)
-				e.ackPending++
+		if e.dropEvery > 0 {
+			if e.dropCount++; e.dropCount%e.dropEvery == 0 {
 				return false
 			}
-			plen := int(n) - off - hdrLen
-			e.dq[e.dqTail&(e.dcap-1)] = rxEnt{addr: addr + uint64(off+hdrLen), len: uint32(plen), flags: h.flags, imm: h.imm}
-			e.dqTail++
-			e.rcvNxt++
-			e.ackPending++
-			e.nakValid = false
-			if h.flags&pfLast != 0 {
-				e.dqMsgs++
-			}
-			return true
-		case seqLT(h.psn, e.rcvNxt):
-			e.ctr.Drop(fabric.DropDuplicate, 1)
-			e.ackPending++
-		default:
-			e.ctr.Drop(fabric.DropSequence, 1)
-			if !e.nakValid || e.nakFor != e.rcvNxt {
-				e.nakValid, e.nakFor = true, e.rcvNxt
-				e.sendCtlLocked(ptAck, pfNak)
-			}
 		}
+		return e.dataLocked(&h, addr, off, n)
 	case ptFin:
 		// A FIN with our session means the peer had the connection up.
 		e.up = true
 		e.failLocked(errors.New("peer closed"))
 	}
 	return false
+}
+
+// dataLocked files a data packet in its deliver-queue slot: in order, it
+// extends the in-order run (and the run of packets buffered after it);
+// ahead of a gap, it waits in its slot and the gap is reported with a
+// negative acknowledgement so the sender resends just the missing
+// packets (selective repeat). It reports whether the frame was kept.
+func (e *Endpoint) dataLocked(h *hdr, addr uint64, off int, n uint32) bool {
+	d := h.psn - e.rcvNxt
+	if int32(d) < 0 {
+		e.ctr.Drop(fabric.DropDuplicate, 1)
+		e.ackPending++
+		return false
+	}
+	used := e.dqTail - e.dqHead
+	if d >= e.dcap-used {
+		e.ctr.Drop(fabric.DropNoBuffer, 1)
+		e.ackPending++
+		return false
+	}
+	mask := e.dcap - 1
+	slot := (e.dqTail + d) & mask
+	if e.dqValid[slot] {
+		e.ctr.Drop(fabric.DropDuplicate, 1)
+		return false
+	}
+	plen := int(n) - off - hdrLen
+	e.dq[slot] = rxEnt{addr: addr + uint64(off+hdrLen), len: uint32(plen), flags: h.flags, imm: h.imm}
+	e.dqValid[slot] = true
+	if d != 0 {
+		if !e.nakValid || e.nakFor != e.rcvNxt {
+			// The gap runs from rcvNxt to the first buffered packet.
+			gap := uint32(1)
+			for gap < d && !e.dqValid[(e.dqTail+gap)&mask] {
+				gap++
+			}
+			e.nakValid, e.nakFor = true, e.rcvNxt
+			e.sendNakLocked(gap)
+		}
+		return true
+	}
+	for e.dqTail-e.dqHead < e.dcap && e.dqValid[e.dqTail&mask] {
+		if e.dq[e.dqTail&mask].flags&pfLast != 0 {
+			e.dqMsgs++
+		}
+		e.dqTail++
+		e.rcvNxt++
+		e.ackPending++
+	}
+	e.nakValid = false
+	return true
 }
 
 // parseL2 checks the link (and IP/UDP) headers of a received frame and
@@ -733,8 +778,9 @@ func (e *Endpoint) parseL2(b []byte) int {
 	return off + UDPHdrLen
 }
 
-// ackLocked applies a cumulative acknowledgement and window.
-func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool) {
+// ackLocked applies a cumulative acknowledgement and window; a negative
+// acknowledgement also resends the gap packets it names.
+func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool, gap uint32) {
 	if seqLT(e.sndUna, ack) && !seqLT(e.sndNxt, ack) {
 		for p := e.sndUna; p != ack; p++ {
 			f := e.unacked[p&(e.window-1)].frame
@@ -757,9 +803,28 @@ func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool) {
 	if lim := ack + wnd; !seqLT(lim, e.peerLimit) || seqLT(e.sndNxt, e.peerLimit) {
 		e.peerLimit = lim
 	}
-	if nak && ack == e.sndUna && e.sndNext != e.sndUna && (!e.goBackValid || e.goBackFor != ack) {
+	if nak && ack == e.sndUna && seqLT(ack, e.sndNext) && (!e.goBackValid || e.goBackFor != ack) {
 		e.goBackValid, e.goBackFor = true, ack
-		e.sndNext = e.sndUna
+		e.resendLocked(ack, min(max(gap, 1), e.sndNext-ack))
+	}
+}
+
+// resendLocked retransmits n packets from psn, as the TX ring allows.
+func (e *Endpoint) resendLocked(psn, n uint32) {
+	tx := e.s.TX()
+	idx, got := tx.Reserve(int(n))
+	for i := 0; i < got; i++ {
+		ent := &e.unacked[(psn+uint32(i))&(e.window-1)]
+		d := tx.Desc(idx + uint32(i))
+		d.Addr, d.Len, d.Options = uint64(ent.frame)*e.fsize, ent.len, 0
+		e.txRefs[ent.frame]++
+	}
+	if got > 0 {
+		tx.Submit(got)
+		e.ctr.Retransmits.Add(uint64(got))
+		e.ctr.TxPackets.Add(uint64(got))
+		e.lastSent = e.now
+		e.s.Drain(0)
 	}
 }
 
@@ -977,6 +1042,7 @@ func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) {
 		total := 0
 		for {
 			ent := &e.dq[e.dqHead&(e.dcap-1)]
+			e.dqValid[e.dqHead&(e.dcap-1)] = false
 			if total < capacity {
 				scatterAt(m.SGEs, total, e.mem[ent.addr:ent.addr+uint64(ent.len)])
 			}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"os"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -97,6 +96,13 @@ func wire16(v uint16) int32 {
 // the XSKMAP at index rx_queue_index, written in cilium/ebpf's asm so it
 // builds without clang. xsks is the map's file descriptor.
 func (f Filter) Instructions(xsks int) (asm.Instructions, error) {
+	return f.instructions(xsks, -1)
+}
+
+// instructions builds the program; a verdict >= 0 replaces the redirect
+// with that return value (for tests, which run the program with
+// BPF_PROG_TEST_RUN and no socket).
+func (f Filter) instructions(xsks int, verdict int32) (asm.Instructions, error) {
 	if len(f.EtherTypes) > maxFilterValues || len(f.UDPPorts) > maxFilterValues {
 		return nil, fmt.Errorf("filter with more than %d values: %w", maxFilterValues, fabric.ErrInvalid)
 	}
@@ -106,6 +112,10 @@ func (f Filter) Instructions(xsks int) (asm.Instructions, error) {
 		lblIPv6     = "ipv6"
 		lblPorts    = "ports"
 	)
+	if !f.All && len(f.EtherTypes) == 0 && len(f.UDPPorts) == 0 {
+		// Matches nothing: pass everything.
+		return asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, nil
+	}
 	// R6 = ctx, R2 = data, R3 = data_end.
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -173,6 +183,9 @@ func (f Filter) Instructions(xsks int) (asm.Instructions, error) {
 			asm.Mov.Imm(asm.R0, 2).WithSymbol(lblPass), // XDP_PASS
 			asm.Return(),
 		)
+	}
+	if verdict >= 0 {
+		return append(ins, asm.Mov.Imm(asm.R0, verdict).WithSymbol(lblRedirect), asm.Return()), nil
 	}
 	ins = append(ins,
 		// bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS): frames
@@ -380,5 +393,3 @@ func (p *Program) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-var _ = os.Getpagesize

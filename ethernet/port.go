@@ -49,8 +49,9 @@ type Config struct {
 	BusyPoll xsk.BusyPoll
 	// NoNeedWakeup disables need_wakeup.
 	NoNeedWakeup bool
-	// TXBudget is the copy-mode frames per kick (XDP_MAX_TX_SKB_BUDGET;
-	// 0: the kernel's default).
+	// TXBudget is how many copy-mode frames one kick (sendto) sends,
+	// XDP_MAX_TX_SKB_BUDGET (0: 256 where the kernel has the option, its
+	// default of 32 elsewhere; negative: the kernel's default).
 	TXBudget int
 	// Spin is how long RecvWait busy-polls before it sleeps in poll(2)
 	// (0: fabric.DefaultSpin; negative: sleep at once).
@@ -100,6 +101,12 @@ func OpenLink(li LinkInfo, cfg *Config) (*Port, error) {
 	}
 	if c.FrameSize == 0 {
 		c.FrameSize = 4096
+	}
+	switch {
+	case c.TXBudget == 0:
+		c.TXBudget = min(256, c.RingSize)
+	case c.TXBudget < 0:
+		c.TXBudget = 0
 	}
 	queues := c.Queues
 	if c.AllQueues {
@@ -247,14 +254,18 @@ type QueueStats struct {
 }
 
 // Queue is one AF_XDP socket of a Port, bound to one interface queue,
-// with a pool of free frames. Its methods are safe for concurrent use
-// (each serialises on the queue); for the best rate, drive each queue
-// from one goroutine.
+// with a pool of free frames.
+//
+// Like a DPDK queue, a Queue belongs to one goroutine at a time: Recv,
+// RecvWait, Release, Alloc, Send and Flush must not be called
+// concurrently (they take no locks, which is what lets them run at the
+// C reference's rate). Stats, ID, ZeroCopy and Port.Close may be called
+// from any goroutine at any time: a Close that races with a burst makes
+// the burst return an error matching os.ErrClosed, never a fault.
 type Queue struct {
 	p       *Port
 	s       *xsk.Socket
 	u       *xsk.UMEM
-	mu      sync.Mutex
 	free    []uint64 // free frame addresses
 	comp    [256]uint64
 	spin    time.Duration
@@ -288,9 +299,7 @@ func newQueue(p *Port, s *xsk.Socket, idx, frames int) *Queue {
 	// Half the frames go to the fill ring for reception, the rest stay
 	// for transmission.
 	q.fillLow = min(s.Fill().Size(), frames/2)
-	q.mu.Lock()
 	q.refillLocked()
-	q.mu.Unlock()
 	return q
 }
 
@@ -357,11 +366,6 @@ func (q *Queue) Recv(frames []Frame) (int, error) {
 	if q.closed.Load() {
 		return 0, q.errClosed("recv")
 	}
-	q.mu.Lock()
-	if q.closed.Load() {
-		q.mu.Unlock()
-		return 0, q.errClosed("recv")
-	}
 	rx := q.s.RX()
 	idx, n := rx.Peek(len(frames))
 	var bytes uint64
@@ -370,18 +374,21 @@ func (q *Queue) Recv(frames []Frame) (int, error) {
 		frames[i] = Frame{Addr: d.Addr, Len: int(d.Len)}
 		bytes += uint64(d.Len)
 	}
+	if q.closed.Load() {
+		// Close raced with the burst: what was read may be garbage.
+		return 0, q.errClosed("recv")
+	}
 	var err error
 	if n > 0 {
 		rx.Release(n)
 		q.inFill -= n
-		q.refillLocked()
-	} else if q.s.Fill().NeedsWakeup() || q.s.BusyPolling() {
-		err = q.s.WakeRX()
-	}
-	q.mu.Unlock()
-	if n > 0 {
 		q.rxPackets.Add(uint64(n))
 		q.rxBytes.Add(bytes)
+		if len(q.free) > 0 {
+			q.refillLocked()
+		}
+	} else if q.s.Fill().NeedsWakeup() || q.s.BusyPolling() {
+		err = q.s.WakeRX()
 	}
 	return n, err
 }
@@ -390,21 +397,29 @@ func (q *Queue) Recv(frames []Frame) (int, error) {
 // Frames of another queue of the same port are accepted when the UMEM
 // is shared.
 func (q *Queue) Release(frames []Frame) {
-	q.mu.Lock()
-	for i := range frames {
-		q.free = append(q.free, frames[i].Addr&^uint64(q.u.FrameSize()-1))
+	mask := ^uint64(q.u.FrameSize() - 1)
+	i := 0
+	if want := q.fillLow - q.inFill; want > 0 && !q.closed.Load() {
+		// Straight back to the fill ring, as far as it is below target.
+		fr := q.s.Fill()
+		idx, n := fr.Reserve(min(want, len(frames)))
+		for ; i < n; i++ {
+			fr.Set(idx+uint32(i), frames[i].Addr&mask)
+		}
+		if n > 0 {
+			fr.Submit(n)
+			q.inFill += n
+		}
 	}
-	if !q.closed.Load() {
-		q.refillLocked()
+	for ; i < len(frames); i++ {
+		q.free = append(q.free, frames[i].Addr&mask)
 	}
-	q.mu.Unlock()
 }
 
 // Alloc takes up to len(frames) free frames from the pool for the
 // caller to fill and Send, setting Len to 0, and returns how many; fewer
 // than asked means the pool is short (frames are in flight).
 func (q *Queue) Alloc(frames []Frame) int {
-	q.mu.Lock()
 	if len(q.free) < len(frames) && !q.closed.Load() {
 		q.reapLocked()
 	}
@@ -414,7 +429,6 @@ func (q *Queue) Alloc(frames []Frame) int {
 		frames[i] = Frame{Addr: q.free[top-1-i]}
 	}
 	q.free = q.free[:top-n]
-	q.mu.Unlock()
 	return n
 }
 
@@ -427,11 +441,6 @@ func (q *Queue) Send(frames []Frame) (int, error) {
 	if q.closed.Load() {
 		return 0, q.errClosed("send")
 	}
-	q.mu.Lock()
-	if q.closed.Load() {
-		q.mu.Unlock()
-		return 0, q.errClosed("send")
-	}
 	q.reapLocked()
 	tx := q.s.TX()
 	idx, n := tx.Reserve(len(frames))
@@ -441,18 +450,19 @@ func (q *Queue) Send(frames []Frame) (int, error) {
 		d.Addr, d.Len, d.Options = frames[i].Addr, uint32(frames[i].Len), 0
 		bytes += uint64(frames[i].Len)
 	}
+	if q.closed.Load() {
+		tx.Cancel(n)
+		return 0, q.errClosed("send")
+	}
 	var err error
 	if n > 0 {
 		tx.Submit(n)
 		q.inFlight += n
+		q.txPackets.Add(uint64(n))
+		q.txBytes.Add(bytes)
 	}
 	if n > 0 || q.inFlight > 0 {
 		err = q.s.Drain(0)
-	}
-	q.mu.Unlock()
-	if n > 0 {
-		q.txPackets.Add(uint64(n))
-		q.txBytes.Add(bytes)
 	}
 	return n, err
 }
@@ -460,11 +470,6 @@ func (q *Queue) Send(frames []Frame) (int, error) {
 // Flush kicks the kernel to process frames left on the TX ring and
 // reclaims completed ones; it reports how many are still in flight.
 func (q *Queue) Flush() (int, error) {
-	if q.closed.Load() {
-		return 0, q.errClosed("flush")
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.closed.Load() {
 		return 0, q.errClosed("flush")
 	}
@@ -528,7 +533,5 @@ func (q *Queue) close() error {
 	if q.closed.Swap(true) {
 		return nil
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	return q.s.Close()
 }

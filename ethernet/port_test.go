@@ -298,3 +298,58 @@ func TestZeroCopyProbe(t *testing.T) {
 }
 
 var _ = bytes.Equal
+
+// TestCloseRacesBursts: Close from another goroutine while bursts run on
+// the queue ends them with os.ErrClosed, without a fault.
+func TestCloseRacesBursts(t *testing.T) {
+	p := newPair(t, netns.PairConfig{})
+	f := ethernet.Filter{EtherTypes: []uint16{ethernet.EtherTypeWeft}}
+	for i := 0; i < 5; i++ {
+		a := openPort(t, p.A, p.NameA, &ethernet.Config{Filter: f})
+		b := openPort(t, p.B, p.NameB, &ethernet.Config{Filter: f})
+		errs := make(chan error, 2)
+		go func() {
+			q := a.Queue(0)
+			fr := make([]ethernet.Frame, 64)
+			for {
+				n := q.Alloc(fr)
+				for j := 0; j < n; j++ {
+					ethernet.PutEthernet(q.Buffer(fr[j]), p.MACB, p.MACA, ethernet.EtherTypeWeft)
+					fr[j].Len = 60
+				}
+				m, err := q.Send(fr[:n])
+				q.Release(fr[m:n])
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			q := b.Queue(0)
+			fr := make([]ethernet.Frame, 64)
+			for {
+				n, err := q.Recv(fr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for j := 0; j < n; j++ {
+					_ = q.Data(fr[j])[12]
+				}
+				q.Release(fr[:n])
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+		for j := 0; j < 2; j++ {
+			select {
+			case err := <-errs:
+				require.ErrorIs(t, err, fabric.ErrClosed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("burst loop did not end at Close")
+			}
+		}
+	}
+}

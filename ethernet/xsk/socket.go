@@ -104,6 +104,12 @@ type Socket struct {
 	closed   atomic.Bool
 	once     sync.Once
 	closeErr error
+	// refs counts system calls in progress on fd and evfd, plus
+	// closingBit once Close has started: Close closes the descriptors
+	// only when no call uses them, so a racing call never reaches a
+	// reused descriptor number.
+	refs atomic.Int64
+	txBudget int
 	// Kicks counts sendto/recvfrom wake-ups issued.
 	Kicks atomic.Uint64
 }
@@ -158,7 +164,7 @@ func NewSocket(u *UMEM, ifindex, queue int, cfg *Config) (*Socket, error) {
 func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.closed || u.mem == nil {
+	if u.closed || u.refs == 0 {
 		return nil, opErr("socket", fmt.Errorf("umem: %w", fabric.ErrClosed))
 	}
 	own := !u.bound
@@ -244,8 +250,10 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 		s.tx.setup(m, &offs.Tx, uint32(c.TXSize))
 	}
 	if c.TXBudget > 0 {
-		// Best effort: kernels before 6.16 lack XDP_MAX_TX_SKB_BUDGET.
-		_ = unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, c.TXBudget)
+		// Best effort: kernels before 6.17 lack XDP_MAX_TX_SKB_BUDGET.
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, c.TXBudget); err == nil {
+			s.txBudget = c.TXBudget
+		}
 	}
 	if err := s.setBusyPoll(&c.BusyPoll); err != nil {
 		return fail("socket", err)
@@ -290,6 +298,19 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 	u.refs++
 	return s, nil
 }
+
+const closingBit = 1 << 40
+
+// acquire takes a reference for a system call; false once Close began.
+func (s *Socket) acquire() bool {
+	if s.refs.Add(1)&closingBit != 0 {
+		s.refs.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Socket) release() { s.refs.Add(-1) }
 
 // isZCRefusal reports whether a zero-copy bind failed because the
 // driver cannot do it (rather than, say, a busy queue).
@@ -348,6 +369,13 @@ func (s *Socket) unmap() {
 	s.maps = nil
 }
 
+// retireMaps makes the rings safe to touch after Close (they read as
+// empty) and frees them later.
+func (s *Socket) retireMaps() {
+	retire(s, s.maps)
+	s.maps = nil
+}
+
 // FD returns the socket's file descriptor, to insert in an XSKMAP.
 func (s *Socket) FD() int { return s.fd }
 
@@ -385,9 +413,10 @@ func (s *Socket) NeedsTXKick() bool { return !s.needWake || s.tx.needWakeup() }
 // Transient conditions (EAGAIN, EBUSY, ENOBUFS) are not errors: the
 // caller kicks again later. Kick is allocation-free.
 func (s *Socket) Kick() error {
-	if s.closed.Load() {
+	if !s.acquire() {
 		return opErr("kick", fabric.ErrClosed)
 	}
+	defer s.release()
 	s.Kicks.Add(1)
 	if e := sendtoKick(s.fd); !transient(e) {
 		return opErr("kick", os.NewSyscallError("sendto", e))
@@ -402,15 +431,16 @@ func (s *Socket) Kick() error {
 // Drain kicks only when need_wakeup asks. It stops early, without error,
 // on a transient condition such as ENOBUFS (the device queue is full).
 func (s *Socket) Drain(rounds int) error {
-	if s.closed.Load() {
-		return opErr("kick", fabric.ErrClosed)
-	}
-	if rounds <= 0 {
-		rounds = 64
-	}
 	if s.zc {
 		_, err := s.KickIfNeeded()
 		return err
+	}
+	if !s.acquire() {
+		return opErr("kick", fabric.ErrClosed)
+	}
+	defer s.release()
+	if rounds <= 0 {
+		rounds = 64
 	}
 	for i := 0; i < rounds && s.tx.Pending() > 0; i++ {
 		s.Kicks.Add(1)
@@ -439,15 +469,20 @@ func (s *Socket) KickIfNeeded() (bool, error) {
 // WakeRX wakes the driver to refill from the fill ring and, with busy
 // polling, runs its NAPI loop once (recvfrom with MSG_DONTWAIT).
 func (s *Socket) WakeRX() error {
-	if s.closed.Load() {
+	if !s.acquire() {
 		return opErr("wake", fabric.ErrClosed)
 	}
+	defer s.release()
 	s.Kicks.Add(1)
 	if e := recvfromKick(s.fd); !transient(e) {
 		return opErr("wake", os.NewSyscallError("recvfrom", e))
 	}
 	return nil
 }
+
+// TXBudget returns the copy-mode frames per kick set with
+// Config.TXBudget, 0 if the kernel's default (32) applies.
+func (s *Socket) TXBudget() int { return s.txBudget }
 
 // BusyPolling reports whether busy polling is configured.
 func (s *Socket) BusyPolling() bool { return s.busy }
@@ -459,6 +494,10 @@ func (s *Socket) BusyPolling() bool { return s.busy }
 // device. Poll sleeps in slices of at most 100ms so that a ctx without
 // deadline is still noticed; Close wakes it at once.
 func (s *Socket) Poll(ctx context.Context, want int16) (int16, error) {
+	if !s.acquire() {
+		return 0, opErr("poll", fabric.ErrClosed)
+	}
+	defer s.release()
 	var fds [2]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(s.fd), Events: want}
 	fds[1] = unix.PollFd{Fd: int32(s.evfd), Events: unix.POLLIN}
@@ -506,9 +545,10 @@ func (s *Socket) Poll(ctx context.Context, want int16) (int16, error) {
 // allocation-free blocking loops. It returns 0 on timeout, and an error
 // matching os.ErrClosed once Close has run (Close wakes it).
 func (s *Socket) PollFor(want int16, timeout time.Duration) (int16, error) {
-	if s.closed.Load() {
+	if !s.acquire() {
 		return 0, opErr("poll", fabric.ErrClosed)
 	}
+	defer s.release()
 	var fds [2]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(s.fd), Events: want}
 	fds[1] = unix.PollFd{Fd: int32(s.evfd), Events: unix.POLLIN}
@@ -542,9 +582,10 @@ type Statistics struct {
 
 // Statistics returns the kernel's counters of the socket.
 func (s *Socket) Statistics() (Statistics, error) {
-	if s.closed.Load() {
+	if !s.acquire() {
 		return Statistics{}, opErr("statistics", fabric.ErrClosed)
 	}
+	defer s.release()
 	var st unix.XDPStatistics
 	if err := getsockoptPtr(s.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&st), unsafe.Sizeof(st)); err != nil {
 		return Statistics{}, opErr("statistics", os.NewSyscallError("getsockopt XDP_STATISTICS", err))
@@ -554,15 +595,21 @@ func (s *Socket) Statistics() (Statistics, error) {
 		RXFillRingEmpty: st.Rx_fill_ring_empty_descs, TXRingEmpty: st.Tx_ring_empty_descs}, nil
 }
 
-// Close unbinds and closes the socket and unmaps its rings; the UMEM's
+// Close unbinds and closes the socket and releases its rings; the UMEM's
 // own socket stays open until the UMEM is closed too. Close is
-// idempotent and wakes a blocked Poll.
+// idempotent, wakes a blocked Poll, and is safe while another goroutine
+// is using the rings: their memory is replaced with empty pages (a ring
+// then reads as empty) and unmapped once the Socket is unreachable.
 func (s *Socket) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
 		var one = [8]byte{1}
-		unix.Write(s.evfd, one[:])
-		s.unmap()
+		unix.Write(s.evfd, one[:]) // wakes Poll, which holds a reference
+		s.refs.Add(closingBit)
+		for s.refs.Load() != closingBit {
+			time.Sleep(20 * time.Microsecond)
+		}
+		s.retireMaps()
 		u := s.umem
 		u.mu.Lock()
 		var errs []error

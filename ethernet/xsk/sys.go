@@ -2,6 +2,7 @@ package xsk
 
 import (
 	"os"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -65,4 +66,32 @@ func transient(e unix.Errno) bool {
 		return true
 	}
 	return false
+}
+
+// retire replaces mappings that other goroutines may still be reading
+// with anonymous zero pages, so that a late access sees an empty ring (or
+// zero bytes) instead of faulting, and the kernel's pages are released
+// now. The replacements are unmapped by a cleanup once owner is
+// unreachable.
+func retire[T any](owner *T, maps [][]byte) {
+	var keep [][]byte
+	for _, m := range maps {
+		if len(m) == 0 {
+			continue
+		}
+		_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&m[0]), uintptr(len(m)), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_FIXED|unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		if err != nil {
+			unix.Munmap(m) // cannot keep it safe: at least free it
+			continue
+		}
+		keep = append(keep, m)
+	}
+	if len(keep) > 0 {
+		runtime.AddCleanup(owner, func(ms [][]byte) {
+			for _, m := range ms {
+				unix.Munmap(m)
+			}
+		}, keep)
+	}
 }

@@ -239,13 +239,9 @@ func (u *UMEM) unrefLocked() bool {
 
 func (u *UMEM) release() error {
 	var errs []error
-	for _, m := range [][]byte{u.fillMem, u.compMem} {
-		if m != nil {
-			if err := unix.Munmap(m); err != nil {
-				errs = append(errs, os.NewSyscallError("munmap", err))
-			}
-		}
-	}
+	// Rings and packet memory may still be read by a goroutine racing
+	// with Close: replace them with empty pages rather than unmap them.
+	retire(u, [][]byte{u.fillMem, u.compMem})
 	u.fillMem, u.compMem = nil, nil
 	if u.fd >= 0 {
 		if err := unix.Close(u.fd); err != nil {
@@ -254,10 +250,8 @@ func (u *UMEM) release() error {
 		u.fd = -1
 	}
 	if u.ownsMem && u.mem != nil {
-		if err := unix.Munmap(u.mem); err != nil {
-			errs = append(errs, os.NewSyscallError("munmap", err))
-		}
+		// u.mem stays set: late readers see zero pages, not a nil slice.
+		retire(u, [][]byte{u.mem})
 	}
-	u.mem = nil
 	return errors.Join(errs...)
 }

@@ -108,7 +108,7 @@ type Socket struct {
 	// closingBit once Close has started: Close closes the descriptors
 	// only when no call uses them, so a racing call never reaches a
 	// reused descriptor number.
-	refs atomic.Int64
+	refs     atomic.Int64
 	txBudget int
 	// Kicks counts sendto/recvfrom wake-ups issued.
 	Kicks atomic.Uint64

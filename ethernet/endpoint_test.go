@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -181,4 +182,60 @@ func BenchmarkEndpoint(b *testing.B) {
 	fabrictest.Benchmark(b, func(b *testing.B) (a, z fabric.Endpoint) {
 		return dialPair(b, netns.PairConfig{}, "%s", "%s")
 	})
+}
+
+// TestConformanceGeneric runs a few conformance cases with the XDP
+// program in generic (skb) mode.
+func TestConformanceGeneric(t *testing.T) {
+	for _, c := range fabrictest.Cases() {
+		switch c.Name {
+		case "PingPongSizes", "OrderedBursts", "CloseWhileBlocked":
+		default:
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			a, b := dialPair(t, netns.PairConfig{}, "%s:xdp=generic", "%s:xdp=generic")
+			t.Run("A", func(t *testing.T) { t.Parallel(); defer a.Close(); c.A(t, a) })
+			t.Run("B", func(t *testing.T) { t.Parallel(); defer b.Close(); c.B(t, b) })
+		})
+	}
+}
+
+// TestEndpointLeaks: endpoints opened and closed leave no descriptors,
+// goroutines or BPF programs behind.
+func TestEndpointLeaks(t *testing.T) {
+	p := newPair(t, netns.PairConfig{})
+	open := func() (fabric.Endpoint, fabric.Endpoint) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var a, b fabric.Endpoint
+		ch := make(chan error, 1)
+		go func() {
+			ch <- p.B.Do(func() (err error) { b, err = fabric.Open(ctx, "ethernet", p.NameB+":busypoll=20us,budget=16", nil); return })
+		}()
+		require.NoError(t, p.A.Do(func() (err error) { a, err = fabric.Open(ctx, "ethernet", p.NameA, nil); return }))
+		require.NoError(t, <-ch)
+		return a, b
+	}
+	a, b := open()
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	runtime.GC()
+	fds := testutil.FDCount(t)
+	g := runtime.NumGoroutine()
+	progs := progIDs(t)
+	for i := 0; i < 3; i++ {
+		a, b := open()
+		reg, _ := a.Alloc(16, 0)
+		_, err := a.SendWait(context.Background(), []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
+		require.NoError(t, err)
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+		require.NoError(t, a.Close())
+		_, err = b.Recv(nil)
+		require.ErrorIs(t, err, fabric.ErrClosed)
+	}
+	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
+	require.LessOrEqual(t, testutil.Goroutines(g, 2*time.Second), g, "goroutine leak")
+	require.Equal(t, progs, progIDs(t), "program leak")
 }

@@ -211,7 +211,10 @@ func TestEndpointLeaks(t *testing.T) {
 		var a, b fabric.Endpoint
 		ch := make(chan error, 1)
 		go func() {
-			ch <- p.B.Do(func() (err error) { b, err = fabric.Open(ctx, "ethernet", p.NameB+":busypoll=20us,budget=16", nil); return })
+			ch <- p.B.Do(func() (err error) {
+				b, err = fabric.Open(ctx, "ethernet", p.NameB+":busypoll=20us,budget=16", nil)
+				return
+			})
 		}()
 		require.NoError(t, p.A.Do(func() (err error) { a, err = fabric.Open(ctx, "ethernet", p.NameA, nil); return }))
 		require.NoError(t, <-ch)

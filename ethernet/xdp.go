@@ -35,6 +35,7 @@ type Filter struct {
 // one by one.
 const maxFilterValues = 64
 
+// String describes the filter, such as "ethertype=0x88b5,udp=4789".
 func (f Filter) String() string {
 	if f.All {
 		return "all"

@@ -27,8 +27,9 @@ var _ [unsafe.Sizeof(unix.XDPDesc{}) - unsafe.Sizeof(Desc{})]struct{}
 
 // ring is the state of one mmapped ring. Only the shared producer,
 // consumer and flags words are touched by the kernel; every access to
-// them is atomic (a load-acquire or store-release on every architecture
-// Go supports). The cached copies are private to the single user-space
+// them is atomic: loads with sync/atomic (load-acquire), the one store
+// per burst with storeRelease (store-release, as libxdp does; on amd64
+// and arm64 without the full barrier of sync/atomic's Store). The cached copies are private to the single user-space
 // producer or consumer that owns the ring.
 type ring struct {
 	producer *atomic.Uint32
@@ -80,11 +81,12 @@ func (r *ring) free(want uint32) uint32 {
 	return r.cachedCons - r.cachedProd
 }
 
-// avail returns how many entries a consumer can peek, reloading the
-// producer index only when the cached view has fewer than want.
-func (r *ring) avail(want uint32) uint32 {
-	n := r.cachedProd - r.cachedCons
-	if n >= want {
+// avail returns how many entries a consumer can peek. It reloads the
+// producer index only when the cached view is empty (as libxdp does):
+// the kernel writes that cache line for every packet, and each load
+// takes the line away from it.
+func (r *ring) avail() uint32 {
+	if n := r.cachedProd - r.cachedCons; n > 0 {
 		return n
 	}
 	r.cachedProd = r.producer.Load()
@@ -102,14 +104,14 @@ func (r *ring) reserve(n uint32) (uint32, uint32) {
 
 func (r *ring) submit(n uint32) {
 	r.pub += n
-	r.producer.Store(r.pub)
+	storeRelease((*uint32)(unsafe.Pointer(r.producer)), r.pub)
 }
 
 // cancel gives back n reserved but unsubmitted slots.
 func (r *ring) cancel(n uint32) { r.cachedProd -= n }
 
 func (r *ring) peek(n uint32) (uint32, uint32) {
-	if a := r.avail(n); a < n {
+	if a := r.avail(); a < n {
 		n = a
 	}
 	idx := r.cachedCons
@@ -119,7 +121,7 @@ func (r *ring) peek(n uint32) (uint32, uint32) {
 
 func (r *ring) release(n uint32) {
 	r.pub += n
-	r.consumer.Store(r.pub)
+	storeRelease((*uint32)(unsafe.Pointer(r.consumer)), r.pub)
 }
 
 // unpeek gives back n peeked but unreleased entries.
@@ -219,7 +221,10 @@ func (c *CompletionRing) Get(addrs []uint64) int {
 }
 
 // Len returns the number of completions waiting.
-func (c *CompletionRing) Len() int { return int(c.avail(c.size)) }
+func (c *CompletionRing) Len() int {
+	c.cachedProd = c.producer.Load()
+	return int(c.cachedProd - c.cachedCons)
+}
 
 // RXRing carries received packets from the kernel. User space is its
 // only consumer.
@@ -265,7 +270,10 @@ func (r *RXRing) Get(descs []Desc) int {
 }
 
 // Len returns the number of received descriptors waiting.
-func (r *RXRing) Len() int { return int(r.avail(r.size)) }
+func (r *RXRing) Len() int {
+	r.cachedProd = r.producer.Load()
+	return int(r.cachedProd - r.cachedCons)
+}
 
 // TXRing carries packets to send to the kernel. User space is its only
 // producer.

@@ -152,13 +152,40 @@ func Table(res []Result) string {
 		}
 		fmt.Fprintf(&b, "%-4s %-10s %10.3f  %s%s\n", r.Test, r.Impl, r.Median, strings.Join(runs, " "), extra)
 	}
-	for _, t := range []string{"rx", "tx"} {
-		w := get(t, "weft")
-		if c := get(t, "c-libxdp"); c > 0 && w > 0 {
-			fmt.Fprintf(&b, "%s: weft / C libxdp = %.2fx (goal >= 0.95)\n", t, w/c)
+	runs := func(test, impl string) []float64 {
+		for _, r := range res {
+			if r.Test == test && r.Impl == impl {
+				return r.Mpps
+			}
 		}
-		if u := get(t, "go-udp"); u > 0 && w > 0 {
-			fmt.Fprintf(&b, "%s: weft / Go UDP batch = %.2fx (goal >= 2.2)\n", t, w/u)
+		return nil
+	}
+	// Paired ratios: the runs of one round ran back to back, so their
+	// ratio cancels most of the drift of a shared machine.
+	paired := func(test, a, ref string) float64 {
+		x, y := runs(test, a), runs(test, ref)
+		var q []float64
+		for i := range min(len(x), len(y)) {
+			if y[i] > 0 {
+				q = append(q, x[i]/y[i])
+			}
+		}
+		return median(q)
+	}
+	for _, t := range []string{"rx", "tx"} {
+		for _, impl := range []string{"weft", "weft-xsk"} {
+			w := get(t, impl)
+			if w == 0 {
+				continue
+			}
+			if c := get(t, "c-libxdp"); c > 0 {
+				fmt.Fprintf(&b, "%s: %s / C libxdp = %.2fx of medians, %.2fx median of paired rounds (goal >= 0.95)\n",
+					t, impl, w/c, paired(t, impl, "c-libxdp"))
+			}
+			if u := get(t, "go-udp"); u > 0 {
+				fmt.Fprintf(&b, "%s: %s / Go UDP batch = %.2fx of medians, %.2fx median of paired rounds (goal >= 2.2)\n",
+					t, impl, w/u, paired(t, impl, "go-udp"))
+			}
 		}
 	}
 	return b.String()
@@ -500,6 +527,10 @@ func (b *bench) rxWeft() (float64, float64, error) {
 	}
 	el := time.Since(start)
 	off, err := s.finish()
+	if os.Getenv("PERFCMP_DEBUG") != "" {
+		st := q.Stats()
+		b.cfg.Log("weft rx: %d packets, %d kicks, kernel %+v", count, st.Kicks, st.Kernel)
+	}
 	return float64(count) / el.Seconds() / 1e6, off, err
 }
 

@@ -73,6 +73,7 @@ const (
 	keepalive  = time.Second
 	helloEvery = 10 * time.Millisecond
 	ctlReserve = 16 // TX frames kept back for acks and control packets
+	ackEvery   = 32 // received packets per acknowledgement
 )
 
 // Endpoint is a fabric.Endpoint over AF_XDP: a reliable, ordered message
@@ -621,7 +622,10 @@ func (e *Endpoint) pollLocked(budget int) int {
 	e.refillLocked()
 	e.ctr.RxPackets.Add(pkts)
 	e.ctr.RxBytes.Add(bytes)
-	if e.ackPending > 0 && e.up {
+	// Acknowledge every ackEvery packets; smaller remainders ride on
+	// our next data packet or go out with the next tick (1ms), well
+	// within the sender's retransmission timer.
+	if e.ackPending >= ackEvery && e.up {
 		e.sendCtlLocked(ptAck, 0)
 	}
 	return n
@@ -964,6 +968,11 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 	}
 	e.pumpLocked(false)
 	if n > 0 {
+		if e.sndNext == e.sndNxt {
+			// What we just sent carried the current acknowledgement.
+			e.ackPending = 0
+			e.advLimit = e.rcvNxt + e.credits()
+		}
 		e.ctr.TxMessages.Add(uint64(n))
 		e.ctr.TxBytes.Add(bytes)
 	}

@@ -78,8 +78,11 @@ type Result struct {
 type Config struct {
 	Duration time.Duration
 	Rounds   int
-	// TXBudget sets Weft's XDP_MAX_TX_SKB_BUDGET (0: kernel default).
+	// TXBudget sets Weft's XDP_MAX_TX_SKB_BUDGET (0: Weft's default,
+	// 256; negative: the kernel's default, 32).
 	TXBudget int
+	// Only restricts the run to "rx" or "tx" ("": both).
+	Only string
 	// Log receives progress lines (nil: none).
 	Log func(format string, args ...any)
 }
@@ -113,9 +116,10 @@ func main() {
 	d := flag.Duration("duration", 2*time.Second, "length of each run")
 	rounds := flag.Int("rounds", 3, "runs per configuration (the median is reported)")
 	js := flag.Bool("json", false, "print JSON")
+	only := flag.String("only", "", "run only this test (rx or tx)")
 	budget := flag.Int("txbudget", 0, "Weft's copy-mode frames per sendto (XDP_MAX_TX_SKB_BUDGET; 0: kernel default 32)")
 	flag.Parse()
-	res, err := Run(Config{Duration: *d, Rounds: *rounds, TXBudget: *budget, Log: func(f string, a ...any) {
+	res, err := Run(Config{Duration: *d, Rounds: *rounds, TXBudget: *budget, Only: *only, Log: func(f string, a ...any) {
 		fmt.Fprintf(os.Stderr, f+"\n", a...)
 	}})
 	if err != nil {
@@ -247,6 +251,15 @@ func Run(cfg Config) ([]Result, error) {
 	}
 	confs = append(confs, conf{"tx", "weft", b.txWeft}, conf{"tx", "go-udp", b.txUDP})
 
+	if cfg.Only != "" {
+		var keep []conf
+		for _, c := range confs {
+			if c.test == cfg.Only {
+				keep = append(keep, c)
+			}
+		}
+		confs = keep
+	}
 	res := make([]Result, len(confs))
 	offered := make([][]float64, len(confs))
 	for i, c := range confs {

@@ -227,6 +227,7 @@ func TestEndpointLeaks(t *testing.T) {
 	fds := testutil.FDCount(t)
 	g := runtime.NumGoroutine()
 	progs := progIDs(t)
+	maps := mapIDs(t)
 	for i := 0; i < 3; i++ {
 		a, b := open()
 		reg, _ := a.Alloc(16, 0)
@@ -240,5 +241,8 @@ func TestEndpointLeaks(t *testing.T) {
 	}
 	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
 	require.LessOrEqual(t, testutil.Goroutines(g, 2*time.Second), g, "goroutine leak")
-	require.Equal(t, progs, progIDs(t), "program leak")
+	require.Empty(t, newWeftProgs(t, progs), "program leak")
+	// Maps are freed in a deferred work item after their last reference.
+	require.True(t, testutil.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
+		"map leak: %v", newWeftMaps(t, maps))
 }

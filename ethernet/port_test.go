@@ -237,6 +237,7 @@ func TestCloseLeaks(t *testing.T) {
 	fds := testutil.FDCount(t)
 	g := runtime.NumGoroutine()
 	progs := progIDs(t)
+	maps := mapIDs(t)
 	for i := 0; i < 5; i++ {
 		port := open()
 		require.Len(t, port.Queues(), 2)
@@ -248,7 +249,10 @@ func TestCloseLeaks(t *testing.T) {
 	}
 	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
 	require.LessOrEqual(t, testutil.Goroutines(g, time.Second), g, "goroutine leak")
-	require.Equal(t, progs, progIDs(t), "program leak")
+	require.Empty(t, newWeftProgs(t, progs), "program leak")
+	// Maps are freed in a deferred work item after their last reference.
+	require.True(t, testutil.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
+		"map leak: %v", newWeftMaps(t, maps))
 }
 
 // TestRecvWaitClose: Close wakes a blocked RecvWait with os.ErrClosed,

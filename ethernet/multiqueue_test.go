@@ -75,3 +75,40 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return false
 }
+
+// TestSharedProgram: two Ports on different queues of one interface
+// share Weft's XDP program; the program stays until the last one closes;
+// a taken queue or a different filter is refused.
+func TestSharedProgram(t *testing.T) {
+	p := newPair(t, netns.PairConfig{Queues: 2})
+	f := ethernet.Filter{EtherTypes: []uint16{ethernet.EtherTypeWeft}}
+	q0 := openPort(t, p.A, p.NameA, &ethernet.Config{Queues: []int{0}, Filter: f})
+	q1 := openPort(t, p.A, p.NameA, &ethernet.Config{Queues: []int{1}, Filter: f})
+	require.Same(t, q0.Program(), q1.Program())
+	err := p.A.Do(func() error { _, err := ethernet.Open(p.NameA, &ethernet.Config{Queues: []int{1}, Filter: f}); return err })
+	require.ErrorIs(t, err, ethernet.ErrXDPInUse)
+	err = p.A.Do(func() error {
+		_, err := ethernet.Open(p.NameA, &ethernet.Config{Queues: []int{0}, Filter: ethernet.Filter{All: true}})
+		return err
+	})
+	require.ErrorIs(t, err, ethernet.ErrXDPInUse)
+	progID := func() uint32 {
+		var li ethernet.LinkInfo
+		require.NoError(t, p.A.Do(func() (err error) { li, err = ethernet.LinkByName(p.NameA); return }))
+		return li.XDPProgID
+	}
+	require.NotZero(t, progID())
+	require.NoError(t, q0.Close())
+	require.NotZero(t, progID(), "closing one Port detached the shared program")
+	// Queue 1 still receives.
+	a := openPort(t, p.B, p.NameB, &ethernet.Config{Queues: []int{1}})
+	fr := make([]ethernet.Frame, 1)
+	require.Equal(t, 1, a.Queue(0).Alloc(fr))
+	ethernet.PutEthernet(a.Queue(0).Buffer(fr[0]), p.MACA, p.MACB, ethernet.EtherTypeWeft)
+	fr[0].Len = 60
+	_, err = a.Queue(0).Send(fr)
+	require.NoError(t, err)
+	require.Equal(t, 1, recvFrames(t, q1.Queue(0), 1, 2*time.Second, nil))
+	require.NoError(t, q1.Close())
+	require.Zero(t, progID(), "the last Close must detach")
+}

@@ -70,6 +70,7 @@ type Port struct {
 	link   LinkInfo
 	cfg    Config
 	prog   *Program
+	sp     *sharedProg
 	umems  []*xsk.UMEM
 	queues []*Queue
 	closed atomic.Bool
@@ -131,25 +132,11 @@ func OpenLink(li LinkInfo, cfg *Config) (*Port, error) {
 	}
 	steer := !c.NoProgram && (c.Filter.All || len(c.Filter.EtherTypes) > 0 || len(c.Filter.UDPPorts) > 0)
 	if steer {
-		if li.XDPProgID != 0 {
-			return nil, portErr(li, fmt.Errorf("program id %d attached (mode %d): %w; Weft does not replace it", li.XDPProgID, li.XDPMode, ErrXDPInUse))
-		}
-		n := 1
-		for _, q := range queues {
-			n = max(n, q+1)
-		}
-		n = max(n, li.RXQueues)
-		prog, err := NewProgram(c.Filter, n)
+		sp, err := acquireProgram(li, c.Filter, queues, c.Attach)
 		if err != nil {
-			return fail(err)
+			return nil, portErr(li, err)
 		}
-		p.prog = prog
-		// Attach before binding: veth needs native XDP on the device for
-		// AF_XDP in driver mode, and zero-copy drivers set the queue up
-		// on attach.
-		if err := prog.Attach(li.Index, c.Attach); err != nil {
-			return fail(err)
-		}
+		p.sp, p.prog = sp, sp.prog
 	}
 	bind := c.Bind
 	if p.prog != nil && p.prog.Mode() == AttachGeneric && bind == xsk.ModeAuto {
@@ -197,7 +184,9 @@ func portErr(li LinkInfo, err error) error {
 // Link returns the interface's information as of Open.
 func (p *Port) Link() LinkInfo { return p.link }
 
-// Program returns the attached XDP program, nil without one.
+// Program returns the attached XDP program, nil without one. Ports of
+// the process on the same interface share it (one XDP program per
+// interface): it stays attached until the last of them closes.
 func (p *Port) Program() *Program { return p.prog }
 
 // Queues returns the port's queues, in the order of Config.Queues.
@@ -212,14 +201,11 @@ func (p *Port) Close() error {
 	p.once.Do(func() {
 		p.closed.Store(true)
 		var errs []error
-		if p.prog != nil {
-			// Detach first so no frame is steered to a closing socket,
-			// and empty the XSKMAP so it holds no socket while the
-			// kernel frees it in the background.
-			for _, q := range p.queues {
-				errs = append(errs, p.prog.Unregister(q.ID()))
-			}
-			errs = append(errs, p.prog.Close())
+		if p.sp != nil {
+			// Unsteer first (and detach, with the program's last user)
+			// so no frame goes to a closing socket, and empty the XSKMAP
+			// so it holds no socket while the kernel frees it.
+			errs = append(errs, p.sp.release(p.cfg.Queues))
 		}
 		for _, q := range p.queues {
 			errs = append(errs, q.close())

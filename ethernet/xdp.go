@@ -80,7 +80,9 @@ func (m AttachMode) String() string {
 }
 
 // ErrXDPInUse reports an interface that already has an XDP program
-// Weft did not attach. Weft never replaces or detaches such a program.
+// Weft did not attach (Weft never replaces or detaches such a program),
+// or, for Weft's own program shared by the Ports of this process, a
+// different filter or a queue that already has a socket.
 var ErrXDPInUse = errors.New("interface already has an XDP program")
 
 // htons16 returns v as the little-endian 16-bit load of its big-endian

@@ -85,7 +85,10 @@ func TestSharedProgram(t *testing.T) {
 	q0 := openPort(t, p.A, p.NameA, &ethernet.Config{Queues: []int{0}, Filter: f})
 	q1 := openPort(t, p.A, p.NameA, &ethernet.Config{Queues: []int{1}, Filter: f})
 	require.Same(t, q0.Program(), q1.Program())
-	err := p.A.Do(func() error { _, err := ethernet.Open(p.NameA, &ethernet.Config{Queues: []int{1}, Filter: f}); return err })
+	err := p.A.Do(func() error {
+		_, err := ethernet.Open(p.NameA, &ethernet.Config{Queues: []int{1}, Filter: f})
+		return err
+	})
 	require.ErrorIs(t, err, ethernet.ErrXDPInUse)
 	err = p.A.Do(func() error {
 		_, err := ethernet.Open(p.NameA, &ethernet.Config{Queues: []int{0}, Filter: ethernet.Filter{All: true}})

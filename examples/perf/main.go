@@ -15,6 +15,32 @@
 //
 //	perf -server -backend ntb -addr /dev/shm/weft0
 //	perf -backend ntb -addr /dev/shm/weft0
+//
+// With -mode sweep it measures small-packet forwarding with and without
+// the batch package (SGE coalescing), side by side in one run: for packet
+// sizes 64 to 1500 B and the modes unbatched (one message and one Send
+// per packet), burst (one message per packet, one Send per group) and
+// batched (batch.Coalescer and batch.Splitter), the packet rate and
+// bandwidth at saturation, and the end-to-end latency per packet (median,
+// p99) at a paced rate, from CLOCK_MONOTONIC timestamps in the packets.
+// It prints a table (or -json) and can draw a PNG (-plot):
+//
+//	go run ./examples/perf -mode sweep -plot sweep.png
+//	go run ./examples/perf -mode sweep -json
+//
+// Figures are medians of -runs runs in which the modes are measured back to
+// back; ratios and latency differences are taken run by run. Both ends
+// spin, so each phase records its CPU share (CPU time over wall time) on
+// both ends: a share below -clean means the host's other load took the
+// CPU. The sweep reports medians over all runs and over the clean ones, and
+// -min-clean K adds runs until K were clean (the choice depends on the CPU
+// shares only).
+//
+// Each backend in -backend (a list) is measured; an empty address with the
+// ntb backend runs both ends itself, any other backend runs its receiver
+// on the peer with -server -mode sweep -backend NAME -addr ADDR:
+//
+//	perf -mode sweep -backend ntb,roce -addr ,10.0.0.2:4791
 package main
 
 import (
@@ -28,10 +54,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
 	_ "github.com/weft-io/weft/ntb"
 )
@@ -65,7 +93,106 @@ func main() {
 	dur := flag.Duration("t", time.Second, "duration per size")
 	runs := flag.Int("runs", 3, "runs per size; the median is reported")
 	asJSON := flag.Bool("json", false, "print JSON")
+	mode := flag.String("mode", "stream", "stream: message bandwidth and rate; sweep: small packets batched and unbatched")
+	modes := flag.String("modes", strings.Join(allModes, ","), "sweep: modes to measure")
+	group := flag.Int("group", 32, "sweep: packets generated per group (a router's receive burst)")
+	latRate := flag.Float64("lat-rate", 500e3, "sweep: packets/s offered in the latency phase")
+	deadline := flag.Duration("deadline", batch.DefaultDeadline, "sweep: batch deadline")
+	maxPackets := flag.Int("max-packets", 0, "sweep: packets per batch (0: Caps.MaxSGEs-1)")
+	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
+	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
+	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
+	doPin := flag.Bool("pin", false, "sweep: pin the sender and the receiver threads to CPUs 0 and 1")
+	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
+	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
+	maxRuns := flag.Int("max-runs", 0, "sweep: cap on runs per size with -min-clean (0: 4 x -runs)")
+	plotAll := flag.Bool("plot-all", false, "sweep: plot the medians of all runs (default: of the clean runs)")
+	fromJSON := flag.String("from-json", "", "sweep: print and plot a saved -json report instead of measuring")
+	cpuProfile := flag.String("cpuprofile", "", "sweep: write a CPU profile of the sender (and FILE.server of the receiver)")
 	flag.Parse()
+	if *mode == "sweep" {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+		initClock()
+		cfg := sweepConfig{backends: strings.Split(*backend, ","), runs: *runs, group: *group,
+			latRate: *latRate, asJSON: *asJSON, plotPath: *plotPath, maxMsg: *maxMsg, dur: 500 * time.Millisecond,
+			opts: batch.Options{Deadline: *deadline, MaxPackets: *maxPackets, MaxBytes: *maxBytes}}
+		if *addr != "" {
+			cfg.addrs = strings.Split(*addr, ",")
+		}
+		if set["t"] {
+			cfg.dur = *dur
+		}
+		cfg.latDur = cfg.dur / 2
+		sz := "64,128,256,512,1024,1500"
+		if set["sizes"] {
+			sz = *sizesFlag
+		}
+		var err error
+		if cfg.sizes, err = parseSizes(sz); err != nil {
+			fatal(err)
+		}
+		if cfg.modes, err = parseModes(*modes); err != nil {
+			fatal(err)
+		}
+		if *server {
+			if *addr == "" {
+				fatal(errors.New("-server needs -addr"))
+			}
+			ctx := context.Background()
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			ep, err := fabric.Open(octx, *backend, *addr, &fabric.Options{MaxMsgSize: *maxMsg})
+			cancel()
+			if err != nil {
+				fatal(err)
+			}
+			defer ep.Close()
+			if *doPin {
+				pin(1)
+			}
+			if err := serveSweep(ctx, ep); err != nil {
+				pprof.StopCPUProfile()
+				fatal(err)
+			}
+			return
+		}
+		if *doPin {
+			cfg.pinned = pin(0) >= 0
+		}
+		cfg.cpuProfile = *cpuProfile
+		cfg.clean = *cleanShare
+		cfg.minClean, cfg.maxRuns, cfg.plotAll = *minClean, *maxRuns, *plotAll
+		if *fromJSON != "" {
+			b, err := os.ReadFile(*fromJSON)
+			if err != nil {
+				fatal(err)
+			}
+			var rep SweepReport
+			if err := json.Unmarshal(b, &rep); err != nil {
+				fatal(err)
+			}
+			if err := report(cfg, rep); err != nil {
+				fatal(err)
+			}
+			return
+		}
+		if cfg.maxRuns == 0 {
+			cfg.maxRuns = 4 * cfg.runs
+		}
+		if err := runSweep(cfg); err != nil {
+			pprof.StopCPUProfile()
+			fatal(err)
+		}
+		return
+	}
 	sizes, err := parseSizes(*sizesFlag)
 	if err != nil {
 		fatal(err)

@@ -1,0 +1,124 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/batch"
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/ntb"
+)
+
+// pair opens both sides of a fresh emulated NTB bridge, one per goroutine,
+// as ntb's own tests do.
+func pair(t testing.TB, tc ntb.Config) (a, b *ntb.Endpoint) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		ep  *ntb.Endpoint
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		ep, err := ntb.DialShm(ctx, path, ntb.ShmConfig{}, tc)
+		ch <- res{ep, err}
+	}()
+	a, err := ntb.DialShm(ctx, path, ntb.ShmConfig{}, tc)
+	r := <-ch
+	if err != nil || r.err != nil {
+		if a != nil {
+			a.Close()
+		}
+		if r.ep != nil {
+			r.ep.Close()
+		}
+		t.Fatalf("DialShm: %v / %v", err, r.err)
+	}
+	t.Cleanup(func() { a.Close(); r.ep.Close() })
+	return a, r.ep
+}
+
+func newCoalescer(t testing.TB, ep fabric.Endpoint, o *batch.Options) *batch.Coalescer {
+	t.Helper()
+	c, err := batch.NewCoalescer(ep, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newSplitter(t testing.TB, ep fabric.Endpoint, o *batch.SplitterOptions) *batch.Splitter {
+	t.Helper()
+	s, err := batch.NewSplitter(ep, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func alloc(t testing.TB, ep fabric.Endpoint, n int) *fabric.Region {
+	t.Helper()
+	r, err := ep.Alloc(n, fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// recvN receives exactly n packets (copies of their data), releasing each
+// at once.
+func recvN(t testing.TB, s *batch.Splitter, n int) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out [][]byte
+	pkts := make([]batch.Packet, 64)
+	for len(out) < n {
+		k, err := s.RecvWait(ctx, pkts[:min(len(pkts), n-len(out))])
+		for _, p := range pkts[:k] {
+			out = append(out, append([]byte(nil), p.Data...))
+		}
+		s.Release(pkts[:k])
+		if err != nil {
+			t.Fatalf("RecvWait after %d of %d packets: %v", len(out), n, err)
+		}
+	}
+	return out
+}
+
+// expectNothing checks that no packet arrives within d.
+func expectNothing(t testing.TB, s *batch.Splitter, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	pkts := make([]batch.Packet, 4)
+	n, err := s.RecvWait(ctx, pkts)
+	s.Release(pkts[:n])
+	if n > 0 {
+		t.Fatalf("got %d unexpected packets (%q...)", n, pkts[0].Data)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RecvWait: %v, want deadline exceeded", err)
+	}
+}
+
+// lowInline wraps a real endpoint and reports a small InlineSize, so that
+// batches above it take the signaled path (completion before reclaim),
+// as on an RDMA NIC that gathers from the packet buffers.
+type lowInline struct {
+	fabric.Endpoint
+	inline int
+}
+
+func (l lowInline) Caps() fabric.Caps {
+	c := l.Endpoint.Caps()
+	c.InlineSize = l.inline
+	return c
+}

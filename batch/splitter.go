@@ -1,0 +1,432 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// DefaultSlots is the number of receive slots when SplitterOptions.Slots
+// is zero.
+const DefaultSlots = 64
+
+// errTruncated is returned by Recv for a message longer than a slot.
+var errTruncated = fmt.Errorf("batch: message longer than a receive slot (raise SplitterOptions.SlotSize or lower the sender's MaxBytes): %w", fabric.ErrMessageSize)
+
+// SplitterOptions configure a Splitter. The zero value selects every
+// default.
+type SplitterOptions struct {
+	// Slots is the number of receive slots, each holding one message
+	// until every packet of it is released (0: DefaultSlots).
+	Slots int
+	// SlotSize is the size of a slot in bytes; it must hold the largest
+	// message the peer sends, a batch of its MaxBytes (0: Caps.MaxMsgSize).
+	// A longer message is dropped (DropTruncated).
+	SlotSize int
+}
+
+// Packet is a packet delivered by a Splitter: a view into a receive slot,
+// valid until the packet is released.
+type Packet struct {
+	// Data is the packet. It aliases the receive slot: the caller may read
+	// and modify it in place, and must not use it after Release.
+	Data []byte
+	// Raw reports a message that was not a batch (sent without the
+	// coalescer), delivered whole as one packet.
+	Raw bool
+	// Flags are the message's flags for a raw message: FlagImm when Imm is
+	// valid, FlagRemoteWrite for the notification of an RMA write with
+	// immediate (Data is then empty). Zero for packets of a batch.
+	Flags fabric.MsgFlags
+	// Imm is the immediate data of a raw message, valid with FlagImm.
+	Imm uint32
+
+	slot uint32 // slot index + 1; 0 for the zero Packet
+	gen  uint32 // slot generation, catches releases of stale packets
+}
+
+type slot struct {
+	refs  atomic.Int32  // packets not yet released
+	gen   atomic.Uint32 // bumped each time the slot receives a message
+	buf   []byte        // the slot's memory
+	msg   []byte        // the received message
+	count int           // packets in it
+	next  int           // next packet to deliver
+	off   int           // offset of the next packet
+	raw   bool
+	flags fabric.MsgFlags
+	imm   uint32
+}
+
+type splitterCounters struct {
+	batches, packets, bytes atomic.Uint64
+	sizes                   [NumSizeBuckets]atomic.Uint64
+	drops                   [NumDropReasons]atomic.Uint64
+	full, raw, seqGaps      atomic.Uint64
+}
+
+// Splitter receives batches on an endpoint and splits them into packets
+// without copying them. It receives into slots of a region it allocates;
+// a slot holds one message until every packet of it has been released.
+//
+// Recv and RecvWait may be called from several goroutines but are
+// serialised; Release and Stats may be called from any goroutine at any
+// time (a router may hand packets to workers that release them).
+type Splitter struct {
+	ep       fabric.Endpoint
+	reg      *fabric.Region
+	slotSize int
+	slots    []slot
+	sges     []fabric.SGE // one per slot
+
+	rxMu sync.Mutex // Recv state below
+	// The free slots, as messages ready to post: ready[lo:] is a stack
+	// whose top is ready[lo], and readyIdx[i] is the slot of ready[i].
+	// Recv passes ready[lo:lo+k] to the endpoint as is, so taking k free
+	// slots costs nothing; the endpoint fills them from the top.
+	ready    []fabric.Message
+	readyIdx []int32
+	lo       int
+	dropped  []int32 // slots of messages dropped by the current Recv
+	pend     []int32 // FIFO of slots with undelivered packets
+	ph, pt   uint64
+	lastSeq  uint32
+	haveSeq  bool
+	perMsg   int // packets in the last message received, to size receives
+
+	// Slots freed by Release (any goroutine) wait here until Recv moves
+	// them to the stack.
+	retMu    sync.Mutex
+	ret      []int32
+	nret     atomic.Int32
+	inUse    atomic.Int32 // slots holding a message
+	closed   atomic.Bool
+	freeOnce sync.Once
+	ctr      splitterCounters
+}
+
+// NewSplitter returns a Splitter that receives on ep. It allocates its
+// receive region with ep.Alloc (AccessLocalWrite). opts may be nil.
+func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
+	var o SplitterOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Slots == 0 {
+		o.Slots = DefaultSlots
+	}
+	if o.SlotSize == 0 {
+		o.SlotSize = ep.Caps().MaxMsgSize
+	}
+	if o.Slots < 1 || o.SlotSize < FixedHeaderSize+3 {
+		return nil, fmt.Errorf("batch: %d slots of %d bytes: %w", o.Slots, o.SlotSize, fabric.ErrInvalid)
+	}
+	reg, err := ep.Alloc(o.Slots*o.SlotSize, fabric.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("batch: receive region: %w", err)
+	}
+	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots),
+		sges: make([]fabric.SGE, o.Slots), ready: make([]fabric.Message, o.Slots),
+		readyIdx: make([]int32, o.Slots), pend: make([]int32, o.Slots), dropped: make([]int32, 0, o.Slots), ret: make([]int32, 0, o.Slots)}
+	buf := reg.Bytes()
+	for i := range s.slots {
+		off := i * o.SlotSize
+		s.slots[i].buf = buf[off : off+o.SlotSize : off+o.SlotSize]
+		s.sges[i] = fabric.SGE{Region: reg, Offset: off, Length: o.SlotSize}
+		s.ready[i].SGEs = s.sges[i : i+1 : i+1]
+		s.readyIdx[i] = int32(i)
+	}
+	return s, nil
+}
+
+// Slots returns the number of receive slots.
+func (s *Splitter) Slots() int { return len(s.slots) }
+
+// SlotSize returns the size of a receive slot.
+func (s *Splitter) SlotSize() int { return s.slotSize }
+
+// Endpoint returns the endpoint the splitter receives on.
+func (s *Splitter) Endpoint() fabric.Endpoint { return s.ep }
+
+// Recv stores up to len(pkts) received packets into pkts, in the order
+// they were sent, and returns how many. It never blocks. Packets of a
+// batch that do not fit in pkts are delivered by the next call.
+//
+// A malformed batch is dropped and counted (Stats.Drops) and Recv returns
+// the packets it has with a *HeaderError, which matches
+// fabric.ErrMalformed; a message longer than a slot gives an error
+// matching fabric.ErrMessageSize. Both are reports about input, not
+// failures of the splitter: keep calling Recv. Errors of the endpoint are
+// returned as they are.
+//
+// When every slot is held by unreleased packets, Recv returns 0 (and
+// counts Stats.Full): release packets.
+func (s *Splitter) Recv(pkts []Packet) (int, error) {
+	return s.recv(nil, pkts)
+}
+
+// RecvWait is Recv that blocks until it has at least one packet, ctx is
+// done or the endpoint fails. It waits with the endpoint's RecvWait (spin,
+// then sleep); when every slot is held by unreleased packets it waits for
+// a Release from another goroutine. Closing the Splitter does not wake
+// it; closing the endpoint or cancelling ctx does.
+func (s *Splitter) RecvWait(ctx context.Context, pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	for i := 0; ; i++ {
+		n, err := s.recv(ctx, pkts)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		// Every slot is held: wait for a release.
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		runtime.Gosched()
+	}
+}
+
+func (s *Splitter) recv(ctx context.Context, pkts []Packet) (int, error) {
+	if s.closed.Load() {
+		return 0, errClosed
+	}
+	s.rxMu.Lock()
+	n, err := s.recvLocked(ctx, pkts)
+	s.rxMu.Unlock()
+	if s.closed.Load() && s.rxMu.TryLock() {
+		s.freeRegion()
+		s.rxMu.Unlock()
+	}
+	return n, err
+}
+
+func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
+	n := s.drain(pkts)
+	var first error
+	for n < len(pkts) {
+		if s.nret.Load() != 0 {
+			s.collect()
+		}
+		// Receive about as many messages as the caller has room for
+		// packets: batches hold many, so this keeps the data a call
+		// touches (and the slots it holds) small.
+		want := (len(pkts) - n + s.perMsg - 1) / s.perMsg
+		k := min(want, len(s.ready)-s.lo)
+		if k == 0 {
+			s.ctr.full.Add(1)
+			break
+		}
+		lo := s.lo
+		msgs := s.ready[lo : lo+k]
+		var r int
+		var err error
+		if ctx != nil && n == 0 && first == nil {
+			r, err = s.ep.RecvWait(ctx, msgs)
+		} else {
+			r, err = s.ep.Recv(msgs)
+		}
+		r = min(max(r, 0), k)
+		s.lo += r
+		s.inUse.Add(int32(r))
+		for i := 0; i < r; i++ {
+			if e := s.accept(s.readyIdx[lo+i], &msgs[i]); e != nil && first == nil {
+				first = e
+			}
+		}
+		for _, idx := range s.dropped {
+			s.drop(idx)
+		}
+		s.dropped = s.dropped[:0]
+		n += s.drain(pkts[n:])
+		if err != nil {
+			return n, err
+		}
+		if r < k {
+			break
+		}
+	}
+	return n, first
+}
+
+// collect moves released slots onto the stack of free slots.
+func (s *Splitter) collect() {
+	s.retMu.Lock()
+	for _, idx := range s.ret {
+		s.lo--
+		s.ready[s.lo] = fabric.Message{SGEs: s.sges[idx : idx+1 : idx+1]}
+		s.readyIdx[s.lo] = idx
+	}
+	s.ret = s.ret[:0]
+	s.nret.Store(0)
+	s.retMu.Unlock()
+}
+
+// accept takes a received message in slot idx: a batch is validated and
+// queued for delivery, a raw message is queued whole, anything else is
+// dropped and its slot freed.
+func (s *Splitter) accept(idx int32, m *fabric.Message) error {
+	sl := &s.slots[idx]
+	if m.Flags&fabric.FlagTruncated != 0 || (m.Flags&fabric.FlagRemoteWrite == 0 && m.Len > len(sl.buf)) {
+		s.ctr.drops[DropTruncated].Add(1)
+		s.dropped = append(s.dropped, idx)
+		return errTruncated
+	}
+	switch {
+	case m.Flags&fabric.FlagRemoteWrite != 0:
+		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = nil, 1, true, m.Flags, m.Imm
+		s.ctr.raw.Add(1)
+	case m.Flags&fabric.FlagImm != 0 && m.Imm == Imm:
+		msg := sl.buf[:m.Len:m.Len]
+		h, err := ParseHeader(msg)
+		if err != nil {
+			s.ctr.drops[DropMalformed].Add(1)
+			s.dropped = append(s.dropped, idx)
+			return err
+		}
+		if s.haveSeq && h.Seq != s.lastSeq+1 {
+			s.ctr.seqGaps.Add(1)
+		}
+		s.lastSeq, s.haveSeq = h.Seq, true
+		sl.msg, sl.count, sl.off, sl.raw, sl.flags, sl.imm = msg, h.Count, h.Len, false, 0, 0
+		s.ctr.batches.Add(1)
+		s.ctr.packets.Add(uint64(h.Count))
+		s.ctr.bytes.Add(uint64(len(msg) - h.Len))
+		s.ctr.sizes[SizeBucket(h.Count)].Add(1)
+	default:
+		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = sl.buf[:m.Len:m.Len], 1, true, m.Flags, m.Imm
+		s.ctr.raw.Add(1)
+	}
+	s.perMsg = sl.count
+	sl.next = 0
+	sl.refs.Store(int32(sl.count))
+	sl.gen.Add(1)
+	s.pend[s.pt%uint64(len(s.pend))] = idx
+	s.pt++
+	return nil
+}
+
+// drain delivers queued packets into pkts.
+func (s *Splitter) drain(pkts []Packet) int {
+	n := 0
+	for s.ph != s.pt && n < len(pkts) {
+		idx := s.pend[s.ph%uint64(len(s.pend))]
+		sl := &s.slots[idx]
+		ref, gen := uint32(idx)+1, sl.gen.Load()
+		if sl.raw {
+			pkts[n] = Packet{Data: sl.msg, Raw: true, Flags: sl.flags, Imm: sl.imm, slot: ref, gen: gen}
+			n++
+			sl.next = 1
+		} else {
+			msg, off := sl.msg, sl.off
+			for sl.next < sl.count && n < len(pkts) {
+				l := packetLen(msg, sl.next)
+				pkts[n] = Packet{Data: msg[off : off+l : off+l], slot: ref, gen: gen}
+				off += l
+				sl.next++
+				n++
+			}
+			sl.off = off
+		}
+		if sl.next == sl.count {
+			s.ph++
+		}
+	}
+	return n
+}
+
+// drop returns the slot of a dropped message to the free stack; the
+// caller holds rxMu.
+func (s *Splitter) drop(idx int32) {
+	s.inUse.Add(-1)
+	s.lo--
+	s.ready[s.lo] = fabric.Message{SGEs: s.sges[idx : idx+1 : idx+1]}
+	s.readyIdx[s.lo] = idx
+}
+
+// giveBack queues a slot whose packets are all released.
+func (s *Splitter) giveBack(idx int32) {
+	s.inUse.Add(-1)
+	s.retMu.Lock()
+	s.ret = append(s.ret, idx)
+	s.nret.Store(int32(len(s.ret)))
+	s.retMu.Unlock()
+}
+
+// Release gives packets back. A slot is received into again once every
+// packet of its message has been released. Zero Packets are ignored.
+// Release panics if a packet is released twice, as that is a bug that
+// would otherwise let a slot be overwritten while a packet still reads it.
+func (s *Splitter) Release(pkts []Packet) {
+	for i := 0; i < len(pkts); {
+		p := &pkts[i]
+		if p.slot == 0 {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(pkts) && pkts[j].slot == p.slot && pkts[j].gen == p.gen {
+			j++
+		}
+		s.release(p.slot-1, p.gen, int32(j-i))
+		i = j
+	}
+}
+
+func (s *Splitter) release(idx, gen uint32, k int32) {
+	if int(idx) >= len(s.slots) {
+		panic("batch: Release of a packet of another Splitter")
+	}
+	sl := &s.slots[idx]
+	if sl.gen.Load() != gen {
+		panic("batch: Release of a packet that was already released")
+	}
+	v := sl.refs.Add(-k)
+	if v < 0 {
+		panic("batch: Release of a packet that was already released")
+	}
+	if v == 0 {
+		s.giveBack(int32(idx))
+	}
+}
+
+// Held returns the number of slots holding packets that are not yet
+// delivered or not yet released.
+func (s *Splitter) Held() int { return int(s.inUse.Load()) }
+
+// Stats returns a snapshot of the counters.
+func (s *Splitter) Stats() Stats {
+	c := &s.ctr
+	st := Stats{Batches: c.batches.Load(), Packets: c.packets.Load(), Bytes: c.bytes.Load(),
+		Full: c.full.Load(), Raw: c.raw.Load(), SeqGaps: c.seqGaps.Load()}
+	for i := range st.BatchSizes {
+		st.BatchSizes[i] = c.sizes[i].Load()
+	}
+	for i := range st.Drops {
+		st.Drops[i] = c.drops[i].Load()
+	}
+	return st
+}
+
+// Close frees the receive region; packets not yet released must not be
+// used afterwards. A Recv in progress finishes first (it frees the region
+// on its way out). Close does not close the endpoint. It is idempotent;
+// afterwards Recv and RecvWait return os.ErrClosed.
+func (s *Splitter) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.rxMu.TryLock() {
+		s.freeRegion()
+		s.rxMu.Unlock()
+	}
+	return nil
+}
+
+func (s *Splitter) freeRegion() {
+	s.freeOnce.Do(func() { s.reg.Close() })
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+func TestHist(t *testing.T) {
+	var h hist
+	for v := int64(1); v <= 100000; v++ {
+		h.add(v)
+	}
+	h.add(-5)
+	for _, q := range []float64{0.5, 0.99, 0.999} {
+		got, want := h.quantile(q), q*100001
+		if math.Abs(got-want)/want > 0.04 {
+			t.Errorf("q%.3f = %.0f, want %.0f within 4%%", q, got, want)
+		}
+	}
+	if h.neg != 1 || h.max != 100000 || h.n != 100001 {
+		t.Fatalf("%+v", h.n)
+	}
+	var m hist
+	m.merge(&h)
+	m.merge(&h)
+	if m.n != 2*h.n || m.quantile(0.5) != h.quantile(0.5) || m.max != h.max {
+		t.Fatal("merge")
+	}
+	for v := int64(0); v < 1<<20; v = v*5/4 + 1 {
+		if b := bucketOf(v); bucketMid(b) < float64(v)*0.96-1 || bucketMid(b) > float64(v)*1.04+1 {
+			t.Fatalf("value %d in bucket %d (mid %.1f)", v, b, bucketMid(b))
+		}
+	}
+}
+
+// TestSweep runs the sweep's client and server in one process over an
+// emulated NTB bridge, briefly, in every mode.
+func TestSweep(t *testing.T) {
+	initClock()
+	addr := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := &fabric.Options{MaxMsgSize: 64 << 10}
+	peer := make(chan fabric.Endpoint, 1)
+	go func() {
+		ep, err := fabric.Open(ctx, "ntb", addr, opts)
+		if err != nil {
+			t.Error(err)
+		}
+		peer <- ep
+	}()
+	a, err := fabric.Open(ctx, "ntb", addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := <-peer
+	if b == nil {
+		t.FailNow()
+	}
+	defer b.Close()
+	served := make(chan error, 1)
+	go func() { served <- serveSweep(ctx, b) }()
+
+	cfg := sweepConfig{sizes: []int{64, 1500}, modes: allModes, dur: 50 * time.Millisecond,
+		latDur: 30 * time.Millisecond, runs: 1, group: 32, latRate: 100e3, maxMsg: 64 << 10}
+	cl := &client{ep: a, cfg: cfg}
+	if err := cl.init(); err != nil {
+		t.Fatal(err)
+	}
+	var pts []Point
+	for _, size := range cfg.sizes {
+		for _, mode := range cfg.modes {
+			p, err := cl.measure(ctx, mode, size)
+			if err != nil {
+				t.Fatalf("%s %d: %v", mode, size, err)
+			}
+			p.Backend = "ntb"
+			t.Logf("%+v", p)
+			if p.Packets == 0 || p.PktPerSec <= 0 || p.Gaps != 0 || p.LatP50us <= 0 || p.LatP99us < p.LatP50us {
+				t.Fatalf("%s %d: %+v", mode, size, p)
+			}
+			if (mode == "batched") != (p.PktPerBatch > 0) {
+				t.Fatalf("%s: %.1f packets per batch", mode, p.PktPerBatch)
+			}
+			pts = append(pts, p)
+		}
+	}
+	if err := control(ctx, a, cl.ctl, immQuit, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	rep := summarize(cfg, pts)
+	if len(rep.Points) != 6 || len(rep.Summary) != 2 || rep.Summary[0].Speedup <= 0 || rep.Summary[0].BoundUs <= 0 {
+		t.Fatalf("%+v", rep)
+	}
+	if err := writePlot(filepath.Join(t.TempDir(), "sweep.png"), rep, true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,109 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+)
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// rcPair connects two endpoints of two engines (127.0.0.1 and 127.0.0.2).
+func rcPair(t testing.TB, query string) (a, b *Endpoint) {
+	t.Helper()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		ep  fabric.Endpoint
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?%s", port, query), nil)
+		ch <- res{ep, err}
+	}()
+	z, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&%s", port, query), nil)
+	r := <-ch
+	if err != nil || r.err != nil {
+		if z != nil {
+			z.Close()
+		}
+		if r.ep != nil {
+			r.ep.Close()
+		}
+		t.Fatalf("open: %v / %v", r.err, err)
+	}
+	t.Cleanup(func() { z.Close(); r.ep.Close() })
+	return r.ep.(*Endpoint), z.(*Endpoint)
+}
+
+func TestConformance(t *testing.T) {
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		a, b := rcPair(t, "")
+		return a, b
+	})
+}
+
+func TestConformanceUD(t *testing.T) {
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		a, b := rcPair(t, "type=ud")
+		return a, b
+	})
+}
+
+// TestConformanceProcesses runs role B in a child process with its own
+// engine on 127.0.0.2; the roles find each other's TCP exchange through a
+// file named by the case key.
+func TestConformanceProcesses(t *testing.T) {
+	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
+		portFile := filepath.Join(os.TempDir(), "weft-roce-ft-"+key)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if side == fabrictest.SideA {
+			port := freePort(t)
+			os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
+			os.Rename(portFile+".tmp", portFile)
+			t.Cleanup(func() { os.Remove(portFile) })
+			ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d", port), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ep
+		}
+		var port int
+		for {
+			b, err := os.ReadFile(portFile)
+			if err == nil {
+				port, _ = strconv.Atoi(string(b))
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("no port file from side A")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2", port), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	})
+}

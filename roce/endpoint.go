@@ -1,0 +1,396 @@
+package roce
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+func init() {
+	fabric.RegisterBackend("roce", driver{})
+}
+
+// Endpoint is a queue pair of the user-space engine as a fabric.Endpoint.
+type Endpoint struct {
+	qp      *QP
+	pd      *PD
+	release func()
+	once    sync.Once
+	closed  bool
+	err     error
+}
+
+var _ fabric.Endpoint = (*Endpoint)(nil)
+
+// QP returns the endpoint's queue pair, for verbs-level operations such
+// as atomics.
+func (ep *Endpoint) QP() *QP { return ep.qp }
+
+// Send implements fabric.Endpoint.
+func (ep *Endpoint) Send(msgs []fabric.Message) (int, error) { return ep.qp.Send(msgs) }
+
+// Recv implements fabric.Endpoint.
+func (ep *Endpoint) Recv(msgs []fabric.Message) (int, error) { return ep.qp.Recv(msgs) }
+
+// SendWait implements fabric.Endpoint.
+func (ep *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return ep.qp.SendWait(ctx, msgs)
+}
+
+// RecvWait implements fabric.Endpoint.
+func (ep *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return ep.qp.RecvWait(ctx, msgs)
+}
+
+// Write implements fabric.Endpoint.
+func (ep *Endpoint) Write(msgs []fabric.Message) (int, error) { return ep.qp.Write(msgs) }
+
+// Read implements fabric.Endpoint.
+func (ep *Endpoint) Read(msgs []fabric.Message) (int, error) { return ep.qp.Read(msgs) }
+
+// Register implements fabric.Endpoint: any memory can be registered, with
+// any permissions (the engine reaches it directly).
+func (ep *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, error) {
+	if ep.qp.closed.Load() {
+		return nil, &fabric.OpError{Op: "register", Backend: "roce", Err: fabric.ErrClosed}
+	}
+	return ep.pd.RegMR(buf, access)
+}
+
+// Alloc implements fabric.Endpoint.
+func (ep *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error) {
+	if size <= 0 {
+		return nil, &fabric.OpError{Op: "alloc", Backend: "roce", Err: fabric.ErrInvalid}
+	}
+	// 64-byte alignment keeps 8-byte atomics and cache lines aligned.
+	raw := make([]byte, size+64)
+	off := int(-uintptrOf(raw) & 63)
+	return ep.Register(raw[off:off+size:off+size], access)
+}
+
+// CQ implements fabric.Endpoint.
+func (ep *Endpoint) CQ() fabric.CompletionQueue { return ep.qp.cq }
+
+// Caps implements fabric.Endpoint.
+func (ep *Endpoint) Caps() fabric.Caps {
+	qp := ep.qp
+	c := fabric.Caps{Backend: "roce", MaxMsgSize: qp.cfg.MaxMsgSize, MaxSGEs: maxSGE, MTU: qp.mtu,
+		InlineSize: qp.cfg.InlineSize, MaxRMASize: 1 << 31}
+	if qp.cfg.Type == RC {
+		c.RMA, c.Atomics, c.Reliable = true, true, true
+	} else {
+		c.MaxMsgSize = min(qp.mtu, qp.cfg.MaxMsgSize)
+	}
+	return c
+}
+
+// Stats implements fabric.Endpoint.
+func (ep *Endpoint) Stats() fabric.Stats {
+	s := ep.qp.Stats()
+	s.Drops[fabric.DropNoBuffer] += ep.qp.cq.q.Overruns.Load()
+	return s
+}
+
+// Events implements fabric.Endpoint.
+func (ep *Endpoint) Events() <-chan fabric.Event { return ep.qp.evs }
+
+// Close implements fabric.Endpoint: the QP is destroyed and the engine
+// released (closed when its last endpoint goes).
+func (ep *Endpoint) Close() error {
+	ep.once.Do(func() {
+		ep.err = ep.qp.Destroy()
+		if ep.release != nil {
+			ep.release()
+		}
+	})
+	return ep.err
+}
+
+// Engines are shared by the endpoints of a process, one per local address.
+var engines struct {
+	sync.Mutex
+	m map[netip.AddrPort]*sharedEngine
+}
+
+type sharedEngine struct {
+	e    *Engine
+	refs int
+}
+
+// acquireEngine returns the engine for addr, starting it if needed, and a
+// function that releases it.
+func acquireEngine(addr netip.AddrPort, noICRC bool) (*Engine, func(), error) {
+	engines.Lock()
+	defer engines.Unlock()
+	if engines.m == nil {
+		engines.m = map[netip.AddrPort]*sharedEngine{}
+	}
+	s := engines.m[addr]
+	if s == nil {
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC})
+		if err != nil {
+			return nil, nil, err
+		}
+		s = &sharedEngine{e: e}
+		engines.m[addr] = s
+	}
+	s.refs++
+	var once sync.Once
+	return s.e, func() {
+		once.Do(func() {
+			engines.Lock()
+			defer engines.Unlock()
+			s.refs--
+			if s.refs == 0 {
+				delete(engines.m, addr)
+				s.e.Close()
+			}
+		})
+	}, nil
+}
+
+// Options are the parameters of a fabric address (see ParseAddr).
+type Options struct {
+	Listen    bool           // accept a connection rather than dial one
+	Bootstrap string         // host:port of the TCP exchange
+	Local     netip.Addr     // local RoCE address (default: the TCP connection's)
+	Port      uint16         // UDP port of the local engine (default 4791)
+	Type      QPType         // RC (default) or UD
+	MTU       int            // path MTU (default 1024)
+	Timeout   uint8          // local ACK timeout exponent (default 12: 16.8 ms)
+	Retry     uint8          // retry count (default 7)
+	RNRRetry  uint8          // RNR retry count (default 7: infinite)
+	QKey      uint32         // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
+	KeepAlive time.Duration  // idle keep-alive (default 100 ms; 0 via "keepalive=0")
+	NoICRC    bool           // do not verify received ICRCs
+	QP        QPConfig       // queue pair sizes
+	peerPort  netip.AddrPort // resolved bootstrap address
+}
+
+// ParseAddr parses a roce address:
+//
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&noicrc=1]
+//
+// HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
+// programs' format, port 18515 by default): "listen:" accepts one
+// connection there, otherwise the endpoint dials it. The RoCE traffic
+// itself goes to UDP port 4791 of the address the exchange names.
+func ParseAddr(addr string) (Options, error) {
+	o := Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
+		KeepAlive: 100 * time.Millisecond}
+	rest, query, _ := strings.Cut(addr, "?")
+	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
+		o.Listen, rest = true, r
+	}
+	if rest == "" {
+		return o, fmt.Errorf("roce: empty address")
+	}
+	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(DefaultBootstrapPort))
+	}
+	o.Bootstrap = rest
+	vals, err := url.ParseQuery(query)
+	if err != nil {
+		return o, err
+	}
+	for k, vs := range vals {
+		v := vs[len(vs)-1]
+		num := func(bits int) uint64 {
+			n, e := strconv.ParseUint(v, 0, bits)
+			if e != nil && err == nil {
+				err = fmt.Errorf("roce: %s=%q: %w", k, v, fabric.ErrInvalid)
+			}
+			return n
+		}
+		switch k {
+		case "mtu":
+			o.MTU = int(num(16))
+		case "type":
+			switch strings.ToLower(v) {
+			case "rc":
+				o.Type = RC
+			case "ud":
+				o.Type = UD
+			default:
+				err = fmt.Errorf("roce: type=%q: want rc or ud", v)
+			}
+		case "local":
+			a, e := netip.ParseAddr(v)
+			if e != nil {
+				err = fmt.Errorf("roce: local=%q: %w", v, e)
+			}
+			o.Local = a
+		case "port":
+			o.Port = uint16(num(16))
+		case "timeout":
+			o.Timeout = uint8(num(5))
+		case "retry":
+			o.Retry = uint8(num(3))
+		case "rnr":
+			o.RNRRetry = uint8(num(3))
+		case "qkey":
+			o.QKey = uint32(num(32))
+		case "keepalive":
+			if v == "0" {
+				o.KeepAlive = 0
+			} else if d, e := time.ParseDuration(v); e == nil {
+				o.KeepAlive = d
+			} else {
+				err = fmt.Errorf("roce: keepalive=%q: %w", v, e)
+			}
+		case "noicrc":
+			o.NoICRC = v != "0"
+		case "maxmsg":
+			o.QP.MaxMsgSize = int(num(31))
+		case "inline":
+			o.QP.InlineSize = int(num(31))
+		default:
+			err = fmt.Errorf("roce: unknown parameter %q", k)
+		}
+	}
+	if err == nil && !validMTU(o.MTU) {
+		err = fmt.Errorf("roce: mtu=%d: want 256, 512, 1024, 2048 or 4096", o.MTU)
+	}
+	return o, err
+}
+
+type driver struct{}
+
+// Usage implements fabric.Driver.
+func (driver) Usage() string {
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515)"
+}
+
+// Open implements fabric.Driver.
+func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
+	opts, err := ParseAddr(addr)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+	}
+	if o.MaxMsgSize > 0 && opts.QP.MaxMsgSize == 0 {
+		opts.QP.MaxMsgSize = o.MaxMsgSize
+	}
+	if o.CQSize > 0 {
+		opts.QP.CQ = nil
+	}
+	opts.QP.Spin = o.Spin
+	if o.QueueDepth > 0 {
+		opts.QP.SQDepth = o.QueueDepth
+	}
+	ep, err := Connect(ctx, opts)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+	}
+	return ep, nil
+}
+
+// Connect sets up an endpoint: the TCP exchange with the peer (dialing or
+// listening), then a queue pair connected to the peer's.
+func Connect(ctx context.Context, o Options) (*Endpoint, error) {
+	var conn net.Conn
+	var err error
+	if o.Listen {
+		var lc net.ListenConfig
+		ln, lerr := lc.Listen(ctx, "tcp", o.Bootstrap)
+		if lerr != nil {
+			return nil, lerr
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		conn, err = ln.Accept()
+		stop()
+		ln.Close()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+	} else {
+		d := net.Dialer{}
+		if o.Local.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: o.Local.AsSlice()}
+		}
+		for {
+			// The server may not listen yet, or not even be up: retry
+			// until ctx says stop.
+			conn, err = d.DialContext(ctx, "tcp", o.Bootstrap)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
+				break // no deadline: give up on errors other than refusal
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer conn.Close()
+	local := o.Local
+	if !local.IsValid() {
+		local = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	}
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC)
+	if err != nil {
+		return nil, err
+	}
+	pd := eng.AllocPD()
+	cfg := o.QP
+	cfg.Type = o.Type
+	qp, err := pd.CreateQP(cfg)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	ep := &Endpoint{qp: qp, pd: pd, release: release}
+	var b [4]byte
+	rand.Read(b[:])
+	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
+	connect := func(peer Dest) error {
+		attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
+			SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
+			MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}
+		if o.Type == RC {
+			attr.KeepAlive = o.KeepAlive
+		}
+		return qp.Connect(attr)
+	}
+	if o.Listen {
+		_, err = ExchangeServer(ctx, conn, mine, connect)
+	} else {
+		var peer Dest
+		peer, err = ExchangeClient(ctx, conn, mine)
+		if err == nil {
+			err = connect(peer)
+		}
+	}
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+func isRefused(err error) bool {
+	var se interface{ Timeout() bool }
+	return errors.As(err, &se) && !se.Timeout() && strings.Contains(err.Error(), "refused")
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

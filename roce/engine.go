@@ -1,0 +1,429 @@
+package roce
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// Engine is a user-space RoCEv2 device: the software equivalent of Linux
+// Soft-RoCE (rxe). It owns a Link (a UDP socket on port 4791, or AF_XDP),
+// protection domains, memory regions, completion queues and queue pairs,
+// and speaks the RoCEv2 wire protocol (IBTA Annex A17) with any peer:
+// another Engine, Linux rxe, or an RDMA NIC.
+//
+// Packets are processed by whoever polls: a thread busy-waiting in
+// RecvWait, SendWait or a completion Wait drives the engine itself; when
+// nobody does, a background goroutine sleeps in the network poller and
+// runs the retransmission timers.
+type Engine struct {
+	cfg   EngineConfig
+	link  Link
+	local netip.Addr
+
+	objMu  sync.RWMutex
+	qps    map[uint32]*QP
+	mrs    map[uint32]*MR // by rkey and by lkey (both random)
+	nextQP uint32
+
+	pollMu  sync.Mutex // one poller at a time
+	rx      []Packet
+	rxBufs  [][]byte
+	dirty   []*QP // QPs with an ACK to send after the current batch
+	spinner atomic.Int32
+
+	stats   fabric.Counters
+	closed  atomic.Bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	started time.Time
+}
+
+// EngineConfig configures an Engine. The zero value is the default,
+// except that Link or Addr must be set.
+type EngineConfig struct {
+	// Link carries the packets. If nil, the engine opens a UDPLink on Addr.
+	Link Link
+	// Addr is the local IP address to listen on (port 4791 unless given).
+	Addr netip.AddrPort
+	// NoICRC skips the verification of received ICRCs (they are always
+	// sent). The UDP link cannot see the IP header the peer sent and
+	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
+	// don't-fragment; a peer that sends otherwise needs this, or AF_XDP.
+	NoICRC bool
+}
+
+// maxPacket is the largest RoCEv2 UDP payload: a 4096-byte MTU plus the
+// longest headers (BTH, RETH, ImmDt) and the ICRC, rounded up.
+const maxPacket = 4096 + 128
+
+// rxBufSize leaves room for the IP and UDP headers of a raw receive.
+const rxBufSize = maxPacket + 128
+
+// rxBatch is the number of datagrams read per system call.
+const rxBatch = 64
+
+// NewEngine starts an engine.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	link := cfg.Link
+	if link == nil {
+		if !cfg.Addr.IsValid() {
+			return nil, fmt.Errorf("roce: EngineConfig needs a Link or an Addr: %w", fabric.ErrInvalid)
+		}
+		l, err := ListenUDP(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
+		}
+		link = l
+	}
+	e := &Engine{cfg: cfg, link: link, local: link.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
+		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now()}
+	var b [4]byte
+	rand.Read(b[:])
+	e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
+	e.rx = make([]Packet, rxBatch)
+	e.rxBufs = make([][]byte, rxBatch)
+	for i := range e.rxBufs {
+		e.rxBufs[i] = make([]byte, rxBufSize)
+	}
+	e.wg.Add(1)
+	go e.background()
+	return e, nil
+}
+
+// LocalAddr returns the engine's IP address (its RoCEv2 GID).
+func (e *Engine) LocalAddr() netip.Addr { return e.local }
+
+// GID returns the engine's GID: its IP address, IPv4-mapped for IPv4.
+func (e *Engine) GID() wire.GID { return wire.GIDFromAddr(e.local) }
+
+// Stats returns the engine's counters: every packet it sent and received,
+// and the drops of packets no queue pair took.
+func (e *Engine) Stats() fabric.Stats { return e.stats.Snapshot() }
+
+// Close destroys every queue pair (flushing their work) and closes the
+// link. It is idempotent.
+func (e *Engine) Close() error {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.objMu.RLock()
+	qps := make([]*QP, 0, len(e.qps))
+	for _, qp := range e.qps {
+		qps = append(qps, qp)
+	}
+	e.objMu.RUnlock()
+	for _, qp := range qps {
+		qp.Destroy()
+	}
+	close(e.stop)
+	err := e.link.Close()
+	e.wg.Wait()
+	return err
+}
+
+// PD is a protection domain: memory regions and queue pairs of one PD
+// work together; an rkey of another PD is refused like an unknown one.
+type PD struct {
+	e   *Engine
+	dom fabric.Domain
+}
+
+// AllocPD allocates a protection domain.
+func (e *Engine) AllocPD() *PD {
+	return &PD{e: e, dom: fabric.Domain{Name: "roce pd"}}
+}
+
+// Domain returns the fabric domain of the PD: regions of this domain are
+// valid in the SGEs of its queue pairs.
+func (pd *PD) Domain() *fabric.Domain { return &pd.dom }
+
+// MR is a registered memory region: verbs ibv_mr. Remote peers address it
+// by virtual address (the address of its first byte in this process) and
+// rkey, as verbs does.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	va     uint64
+	access fabric.Access
+	lkey   uint32
+	rkey   uint32
+	region *fabric.Region
+	dead   atomic.Bool
+}
+
+func (e *Engine) newKey() uint32 {
+	for {
+		var b [4]byte
+		rand.Read(b[:])
+		k := binary.LittleEndian.Uint32(b[:])
+		if _, dup := e.mrs[k]; k != 0 && !dup {
+			return k
+		}
+	}
+}
+
+// RegMR registers buf with the given access flags and returns it as a
+// fabric region (verbs ibv_reg_mr). Its remote address is the virtual
+// address of buf[0]; its keys are random.
+func (pd *PD) RegMR(buf []byte, access fabric.Access) (*fabric.Region, error) {
+	e := pd.e
+	if e.closed.Load() {
+		return nil, os.ErrClosed
+	}
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("roce: register an empty buffer: %w", fabric.ErrInvalid)
+	}
+	if access&fabric.AccessRemoteWrite != 0 && access&fabric.AccessLocalWrite == 0 {
+		// Verbs requires local write with remote write; so do we.
+		access |= fabric.AccessLocalWrite
+	}
+	mr := &MR{pd: pd, buf: buf, va: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access: access}
+	e.objMu.Lock()
+	mr.lkey = e.newKey()
+	e.mrs[mr.lkey] = mr
+	if access&fabric.AccessRemote != 0 {
+		mr.rkey = e.newKey()
+		e.mrs[mr.rkey] = mr
+	}
+	e.objMu.Unlock()
+	mr.region = fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: fabric.Key(mr.lkey),
+		RemoteKey: fabric.Key(mr.rkey), Addr: mr.va, Domain: &pd.dom, Deregister: func() error {
+			mr.dead.Store(true)
+			e.objMu.Lock()
+			delete(e.mrs, mr.lkey)
+			if mr.rkey != 0 {
+				delete(e.mrs, mr.rkey)
+			}
+			e.objMu.Unlock()
+			return nil
+		}})
+	return mr.region, nil
+}
+
+// lookupRemote validates a remote access: the rkey must name a live
+// region of pd with the permissions in need, and [va, va+n) must lie in
+// it. It returns the bytes, or nil and the NAK to send.
+func (e *Engine) lookupRemote(pd *PD, rkey uint32, va uint64, n uint32, need fabric.Access) ([]byte, bool) {
+	e.objMu.RLock()
+	mr := e.mrs[rkey]
+	e.objMu.RUnlock()
+	if mr == nil || mr.rkey != rkey || mr.pd != pd || mr.dead.Load() || !mr.access.Has(need) {
+		return nil, false
+	}
+	if va < mr.va || va-mr.va > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-(va-mr.va) {
+		return nil, false
+	}
+	off := va - mr.va
+	return mr.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// background polls the link when no thread is spinning, and runs timers.
+func (e *Engine) background() {
+	defer e.wg.Done()
+	for !e.closed.Load() {
+		if e.spinner.Load() > 0 {
+			// A spinning caller drives the engine; just keep the timers.
+			e.runTimers(time.Now())
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			continue
+		}
+		busy := false
+		for {
+			n := e.poll()
+			if n < 0 {
+				busy = true // another thread is polling: do not sleep on its packets
+			}
+			if n <= 0 {
+				break
+			}
+		}
+		if busy {
+			runtime.Gosched()
+			e.runTimers(time.Now())
+			continue
+		}
+		now := time.Now()
+		next := e.runTimers(now)
+		wait := 1 * time.Millisecond
+		if !next.IsZero() {
+			wait = min(wait, max(next.Sub(now), 20*time.Microsecond))
+		}
+		err := e.link.WaitRead(context.Background(), now.Add(wait))
+		if errors.Is(err, os.ErrClosed) {
+			return
+		}
+	}
+}
+
+// runTimers fires the QPs' due timers and returns the earliest pending
+// deadline (zero if none).
+func (e *Engine) runTimers(now time.Time) time.Time {
+	var next time.Time
+	e.objMu.RLock()
+	for _, qp := range e.qps {
+		if d := qp.timer(now); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	e.objMu.RUnlock()
+	return next
+}
+
+// poll reads one batch of packets and processes it; it returns how many
+// it read. If another thread is polling it returns -1 at once.
+func (e *Engine) poll() int {
+	if !e.pollMu.TryLock() {
+		return -1
+	}
+	defer e.pollMu.Unlock()
+	rx := e.rx
+	for i := range rx {
+		rx[i] = Packet{Buf: e.rxBufs[i]}
+	}
+	n, err := e.link.ReadBatch(rx)
+	if err != nil || n == 0 {
+		return 0
+	}
+	for i := 0; i < n; i++ {
+		e.input(&rx[i])
+	}
+	// Coalesced acknowledgements: one per QP per batch.
+	for _, qp := range e.dirty {
+		qp.flushAck()
+	}
+	clear(e.dirty)
+	e.dirty = e.dirty[:0]
+	return n
+}
+
+// drop counts a dropped packet.
+func (e *Engine) drop(r fabric.DropReason) {
+	e.stats.Drops[r].Add(1)
+}
+
+// input validates one datagram and hands it to its queue pair.
+func (e *Engine) input(p *Packet) {
+	if p.N < 0 {
+		e.drop(fabric.DropMalformed)
+		return
+	}
+	data := p.Buf[p.Off : p.Off+p.N]
+	e.stats.RxPackets.Add(1)
+	e.stats.RxBytes.Add(uint64(p.N))
+	pkt, err := wire.Parse(data)
+	if err != nil {
+		e.drop(fabric.DropMalformed)
+		return
+	}
+	if !e.cfg.NoICRC && !e.verifyICRC(p, data) {
+		e.drop(fabric.DropChecksum)
+		return
+	}
+	op := pkt.OpCode()
+	if op == wire.OpCNP {
+		return // congestion notification: no rate control yet
+	}
+	e.objMu.RLock()
+	qp := e.qps[pkt.BTH.DestQP()]
+	e.objMu.RUnlock()
+	if qp == nil {
+		e.drop(fabric.DropOther)
+		return
+	}
+	qp.input(&pkt, p.Addr.Addr().Unmap())
+}
+
+// pseudoHeader writes the IP and UDP headers that a packet of n bytes of
+// UDP payload travels in (fields the ICRC masks left zero) and returns
+// their length.
+func pseudoHeader(h []byte, src, dst netip.Addr, sport uint16, n int) int {
+	if src.Is4() && dst.Is4() {
+		clear(h[:28])
+		h[0] = 0x45
+		binary.BigEndian.PutUint16(h[2:], uint16(28+n))
+		h[6] = 0x40 // don't fragment, identification 0
+		h[9] = 17   // UDP
+		s, d := src.As4(), dst.As4()
+		copy(h[12:16], s[:])
+		copy(h[16:20], d[:])
+		binary.BigEndian.PutUint16(h[20:], sport)
+		binary.BigEndian.PutUint16(h[22:], Port)
+		binary.BigEndian.PutUint16(h[24:], uint16(8+n))
+		return 28
+	}
+	clear(h[:48])
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(8+n))
+	h[6] = 17
+	s, d := src.As16(), dst.As16()
+	copy(h[8:24], s[:])
+	copy(h[24:40], d[:])
+	binary.BigEndian.PutUint16(h[40:], sport)
+	binary.BigEndian.PutUint16(h[42:], Port)
+	binary.BigEndian.PutUint16(h[44:], uint16(8+n))
+	return 48
+}
+
+// verifyICRC checks the ICRC of a received datagram over the headers it
+// came with, or, if the link does not show them, over rebuilt ones.
+func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
+	want := binary.LittleEndian.Uint32(data[len(data)-wire.ICRCSize:])
+	if p.Off >= 28 {
+		crc, err := wire.ICRCParts(p.Buf[:p.Off+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
+		return err == nil && crc == want
+	}
+	var hbuf [48 + wire.BTHSize]byte
+	hl := pseudoHeader(hbuf[:], p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
+	copy(hbuf[hl:], data[:wire.BTHSize])
+	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
+	return err == nil && crc == want
+}
+
+// sealICRC fills in the ICRC of a datagram about to be sent from the
+// engine to dst with UDP source port sport.
+func (e *Engine) sealICRC(data []byte, dst netip.Addr, sport uint16) {
+	var hbuf [48 + wire.BTHSize]byte
+	hl := pseudoHeader(hbuf[:], e.local, dst, sport, len(data))
+	copy(hbuf[hl:], data[:wire.BTHSize])
+	crc, _ := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
+	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)
+}
+
+// send writes packets to the link, retrying briefly on backpressure.
+// Packets it cannot place are dropped (and recovered by retransmission).
+func (e *Engine) send(pkts []Packet) {
+	var bytes uint64
+	for i := range pkts {
+		bytes += uint64(pkts[i].N)
+	}
+	for tries := 0; len(pkts) > 0; tries++ {
+		n, err := e.link.WriteBatch(pkts)
+		e.stats.TxPackets.Add(uint64(n))
+		pkts = pkts[n:]
+		if err != nil || (n == 0 && tries > 100) {
+			e.stats.Drops[fabric.DropNoBuffer].Add(uint64(len(pkts)))
+			return
+		}
+	}
+	e.stats.TxBytes.Add(bytes)
+}

@@ -1,0 +1,506 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-io/weft/internal/mmsg"
+)
+
+// Port is the RoCEv2 UDP destination port.
+const Port = 4791
+
+// Packet is one datagram on a Link: the UDP payload, starting at the BTH.
+type Packet struct {
+	// Buf holds the datagram: on read it is the space to fill (its length
+	// is the capacity), on write Buf[:N] is sent.
+	Buf []byte
+	// Off is, on read, where the UDP payload starts in Buf. When it is not
+	// zero, Buf[:Off] holds the IP and UDP headers exactly as they came
+	// off the wire (the ICRC covers them). Writes ignore it.
+	Off int
+	// N is the UDP payload length (set by ReadBatch; -1 if it was
+	// truncated).
+	N int
+	// Addr is the peer's address: the source on read, the destination on
+	// write (whose port is normally Port).
+	Addr netip.AddrPort
+	// SrcPort is, on write, the UDP source port to send from (0: the
+	// link's own port); on read, the source port the peer used.
+	SrcPort uint16
+}
+
+// Link carries RoCEv2 datagrams. It is the engine's only contact with the
+// network, so the engine runs over UDP sockets (any host, loopback,
+// namespaces) or over AF_XDP (ethernet package) alike. ReadBatch and
+// WriteBatch never block; WaitRead does.
+type Link interface {
+	// ReadBatch reads up to len(pkts) datagrams; 0 means none queued.
+	ReadBatch(pkts []Packet) (int, error)
+	// WriteBatch writes pkts[i].Buf[:pkts[i].N] to pkts[i].Addr and
+	// returns how many were taken; fewer than len(pkts) is backpressure.
+	WriteBatch(pkts []Packet) (int, error)
+	// WaitRead blocks until a datagram may be readable, the deadline
+	// passes (zero: none), ctx is done or the link is closed.
+	WaitRead(ctx context.Context, deadline time.Time) error
+	// LocalAddr returns the local address (IP and port) datagrams arrive
+	// at.
+	LocalAddr() netip.AddrPort
+	// Close closes the link; blocked WaitReads return os.ErrClosed.
+	Close() error
+}
+
+// UDPLink is a Link over kernel UDP sockets, batched with recvmmsg and
+// sendmmsg. It binds the local address and port 4791, and sends each
+// datagram from the UDP source port the engine chose for its queue pair
+// (the Linux convention), through one small send-only socket per source
+// port. The sockets set don't-fragment, so the kernel sends IPv4
+// identification 0, which the ICRC covers.
+//
+// The ICRC also covers the IPv4 identification of received packets,
+// which a UDP socket does not show and Linux rxe randomises. So, for
+// IPv4 and where the process may (CAP_NET_RAW), the link receives through
+// a raw socket with a BPF filter for its address and port, and hands the
+// engine the real headers; the UDP socket then only holds the port.
+// Without the privilege it receives on the UDP socket and the engine
+// rebuilds the headers assuming identification 0 (Raw reports which).
+type UDPLink struct {
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	fd    int
+	raw   *os.File // raw IPv4 receive socket, or nil
+	rawFD int
+	local netip.AddrPort
+	rb    *mmsg.Batch
+	wb    *mmsg.Batch
+	rmsgs []mmsg.Message
+	wmsgs []mmsg.Message
+	wmu   sync.Mutex // WriteBatch
+	rawRC syscall.RawConn
+
+	mu      sync.Mutex // send sockets
+	senders map[uint16]*sender
+}
+
+type sender struct {
+	conn *net.UDPConn
+	fd   int
+}
+
+// ListenUDP opens a UDPLink on addr (port 0 means Port).
+func ListenUDP(addr netip.AddrPort) (*UDPLink, error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), Port)
+	}
+	conn, err := listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	l := &UDPLink{conn: conn, rc: rc, local: addr, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
+		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
+	rc.Control(func(fd uintptr) { l.fd = int(fd) })
+	// Big socket buffers: the engine moves bursts (a 256 KiB RDMA READ is
+	// 256 response packets at once). Root may exceed net.core.rmem_max.
+	setBuffers(l.fd, 16<<20)
+	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() {
+		l.openRaw()
+	}
+	return l, nil
+}
+
+// openRaw switches reception to a raw IPv4 socket if the process may open
+// one.
+func (l *UDPLink) openRaw() {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return // EPERM without CAP_NET_RAW: stay on the UDP socket
+	}
+	ip := l.local.Addr().As4()
+	dst := uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
+	// Accept unfragmented UDP datagrams to our address and port.
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 6},               // fragment field
+		{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: 6, K: 0x3fff}, // MF or offset: drop
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16},              // destination address
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 4, K: dst},     // not ours: drop
+		{Code: unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH, K: 0},              // X = IP header length
+		{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_IND, K: 2},               // UDP destination port
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 1, K: uint32(l.local.Port())},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0x40000},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp); err != nil {
+		unix.Close(fd)
+		return
+	}
+	setBuffers(fd, 16<<20)
+	// The UDP socket now only holds the port: let it queue nothing.
+	drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+	dfp := unix.SockFprog{Len: 1, Filter: &drop[0]}
+	if err := unix.SetsockoptSockFprog(l.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &dfp); err != nil {
+		unix.Close(fd)
+		return
+	}
+	l.raw = os.NewFile(uintptr(fd), "roce-raw")
+	l.rawFD = fd
+	if rc, err := l.raw.SyscallConn(); err == nil {
+		l.rawRC = rc
+	}
+	// Drain what the UDP socket queued before its filter.
+	var buf [2048]byte
+	for {
+		if _, _, err := unix.Recvfrom(l.fd, buf[:], unix.MSG_DONTWAIT); err != nil {
+			break
+		}
+	}
+}
+
+// setBuffers asks for n-byte socket buffers, beyond the sysctl limits if
+// the process may (SO_RCVBUFFORCE needs CAP_NET_ADMIN).
+func setBuffers(fd, n int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+	}
+}
+
+// Raw reports whether the link receives through a raw socket, with the
+// real IP headers.
+func (l *UDPLink) Raw() bool { return l.raw != nil }
+
+func listen(addr netip.AddrPort) (*net.UDPConn, error) {
+	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+		var serr error
+		c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			if addr.Addr().Is4() {
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			} else {
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			}
+		})
+		return serr
+	}}
+	network := "udp4"
+	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
+		network = "udp6"
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
+
+// LocalAddr implements Link.
+func (l *UDPLink) LocalAddr() netip.AddrPort { return l.local }
+
+// ReadBatch implements Link. Calls must not overlap (the engine reads from
+// one poller at a time); WriteBatch may be called concurrently.
+func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
+	n := min(len(pkts), len(l.rmsgs))
+	for i := 0; i < n; i++ {
+		l.rmsgs[i].Buf = pkts[i].Buf
+	}
+	fd := l.fd
+	if l.raw != nil {
+		fd = l.rawFD
+	}
+	got, err := l.rb.Recv(fd, l.rmsgs[:n])
+	for i := 0; i < got; i++ {
+		p := &pkts[i]
+		p.N, p.Off = l.rmsgs[i].N, 0
+		p.Addr = l.rmsgs[i].Addr
+		p.SrcPort = l.rmsgs[i].Addr.Port()
+		l.rmsgs[i].Buf = nil
+		if l.raw != nil && p.N >= 0 {
+			// IP header, UDP header, payload: the filter vouched for
+			// the first two; check the lengths.
+			b := p.Buf[:p.N]
+			if len(b) < 28 || b[0]>>4 != 4 {
+				p.N = -1
+				continue
+			}
+			hl := int(b[0]&0x0f) * 4
+			if hl < 20 || len(b) < hl+8 {
+				p.N = -1
+				continue
+			}
+			ulen := int(b[hl+4])<<8 | int(b[hl+5])
+			if ulen < 8 || hl+ulen > len(b) {
+				p.N = -1
+				continue
+			}
+			p.SrcPort = uint16(b[hl])<<8 | uint16(b[hl+1])
+			p.Addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[12:16])), p.SrcPort)
+			p.Off, p.N = hl+8, ulen-8
+		}
+	}
+	if err != nil {
+		return got, &os.SyscallError{Syscall: "recvmmsg", Err: err}
+	}
+	return got, nil
+}
+
+// WriteBatch implements Link. Runs of datagrams with the same source port
+// go out in one sendmmsg.
+func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	done := 0
+	for done < len(pkts) {
+		port := pkts[done].SrcPort
+		end := done + 1
+		for end < len(pkts) && end-done < len(l.wmsgs) && pkts[end].SrcPort == port {
+			end++
+		}
+		fd := l.fd
+		if port != 0 && port != l.local.Port() {
+			s, err := l.sender(port)
+			if err == nil {
+				fd = s.fd
+			}
+		}
+		for i := done; i < end; i++ {
+			l.wmsgs[i-done] = mmsg.Message{Buf: pkts[i].Buf, N: pkts[i].N, Addr: pkts[i].Addr}
+		}
+		count := end - done
+		n, err := l.wb.Send(fd, l.wmsgs[:count])
+		for i := 0; i < count; i++ {
+			l.wmsgs[i].Buf = nil
+		}
+		done += n
+		if err != nil {
+			return done, &os.SyscallError{Syscall: "sendmmsg", Err: err}
+		}
+		if n < count {
+			return done, nil // socket buffer full
+		}
+	}
+	return done, nil
+}
+
+// sender returns the send socket for a source port, opening it on first
+// use. If the port is taken by another program, datagrams go out from the
+// link's own port instead.
+func (l *UDPLink) sender(port uint16) (*sender, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.senders[port]; ok {
+		if s == nil {
+			return nil, errNoSender
+		}
+		return s, nil
+	}
+	conn, err := listen(netip.AddrPortFrom(l.local.Addr(), port))
+	if err != nil {
+		l.senders[port] = nil
+		return nil, errNoSender
+	}
+	s := &sender{conn: conn}
+	if rc, err := conn.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { s.fd = int(fd) })
+	}
+	setBuffers(s.fd, 4<<20)
+	l.senders[port] = s
+	return s, nil
+}
+
+var errNoSender = errors.New("source port unavailable")
+
+// WaitRead implements Link, through the Go runtime's network poller.
+func (l *UDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	l.conn.SetReadDeadline(deadline)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			l.conn.SetReadDeadline(time.Unix(1, 0))
+			if l.raw != nil {
+				l.raw.SetReadDeadline(time.Unix(1, 0))
+			}
+		})
+		defer stop()
+	}
+	first := true
+	rc := l.rc
+	if l.raw != nil {
+		rc = l.rawRC
+		l.raw.SetReadDeadline(deadline)
+	}
+	err := rc.Read(func(uintptr) bool {
+		if first {
+			first = false
+			return false // wait for readiness
+		}
+		return true
+	})
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if e := ctx.Err(); e != nil {
+				return e
+			}
+			return nil
+		}
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
+			return os.ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+// Close implements Link.
+func (l *UDPLink) Close() error {
+	l.mu.Lock()
+	for _, s := range l.senders {
+		if s != nil {
+			s.conn.Close()
+		}
+	}
+	l.senders = map[uint16]*sender{}
+	l.mu.Unlock()
+	if l.raw != nil {
+		l.raw.Close()
+	}
+	return l.conn.Close()
+}
+
+// LossConfig sets the fault rates of a LossyLink, each a probability per
+// datagram in [0, 1].
+type LossConfig struct {
+	Drop, Reorder, Duplicate, Corrupt float64
+	// Seed makes the faults reproducible (0: random).
+	Seed uint64
+}
+
+// LossyLink wraps a Link and injects faults into the datagrams it writes:
+// drops, reordering (a datagram is held back and sent after the next one
+// of the same batch; the last of a batch goes out at the next write or
+// after a millisecond), duplicates and corruption (one byte flipped,
+// which the ICRC catches). This kernel has no netem; tests use this
+// instead.
+type LossyLink struct {
+	Link
+	cfg   LossConfig
+	mu    sync.Mutex
+	rng   *rand.Rand
+	held  []byte
+	hpkt  Packet
+	has   bool
+	out   []Packet
+	bufs  [][]byte
+	timer *time.Timer
+	// Counters of injected faults.
+	Dropped, Reordered, Duplicated, Corrupted uint64
+}
+
+// NewLossyLink wraps l.
+func NewLossyLink(l Link, cfg LossConfig) *LossyLink {
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	return &LossyLink{Link: l, cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// WriteBatch implements Link with faults. It reports every datagram as
+// taken: a dropped one is lost on the wire, as on a real network.
+func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out = l.out[:0]
+	nb := 0
+	buf := func(src []byte) []byte {
+		if nb == len(l.bufs) {
+			l.bufs = append(l.bufs, make([]byte, 0, 9000))
+		}
+		b := append(l.bufs[nb][:0], src...)
+		l.bufs[nb] = b
+		nb++
+		return b
+	}
+	for i := range pkts {
+		p := pkts[i]
+		data := p.Buf[:p.N]
+		r := l.rng.Float64()
+		switch {
+		case r < l.cfg.Drop:
+			l.Dropped++
+			continue
+		case r < l.cfg.Drop+l.cfg.Corrupt:
+			l.Corrupted++
+			data = buf(data)
+			data[l.rng.IntN(len(data))] ^= byte(1 + l.rng.IntN(255))
+		case r < l.cfg.Drop+l.cfg.Corrupt+l.cfg.Duplicate:
+			l.Duplicated++
+			l.out = append(l.out, Packet{Buf: buf(data), N: len(data), Addr: p.Addr, SrcPort: p.SrcPort})
+		case r < l.cfg.Drop+l.cfg.Corrupt+l.cfg.Duplicate+l.cfg.Reorder && !l.has:
+			l.Reordered++
+			l.held = append(l.held[:0], data...)
+			l.hpkt = Packet{N: len(data), Addr: p.Addr, SrcPort: p.SrcPort}
+			l.has = true
+			continue
+		}
+		l.out = append(l.out, Packet{Buf: data, N: len(data), Addr: p.Addr, SrcPort: p.SrcPort})
+		if l.has {
+			l.hpkt.Buf = l.held
+			l.out = append(l.out, l.hpkt)
+			l.has = false
+		}
+	}
+	if l.has && l.timer == nil {
+		l.timer = time.AfterFunc(time.Millisecond, l.release)
+	} else if l.has {
+		l.timer.Reset(time.Millisecond)
+	}
+	for sent := 0; sent < len(l.out); {
+		n, err := l.Link.WriteBatch(l.out[sent:])
+		if err != nil {
+			return len(pkts), err
+		}
+		if n == 0 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		sent += n
+	}
+	return len(pkts), nil
+}
+
+// release sends a datagram that was held back for reordering and found
+// no successor.
+func (l *LossyLink) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.has {
+		return
+	}
+	l.has = false
+	l.hpkt.Buf = l.held
+	l.Link.WriteBatch([]Packet{l.hpkt})
+}
+
+// String describes the configured faults.
+func (c LossConfig) String() string {
+	return fmt.Sprintf("drop %.1f%% reorder %.1f%% duplicate %.1f%% corrupt %.1f%%",
+		100*c.Drop, 100*c.Reorder, 100*c.Duplicate, 100*c.Corrupt)
+}

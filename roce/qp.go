@@ -1,0 +1,842 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/cq"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// QPType is the transport service of a queue pair.
+type QPType uint8
+
+// Queue pair types.
+const (
+	RC QPType = iota + 1 // reliable connected
+	UD                   // unreliable datagram
+)
+
+// String returns "RC" or "UD".
+func (t QPType) String() string {
+	switch t {
+	case RC:
+		return "RC"
+	case UD:
+		return "UD"
+	}
+	return "QPType(?)"
+}
+
+// QPState is the state of a queue pair, as in verbs.
+type QPState uint8
+
+// Queue pair states. A QP moves RESET → INIT → RTR (ready to receive) →
+// RTS (ready to send); any state can go to ERR (work is flushed) or back
+// to RESET.
+const (
+	StateReset QPState = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateErr
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "ERR"}
+
+// String returns the verbs name of the state.
+func (s QPState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "QPState(?)"
+}
+
+// CQ is a completion queue; several queue pairs may share one.
+type CQ struct{ q *cq.Queue }
+
+// CreateCQ creates a completion queue of the given capacity (0: 4096)
+// whose Wait spins for spin before sleeping.
+func (e *Engine) CreateCQ(size int, spin time.Duration) *CQ {
+	return &CQ{q: cq.New(size, spin)}
+}
+
+// Poll implements fabric.CompletionQueue.
+func (c *CQ) Poll(out []fabric.Completion) int { return c.q.Poll(out) }
+
+// Wait implements fabric.CompletionQueue.
+func (c *CQ) Wait(ctx context.Context, out []fabric.Completion) (int, error) {
+	return c.q.Wait(ctx, out)
+}
+
+// Len implements fabric.CompletionQueue.
+func (c *CQ) Len() int { return c.q.Len() }
+
+// QPConfig are the creation parameters of a queue pair (verbs
+// ibv_qp_init_attr). The zero value is an RC QP with default sizes.
+type QPConfig struct {
+	// Type is RC (default) or UD.
+	Type QPType
+	// SQDepth is the number of outstanding send work requests (0: 512).
+	SQDepth int
+	// RecvBuffer is the size of the receive buffer, in bytes, where
+	// arrived messages wait for Recv (0: 8 MiB for RC, 1 MiB for UD).
+	// When it is full, RC answers RNR NAK and UD drops.
+	RecvBuffer int
+	// MaxMsgSize is the largest message the QP receives (0: 1 MiB).
+	MaxMsgSize int
+	// InlineSize is the size up to which Send copies the payload, so the
+	// caller's buffers are free when Send returns (0: 4096).
+	InlineSize int
+	// CQ receives the QP's completions (nil: a CQ of its own).
+	CQ *CQ
+	// Spin is the busy-poll budget of blocking calls (see fabric.Options).
+	Spin time.Duration
+}
+
+// QPAttr are the connection attributes of a queue pair (verbs
+// ibv_qp_attr), set with Modify or Connect.
+type QPAttr struct {
+	// PathMTU is the payload size per packet: 256, 512, 1024, 2048 or 4096.
+	PathMTU int
+	// Dest is the peer's IP address (its GID); DestQPN its QP number.
+	Dest    netip.Addr
+	DestQPN uint32
+	// RQPSN is the first PSN expected from the peer; SQPSN the first PSN
+	// sent.
+	RQPSN, SQPSN wire.PSN
+	// Timeout is the local ACK timeout exponent: 4.096 µs × 2^Timeout
+	// (0: wait forever).
+	Timeout uint8
+	// RetryCnt is how many times a request is retransmitted after a
+	// timeout before the QP fails (0-7).
+	RetryCnt uint8
+	// RNRRetry is how many RNR NAKs are tolerated (0-7; 7 is infinite).
+	RNRRetry uint8
+	// MinRNRTimer is the RNR NAK delay this QP asks for when it cannot
+	// take a message.
+	MinRNRTimer wire.RNRTimer
+	// MaxRDAtomic is the number of RDMA reads and atomics this QP keeps
+	// outstanding (0: 16).
+	MaxRDAtomic int
+	// QKey is the UD queue key: received datagrams must carry it, and sent
+	// ones carry it.
+	QKey uint32
+	// FlowLabel selects the UDP source port (0: derived from the QPNs).
+	FlowLabel uint32
+	// PKey is the partition key (0: 0xffff, the default partition).
+	PKey uint16
+	// KeepAlive, if non-zero, sends a zero-length RDMA WRITE after this
+	// long without traffic, so a dead peer is noticed (as retries
+	// exceeded) even on an idle connection.
+	KeepAlive time.Duration
+}
+
+// TimeoutDuration returns the local ACK timeout that exponent t means.
+func TimeoutDuration(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
+}
+
+// maxSGE is the longest SGE list of a work request.
+const maxSGE = 32
+
+// maxInflight bounds the packets sent and not yet acknowledged; the
+// requester's window (cwnd) moves between minWindow and maxInflight,
+// halving on a loss and growing as acknowledgements arrive.
+const (
+	maxInflight = 1024
+	minWindow   = 8
+	initWindow  = 128
+)
+
+// work request opcodes
+type wop uint8
+
+const (
+	wopSend wop = iota
+	wopWrite
+	wopRead
+	wopFetchAdd
+	wopCmpSwap
+	wopKeepAlive
+)
+
+// wqe is a send work request in flight.
+type wqe struct {
+	op     wop
+	flags  fabric.MsgFlags
+	imm    uint32
+	ctx    uint64
+	nsge   int
+	sge    [maxSGE]fabric.SGE
+	inline []byte // payload copied at post time, or nil
+	length int
+	remote fabric.RemoteIOV
+	swap   uint64
+	cmp    uint64
+	psn    wire.PSN // first PSN
+	npkts  int      // PSNs consumed
+	rdDone int      // read: bytes received in order
+	rdReq  int      // read: rdDone when the request was last sent
+	done   bool     // read, atomic: response complete
+	issued bool     // read, atomic: counted in rdOut
+}
+
+// QP is a queue pair.
+type QP struct {
+	e    *Engine
+	pd   *PD
+	cfg  QPConfig
+	qpn  uint32
+	cq   *CQ
+	ctr  fabric.Counters
+	evs  chan fabric.Event
+	spin time.Duration
+
+	mu     sync.Mutex
+	state  QPState
+	attr   QPAttr
+	mtu    int
+	sport  uint16
+	dest   netip.AddrPort
+	status fabric.Status // why the QP is in ERR
+	closed atomic.Bool
+
+	// requester
+	sq         []wqe
+	inlineBuf  []byte
+	sqHead     uint64 // oldest incomplete
+	sqNext     uint64 // next to transmit
+	sqTail     uint64 // next free
+	nextPkt    int    // packet index within sq[sqNext]
+	npsn       wire.PSN
+	txPSN      wire.PSN // PSN of the next packet to transmit
+	una        wire.PSN // oldest unacknowledged PSN
+	maxPSN     wire.PSN // one past the highest PSN ever sent
+	retries    int
+	rnrRetries int
+	deadline   time.Time
+	rnrUntil   time.Time
+	rdOut      int
+	gapNAKed   bool // a read response gap was already answered
+	cwnd       int  // packets the requester may have unacknowledged
+	cwndAcc    int
+	lastActive time.Time
+
+	// responder
+	epsn      wire.PSN
+	msn       uint32
+	nakSent   bool
+	inSend    bool
+	inWrite   bool
+	inWriteOp wire.OpCode
+	wbuf      []byte
+	woff      int
+	ackDirty  bool
+	ackPSN    wire.PSN
+	ackSyn    wire.Syndrome
+	atomics   [16]atomicResult
+	atomicIdx int
+	ackBuf    [64]byte
+	ackPkt    [1]Packet
+	srcQPN    uint32 // UD: source QP of the last datagram
+	trace     [32][3]uint32
+	traceN    int
+
+	// receive buffer: a ring of records {len, imm, flags, 0} + payload
+	rq       []byte
+	rqHead   uint64 // oldest unconsumed record
+	rqTail   uint64 // end of committed records
+	rqCur    uint64 // start of the record being filled (RC multi-packet SEND)
+	rqCurLen int
+
+	recvWaiters atomic.Int32
+	recvCh      chan struct{}
+	sendWaiters atomic.Int32
+	sendCh      chan struct{}
+	done        chan struct{}
+
+	txPkts []Packet
+	txBufs [][]byte
+	txN    int
+}
+
+type atomicResult struct {
+	psn   wire.PSN
+	orig  uint64
+	valid bool
+}
+
+const (
+	recFlagImm   = 1
+	recFlagWrite = 2 // RDMA write with immediate
+	recFlagPad   = 4
+	recHdr       = 16
+	txBatch      = 32
+)
+
+// CreateQP creates a queue pair in the RESET state.
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	e := pd.e
+	if e.closed.Load() {
+		return nil, os.ErrClosed
+	}
+	if cfg.Type == 0 {
+		cfg.Type = RC
+	}
+	if cfg.SQDepth <= 0 {
+		cfg.SQDepth = 512
+	}
+	if cfg.MaxMsgSize <= 0 {
+		cfg.MaxMsgSize = 1 << 20
+	}
+	if cfg.RecvBuffer <= 0 {
+		cfg.RecvBuffer = 8 << 20
+		if cfg.Type == UD {
+			cfg.RecvBuffer = 1 << 20
+		}
+	}
+	if cfg.InlineSize <= 0 {
+		cfg.InlineSize = 4096
+	}
+	cfg.RecvBuffer = (cfg.RecvBuffer + 15) &^ 15
+	if cfg.Type == RC && cfg.RecvBuffer < 2*(cfg.MaxMsgSize+2*recHdr) {
+		return nil, fmt.Errorf("roce: receive buffer %d cannot hold two messages of %d bytes: %w",
+			cfg.RecvBuffer, cfg.MaxMsgSize, fabric.ErrInvalid)
+	}
+	c := cfg.CQ
+	spin := (&fabric.Options{Spin: cfg.Spin}).SpinBudget()
+	if c == nil {
+		c = e.CreateCQ(0, spin)
+	}
+	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64), spin: spin,
+		sq: make([]wqe, cfg.SQDepth), inlineBuf: make([]byte, cfg.SQDepth*cfg.InlineSize),
+		rq: make([]byte, cfg.RecvBuffer), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
+		done: make(chan struct{}), txPkts: make([]Packet, txBatch), txBufs: make([][]byte, txBatch)}
+	for i := range qp.txBufs {
+		qp.txBufs[i] = make([]byte, maxPacket)
+	}
+	e.objMu.Lock()
+	for {
+		e.nextQP = (e.nextQP + 1) & 0xffffff
+		if _, used := e.qps[e.nextQP]; e.nextQP > 1 && !used {
+			break
+		}
+	}
+	qp.qpn = e.nextQP
+	e.qps[qp.qpn] = qp
+	e.objMu.Unlock()
+	return qp, nil
+}
+
+// QPN returns the queue pair number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// Type returns the QP type.
+func (qp *QP) Type() QPType { return qp.cfg.Type }
+
+// State returns the current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// CQ returns the QP's completion queue.
+func (qp *QP) CQ() *CQ { return qp.cq }
+
+// Stats returns the QP's counters.
+func (qp *QP) Stats() fabric.Stats { return qp.ctr.Snapshot() }
+
+// Events returns the QP's event channel (errors, peer loss).
+func (qp *QP) Events() <-chan fabric.Event { return qp.evs }
+
+func (qp *QP) emit(ev fabric.Event) {
+	select {
+	case qp.evs <- ev:
+	default:
+		qp.ctr.Drop(fabric.DropEvent, 1)
+	}
+}
+
+func validMTU(m int) bool {
+	return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096
+}
+
+// Modify moves the QP to state, applying the attributes that transition
+// takes (verbs ibv_modify_qp): INIT takes QKey and PKey; RTR takes
+// PathMTU, Dest, DestQPN, RQPSN, MinRNRTimer (and QKey for UD); RTS takes
+// SQPSN, Timeout, RetryCnt, RNRRetry, MaxRDAtomic and KeepAlive. ERR
+// flushes all work; RESET clears the QP.
+func (qp *QP) Modify(state QPState, attr *QPAttr) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed.Load() {
+		return os.ErrClosed
+	}
+	if attr == nil {
+		attr = &QPAttr{}
+	}
+	from := qp.state
+	bad := func() error {
+		return fmt.Errorf("roce: QP %#x: %v -> %v: %w", qp.qpn, from, state, fabric.ErrInvalid)
+	}
+	switch state {
+	case StateReset:
+		qp.flushLocked(fabric.StatusFlushed)
+		qp.resetLocked()
+		return nil
+	case StateErr:
+		qp.errorLocked(fabric.StatusFlushed)
+		return nil
+	case StateInit:
+		if from != StateReset && from != StateInit {
+			return bad()
+		}
+		qp.attr.QKey = attr.QKey
+		qp.attr.PKey = attr.PKey
+		if qp.attr.PKey == 0 {
+			qp.attr.PKey = 0xffff
+		}
+	case StateRTR:
+		if from != StateInit {
+			return bad()
+		}
+		mtu := attr.PathMTU
+		if mtu == 0 {
+			mtu = 1024
+		}
+		if !validMTU(mtu) {
+			return fmt.Errorf("roce: path MTU %d: %w", attr.PathMTU, fabric.ErrInvalid)
+		}
+		if !attr.Dest.IsValid() || attr.DestQPN > 0xffffff || !attr.RQPSN.Valid() {
+			return fmt.Errorf("roce: RTR needs Dest, DestQPN and a 24-bit RQPSN: %w", fabric.ErrInvalid)
+		}
+		qp.mtu = mtu
+		qp.attr.PathMTU = mtu
+		qp.attr.Dest = attr.Dest.Unmap()
+		qp.attr.DestQPN = attr.DestQPN
+		qp.attr.RQPSN = attr.RQPSN
+		qp.attr.MinRNRTimer = attr.MinRNRTimer
+		qp.attr.FlowLabel = attr.FlowLabel
+		if attr.QKey != 0 {
+			qp.attr.QKey = attr.QKey
+		}
+		qp.epsn = attr.RQPSN
+		qp.dest = netip.AddrPortFrom(qp.attr.Dest, Port)
+		qp.sport = wire.UDPSrcPort(attr.FlowLabel, qp.qpn, attr.DestQPN)
+	case StateRTS:
+		if from != StateRTR {
+			return bad()
+		}
+		if !attr.SQPSN.Valid() || attr.RetryCnt > 7 || attr.RNRRetry > 7 {
+			return fmt.Errorf("roce: RTS attributes %+v: %w", *attr, fabric.ErrInvalid)
+		}
+		qp.attr.SQPSN, qp.attr.Timeout = attr.SQPSN, attr.Timeout
+		qp.attr.RetryCnt, qp.attr.RNRRetry = attr.RetryCnt, attr.RNRRetry
+		qp.attr.MaxRDAtomic = attr.MaxRDAtomic
+		if qp.attr.MaxRDAtomic <= 0 {
+			qp.attr.MaxRDAtomic = 16
+		}
+		qp.attr.KeepAlive = attr.KeepAlive
+		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
+		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
+		qp.cwnd, qp.cwndAcc = initWindow, 0
+		qp.lastActive = time.Now()
+	default:
+		return bad()
+	}
+	qp.state = state
+	return nil
+}
+
+// Connect moves a QP from RESET to RTS in one call, with the attributes
+// of all three transitions.
+func (qp *QP) Connect(attr *QPAttr) error {
+	for _, s := range []QPState{StateInit, StateRTR, StateRTS} {
+		if err := qp.Modify(s, attr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (qp *QP) resetLocked() {
+	qp.state = StateReset
+	qp.status = fabric.StatusOK
+	qp.sqHead, qp.sqNext, qp.sqTail, qp.nextPkt = 0, 0, 0, 0
+	qp.rdOut, qp.inSend, qp.inWrite, qp.nakSent, qp.ackDirty = 0, false, false, false, false
+	qp.deadline, qp.rnrUntil = time.Time{}, time.Time{}
+	qp.rqHead, qp.rqTail, qp.rqCur, qp.rqCurLen = 0, 0, 0, 0
+	qp.msn = 0
+	qp.atomics = [16]atomicResult{}
+}
+
+// errorLocked moves the QP to ERR: outstanding work completes with
+// StatusFlushed, the first error is kept as the reason, and waiters wake.
+func (qp *QP) errorLocked(st fabric.Status) {
+	if qp.state == StateErr {
+		return
+	}
+	if debugRoce {
+		println("QP ERROR", qp.qpn, st.String(), "epsn", qp.epsn, "inSend", qp.inSend, "inWrite", qp.inWrite)
+	}
+	qp.state = StateErr
+	if qp.status == fabric.StatusOK {
+		qp.status = st
+	}
+	qp.flushLocked(fabric.StatusFlushed)
+	qp.wakeAll()
+	kind := fabric.EventError
+	if st == fabric.StatusRetryExceeded || st == fabric.StatusPeerGone {
+		kind = fabric.EventPeerGone
+	}
+	qp.emit(fabric.Event{Kind: kind, Time: time.Now(), Err: st.Err()})
+}
+
+// flushLocked completes every outstanding work request with st.
+func (qp *QP) flushLocked(st fabric.Status) {
+	for ; qp.sqHead < qp.sqTail; qp.sqHead++ {
+		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
+		if w.op != wopKeepAlive {
+			qp.complete(w, st)
+		}
+	}
+	qp.sqNext, qp.nextPkt = qp.sqTail, 0
+	qp.rdOut = 0
+	qp.deadline, qp.rnrUntil = time.Time{}, time.Time{}
+}
+
+func (qp *QP) wakeAll() {
+	select {
+	case qp.recvCh <- struct{}{}:
+	default:
+	}
+	select {
+	case qp.sendCh <- struct{}{}:
+	default:
+	}
+}
+
+// complete reports a work request on the CQ if it was signaled or failed.
+func (qp *QP) complete(w *wqe, st fabric.Status) {
+	if st == fabric.StatusOK && w.flags&fabric.FlagSignal == 0 {
+		return
+	}
+	qp.cq.q.Push(fabric.Completion{Context: w.ctx, Op: wopOps[w.op], Status: st, Len: w.length})
+}
+
+var wopOps = [...]fabric.Op{wopSend: fabric.OpSend, wopWrite: fabric.OpWrite, wopRead: fabric.OpRead,
+	wopFetchAdd: fabric.OpFetchAdd, wopCmpSwap: fabric.OpCompareSwap, wopKeepAlive: fabric.OpWrite}
+
+// Destroy destroys the QP (verbs ibv_destroy_qp): work is flushed,
+// blocked calls return os.ErrClosed, and its QPN stops receiving.
+func (qp *QP) Destroy() error {
+	if qp.closed.Swap(true) {
+		return nil
+	}
+	qp.mu.Lock()
+	qp.flushLocked(fabric.StatusFlushed)
+	qp.state = StateErr
+	qp.mu.Unlock()
+	close(qp.done)
+	e := qp.e
+	e.objMu.Lock()
+	delete(e.qps, qp.qpn)
+	e.objMu.Unlock()
+	if qp.cfg.CQ == nil {
+		qp.cq.q.Close()
+	}
+	return nil
+}
+
+// input dispatches a packet addressed to this QP.
+func (qp *QP) input(p *wire.Packet, src netip.Addr) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state != StateRTR && qp.state != StateRTS {
+		if debugRoce {
+			println("drop in state", qp.qpn, qp.state.String())
+		}
+		qp.ctr.Drop(fabric.DropOther, 1)
+		return
+	}
+	op := p.OpCode()
+	if qp.cfg.Type == UD {
+		if op != wire.OpUDSendOnly && op != wire.OpUDSendOnlyWithImmediate {
+			qp.ctr.Drop(fabric.DropMalformed, 1)
+			return
+		}
+		qp.udInput(p)
+		return
+	}
+	if op.Transport() != wire.TransportRC || src != qp.attr.Dest {
+		qp.ctr.Drop(fabric.DropMalformed, 1)
+		return
+	}
+	qp.ctr.RxPackets.Add(1)
+	if op.IsResponse() {
+		if qp.state == StateRTS {
+			qp.response(p)
+		}
+		return
+	}
+	qp.request(p)
+}
+
+// timer runs the QP's timers and returns its next deadline.
+func (qp *QP) timer(now time.Time) time.Time {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state != StateRTS {
+		return time.Time{}
+	}
+	if !qp.rnrUntil.IsZero() {
+		if now.Before(qp.rnrUntil) {
+			return qp.rnrUntil
+		}
+		qp.rnrUntil = time.Time{}
+		qp.transmit()
+	}
+	if !qp.deadline.IsZero() && !now.Before(qp.deadline) {
+		qp.onTimeout(now)
+	}
+	if ka := qp.attr.KeepAlive; ka > 0 && qp.cfg.Type == RC && qp.sqHead == qp.sqTail &&
+		now.Sub(qp.lastActive) >= ka {
+		qp.postKeepAlive()
+	}
+	next := qp.deadline
+	if ka := qp.attr.KeepAlive; ka > 0 && qp.sqHead == qp.sqTail {
+		if k := qp.lastActive.Add(ka); next.IsZero() || k.Before(next) {
+			next = k
+		}
+	}
+	return next
+}
+
+// pushRecord appends a complete message to the receive buffer. It
+// returns false if there is no room.
+func (qp *QP) recvRoom(n int) bool {
+	size := uint64(len(qp.rq))
+	rec := uint64((recHdr + n + 15) &^ 15)
+	off := qp.rqTail % size
+	need := rec
+	if off+rec > size {
+		need += size - off // padding to the end
+	}
+	return qp.rqTail+need+recHdr-qp.rqHead <= size
+}
+
+// beginRecord starts a record for a message of at most n bytes (room
+// already checked) and returns its payload area.
+func (qp *QP) beginRecord(n int) {
+	size := uint64(len(qp.rq))
+	rec := uint64((recHdr + n + 15) &^ 15)
+	off := qp.rqTail % size
+	if off+rec > size {
+		// Pad to the end of the ring.
+		putU32(qp.rq[off:], uint32(size-off-recHdr))
+		putU32(qp.rq[off+8:], recFlagPad)
+		qp.rqTail += size - off
+	}
+	qp.rqCur, qp.rqCurLen = qp.rqTail, 0
+}
+
+func (qp *QP) appendRecord(p []byte) {
+	off := int(qp.rqCur%uint64(len(qp.rq))) + recHdr + qp.rqCurLen
+	qp.rqCurLen += copy(qp.rq[off:], p)
+}
+
+// commitRecord finishes the current record and wakes a waiting receiver.
+func (qp *QP) commitRecord(imm uint32, flags uint32, n int) {
+	off := qp.rqCur % uint64(len(qp.rq))
+	putU32(qp.rq[off:], uint32(n))
+	putU32(qp.rq[off+4:], imm)
+	putU32(qp.rq[off+8:], flags)
+	qp.rqTail = qp.rqCur + uint64((recHdr+max(qp.rqCurLen, 0)+15)&^15)
+	if flags&recFlagWrite != 0 {
+		qp.rqTail = qp.rqCur + recHdr
+	}
+	qp.ctr.RxMessages.Add(1)
+	if qp.recvWaiters.Load() > 0 {
+		select {
+		case qp.recvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func putU32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+
+func getU32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// Recv moves arrived messages into the messages' SGEs. It never blocks.
+func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
+	if qp.closed.Load() {
+		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+	}
+	qp.e.poll()
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	size := uint64(len(qp.rq))
+	n := 0
+	var bytes uint64
+	for n < len(msgs) && qp.rqHead < qp.rqTail {
+		off := qp.rqHead % size
+		ln := int(getU32(qp.rq[off:]))
+		imm := getU32(qp.rq[off+4:])
+		fl := getU32(qp.rq[off+8:])
+		if fl&recFlagPad != 0 {
+			qp.rqHead += uint64(ln + recHdr)
+			continue
+		}
+		m := &msgs[n]
+		if fl&recFlagWrite != 0 {
+			m.Len, m.Imm, m.Flags = ln, imm, fabric.FlagRemoteWrite|fabric.FlagImm
+			qp.rqHead += recHdr
+			n++
+			continue
+		}
+		capacity, err := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, fabric.AccessLocalWrite)
+		if err != nil {
+			return n, &fabric.OpError{Op: "recv", Backend: "roce", Err: err}
+		}
+		m.Flags, m.Imm = 0, 0
+		if fl&recFlagImm != 0 {
+			m.Flags, m.Imm = fabric.FlagImm, imm
+		}
+		m.Len = fabric.Scatter(m.SGEs, qp.rq[off+recHdr:off+recHdr+uint64(ln)])
+		if ln > capacity {
+			m.Flags |= fabric.FlagTruncated
+			qp.ctr.Drop(fabric.DropTruncated, 1)
+		}
+		bytes += uint64(ln)
+		qp.rqHead += uint64((recHdr + ln + 15) &^ 15)
+		n++
+	}
+	qp.ctr.RxBytes.Add(bytes)
+	if n == 0 && qp.state == StateErr {
+		return 0, qp.stateErr("recv")
+	}
+	return n, nil
+}
+
+func (qp *QP) stateErr(op string) error {
+	if qp.closed.Load() {
+		return &fabric.OpError{Op: op, Backend: "roce", Err: fabric.ErrClosed}
+	}
+	err := qp.status.Err()
+	if err == nil {
+		err = fabric.ErrFlushed
+	}
+	return &fabric.OpError{Op: op, Backend: "roce", Err: fmt.Errorf("QP %#x in error state: %w", qp.qpn, err)}
+}
+
+// wait spins on ready, driving the engine, for the spin budget, then
+// sleeps on ch until woken, ctx is done or the QP is destroyed.
+func (qp *QP) wait(ctx context.Context, ready func() bool, waiters *atomic.Int32, ch chan struct{}) error {
+	e := qp.e
+	if qp.spin > 0 {
+		e.spinner.Add(1)
+		deadline := time.Now().Add(qp.spin)
+		for i := 1; ; i++ {
+			if ready() {
+				e.spinner.Add(-1)
+				return nil
+			}
+			e.poll()
+			if i&63 == 0 {
+				now := time.Now()
+				if now.After(deadline) || ctx.Err() != nil {
+					break
+				}
+				if i&1023 == 0 {
+					e.runTimers(now)
+				}
+			}
+		}
+		e.spinner.Add(-1)
+	}
+	waiters.Add(1)
+	defer waiters.Add(-1)
+	if ready() {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-qp.done:
+		return os.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (qp *QP) recvReady() bool {
+	if qp.closed.Load() {
+		return true
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.rqHead < qp.rqTail || qp.state == StateErr
+}
+
+// RecvWait is Recv that blocks until a message arrives.
+func (qp *QP) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	for {
+		n, err := qp.Recv(msgs)
+		if n > 0 || err != nil || len(msgs) == 0 {
+			return n, err
+		}
+		if err := qp.wait(ctx, qp.recvReady, &qp.recvWaiters, qp.recvCh); err != nil {
+			if qp.closed.Load() {
+				return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+			}
+			return 0, err
+		}
+	}
+}
+
+func (qp *QP) sendReady() bool {
+	if qp.closed.Load() {
+		return true
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.sqTail-qp.sqHead < uint64(len(qp.sq)) || qp.state == StateErr
+}
+
+// SendWait is Send that blocks while the send queue is full.
+func (qp *QP) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return qp.postWait(ctx, msgs, qp.Send)
+}
+
+func (qp *QP) postWait(ctx context.Context, msgs []fabric.Message, post func([]fabric.Message) (int, error)) (int, error) {
+	for {
+		n, err := post(msgs)
+		if n > 0 || err != nil || len(msgs) == 0 {
+			return n, err
+		}
+		if err := qp.wait(ctx, qp.sendReady, &qp.sendWaiters, qp.sendCh); err != nil {
+			if qp.closed.Load() {
+				return 0, &fabric.OpError{Op: "send", Backend: "roce", Err: fabric.ErrClosed}
+			}
+			return 0, err
+		}
+	}
+}

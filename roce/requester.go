@@ -1,0 +1,645 @@
+package roce
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// Send posts SEND work requests (with immediate data if FlagImm). It
+// returns how many it queued; n < len(msgs) is a full send queue.
+func (qp *QP) Send(msgs []fabric.Message) (int, error) { return qp.post(msgs, wopSend, "send", 0, 0) }
+
+// Write posts RDMA WRITE work requests to each message's Remote (with
+// immediate data if FlagImm).
+func (qp *QP) Write(msgs []fabric.Message) (int, error) {
+	if qp.cfg.Type != RC {
+		return 0, &fabric.OpError{Op: "write", Backend: "roce", Err: fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported)}
+	}
+	return qp.post(msgs, wopWrite, "write", 0, 0)
+}
+
+// Read posts RDMA READ work requests from each message's Remote into its
+// SGEs.
+func (qp *QP) Read(msgs []fabric.Message) (int, error) {
+	if qp.cfg.Type != RC {
+		return 0, &fabric.OpError{Op: "read", Backend: "roce", Err: fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported)}
+	}
+	return qp.post(msgs, wopRead, "read", 0, 0)
+}
+
+// FetchAdd posts an atomic fetch-and-add of add to the 8-byte word at
+// remote; the original value is stored (big-endian, as verbs does) in
+// the 8 bytes that sge names.
+func (qp *QP) FetchAdd(sge fabric.SGE, remote fabric.RemoteIOV, add uint64, ctx uint64, flags fabric.MsgFlags) error {
+	return qp.postAtomic(wopFetchAdd, sge, remote, add, 0, ctx, flags)
+}
+
+// CompareSwap posts an atomic compare-and-swap: if the word at remote
+// equals compare it becomes swap. The original value is stored in sge.
+func (qp *QP) CompareSwap(sge fabric.SGE, remote fabric.RemoteIOV, compare, swap uint64, ctx uint64, flags fabric.MsgFlags) error {
+	return qp.postAtomic(wopCmpSwap, sge, remote, swap, compare, ctx, flags)
+}
+
+func (qp *QP) postAtomic(op wop, sge fabric.SGE, remote fabric.RemoteIOV, swap, cmp uint64, ctx uint64, flags fabric.MsgFlags) error {
+	if qp.cfg.Type != RC {
+		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fabric.ErrNotSupported}
+	}
+	if sge.Length != 8 || remote.Addr%8 != 0 {
+		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fmt.Errorf("atomics need 8 aligned bytes: %w", fabric.ErrInvalid)}
+	}
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{sge}, Remote: remote, Context: ctx, Flags: flags}}
+	n, err := qp.post(msgs, op, "atomic", swap, cmp)
+	if err == nil && n == 0 {
+		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fmt.Errorf("send queue full")}
+	}
+	return err
+}
+
+// post validates and queues work requests, then transmits what the
+// window allows.
+func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64) (int, error) {
+	if qp.closed.Load() {
+		return 0, &fabric.OpError{Op: name, Backend: "roce", Err: fabric.ErrClosed}
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state != StateRTS {
+		if qp.state == StateErr {
+			return 0, qp.stateErr(name)
+		}
+		return 0, &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("QP %#x is %v, not RTS: %w", qp.qpn, qp.state, fabric.ErrInvalid)}
+	}
+	need := fabric.Access(0)
+	if op == wopRead || op == wopFetchAdd || op == wopCmpSwap {
+		need = fabric.AccessLocalWrite
+	}
+	n := 0
+	var err error
+	for n < len(msgs) {
+		m := &msgs[n]
+		if len(m.SGEs) > maxSGE {
+			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGE, fabric.ErrMessageSize)}
+			break
+		}
+		size, cerr := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, need)
+		if cerr != nil {
+			err = &fabric.OpError{Op: name, Backend: "roce", Err: cerr}
+			break
+		}
+		limit := qp.cfg.MaxMsgSize
+		if qp.cfg.Type == UD {
+			limit = qp.mtu
+		}
+		if op == wopRead || op == wopWrite {
+			limit = 1 << 31
+		}
+		if size > limit {
+			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d bytes, max %d: %w", size, limit, fabric.ErrMessageSize)}
+			break
+		}
+		if (op == wopWrite || op == wopRead) && m.Remote.Len != 0 && uint64(size) > m.Remote.Len {
+			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d bytes for a remote buffer of %d: %w", size, m.Remote.Len, fabric.ErrInvalid)}
+			break
+		}
+		if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) || qp.cq.q.Free() <= int(qp.sqTail-qp.sqHead) {
+			break // send queue (or the CQ that must take its completions) full
+		}
+		slot := qp.sqTail % uint64(len(qp.sq))
+		w := &qp.sq[slot]
+		*w = wqe{op: op, flags: m.Flags, imm: m.Imm, ctx: m.Context, nsge: len(m.SGEs), length: size,
+			remote: m.Remote, psn: qp.npsn}
+		copy(w.sge[:], m.SGEs)
+		if (op == wopSend || op == wopWrite) && size <= qp.cfg.InlineSize {
+			buf := qp.inlineBuf[int(slot)*qp.cfg.InlineSize : int(slot)*qp.cfg.InlineSize+size]
+			fabric.Gather(buf, m.SGEs)
+			w.inline = buf
+		}
+		switch op {
+		case wopSend, wopWrite, wopRead:
+			w.npkts = max(1, (size+qp.mtu-1)/qp.mtu)
+		case wopFetchAdd, wopCmpSwap:
+			w.npkts, w.swap, w.cmp = 1, swap, cmp
+		}
+		if qp.cfg.Type == UD {
+			w.npkts = 1
+		}
+		qp.npsn = qp.npsn.Add(w.npkts)
+		qp.sqTail++
+		qp.ctr.TxMessages.Add(1)
+		qp.ctr.TxBytes.Add(uint64(size))
+		n++
+	}
+	if n > 0 {
+		qp.transmit()
+	}
+	return n, err
+}
+
+// postKeepAlive queues a zero-length RDMA WRITE (which needs no rkey)
+// that the peer must acknowledge.
+func (qp *QP) postKeepAlive() {
+	if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) {
+		return
+	}
+	w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
+	*w = wqe{op: wopKeepAlive, psn: qp.npsn, npkts: 1}
+	qp.npsn = qp.npsn.Next()
+	qp.sqTail++
+	qp.transmit()
+}
+
+// timeoutDur is the retransmission timeout.
+func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeout) }
+
+// armTimer starts the retransmission timer if packets are outstanding.
+// The timeout is 4.096 µs × 2^Timeout, doubled for each consecutive
+// timeout of the same packets (at most 64 times): the first retries come
+// fast, and a peer stalled by a busy host gets time before the retry
+// count runs out.
+func (qp *QP) armTimer() {
+	if qp.una == qp.txPSN {
+		qp.deadline = time.Time{}
+		return
+	}
+	if d := qp.timeoutDur(); d > 0 {
+		backoff := min(int(qp.attr.RetryCnt)-qp.retries, 6)
+		qp.deadline = time.Now().Add(d << max(backoff, 0))
+	}
+}
+
+// transmit sends the packets of queued work requests that the window,
+// the read/atomic limit and an RNR wait allow. Callers hold qp.mu.
+func (qp *QP) transmit() {
+	if qp.state != StateRTS || !qp.rnrUntil.IsZero() {
+		return
+	}
+	qp.txN = 0
+	for qp.sqNext < qp.sqTail {
+		if int(qp.txPSN.Sub(qp.una)) >= qp.cwnd {
+			break
+		}
+		w := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
+		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.issued {
+			if qp.rdOut >= qp.attr.MaxRDAtomic {
+				break
+			}
+			qp.rdOut++
+			w.issued = true
+		}
+		if w.flags&fabric.FlagFence != 0 && qp.rdOut > 0 && qp.nextPkt == 0 && w.op != wopRead {
+			break
+		}
+		qp.buildPacket(w)
+		if qp.txN == txBatch {
+			qp.flushTx()
+		}
+	}
+	qp.flushTx()
+}
+
+// flushTx sends the packets built so far.
+func (qp *QP) flushTx() {
+	if qp.txN == 0 {
+		return
+	}
+	if qp.txPSN.Sub(qp.maxPSN) > 0 {
+		qp.maxPSN = qp.txPSN
+	}
+	qp.e.send(qp.txPkts[:qp.txN])
+	qp.ctr.TxPackets.Add(uint64(qp.txN))
+	qp.txN = 0
+	qp.lastActive = time.Now()
+	if qp.deadline.IsZero() {
+		qp.armTimer()
+	}
+}
+
+// nextTx returns the next free transmit buffer, leaving room in front for
+// nothing: the link takes the UDP payload.
+func (qp *QP) nextTx() []byte { return qp.txBufs[qp.txN] }
+
+// queueTx finishes a built packet of n bytes: ICRC, address, source port.
+func (qp *QP) queueTx(n int) {
+	buf := qp.txBufs[qp.txN][:n]
+	qp.e.sealICRC(buf, qp.dest.Addr(), qp.sport)
+	qp.txPkts[qp.txN] = Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.txN++
+}
+
+// gatherAt copies the message bytes [off, off+len(dst)) of w into dst.
+func gatherAt(dst []byte, w *wqe, off int) {
+	if w.inline != nil {
+		copy(dst, w.inline[off:])
+		return
+	}
+	for i := 0; i < w.nsge && len(dst) > 0; i++ {
+		s := &w.sge[i]
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		n := copy(dst, s.Region.Bytes()[s.Offset+off:s.Offset+s.Length])
+		dst = dst[n:]
+		off = 0
+	}
+}
+
+// scatterAt copies src into the message bytes [off, off+len(src)) of w.
+func scatterAt(w *wqe, off int, src []byte) {
+	for i := 0; i < w.nsge && len(src) > 0; i++ {
+		s := &w.sge[i]
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		n := copy(s.Region.Bytes()[s.Offset+off:s.Offset+s.Length], src)
+		src = src[n:]
+		off = 0
+	}
+}
+
+// buildPacket builds the next packet of w (at qp.nextPkt) and advances.
+func (qp *QP) buildPacket(w *wqe) {
+	k := qp.nextPkt
+	mtu := qp.mtu
+	f := wire.Fields{BTH: wire.BTHFields{PKey: qp.attr.PKey, DestQP: qp.attr.DestQPN, PSN: w.psn.Add(k)}}
+	buf := qp.nextTx()
+	last := k == w.npkts-1
+	var payload int
+	switch w.op {
+	case wopSend, wopWrite, wopKeepAlive:
+		off := k * mtu
+		payload = min(mtu, w.length-off)
+		imm := w.flags&fabric.FlagImm != 0
+		if qp.cfg.Type == UD {
+			f.BTH.OpCode = wire.OpUDSendOnly
+			if imm {
+				f.BTH.OpCode = wire.OpUDSendOnlyWithImmediate
+			}
+			f.QKey, f.SrcQP = qp.attr.QKey, qp.qpn
+			break
+		}
+		f.BTH.OpCode = rcOpcode(w.op, w.npkts, k, imm)
+		if w.op != wopSend && k == 0 {
+			f.RETH = wire.RETHFields{VA: w.remote.Addr, RKey: uint32(w.remote.Key), DMALength: uint32(w.length)}
+		}
+		f.BTH.AckReq = last || k%16 == 15
+		f.BTH.SolicitedEvent = last && w.op == wopSend && imm
+	case wopRead:
+		// One request for the rest of the read (all of it, or after a
+		// retransmission, what is missing).
+		done := w.rdDone
+		w.rdReq = done
+		k = done / mtu
+		f.BTH.PSN = w.psn.Add(k)
+		f.BTH.OpCode = wire.OpRCReadRequest
+		f.BTH.AckReq = true
+		f.RETH = wire.RETHFields{VA: w.remote.Addr + uint64(done), RKey: uint32(w.remote.Key), DMALength: uint32(w.length - done)}
+		last = true
+	case wopFetchAdd, wopCmpSwap:
+		f.BTH.OpCode = wire.OpRCFetchAdd
+		if w.op == wopCmpSwap {
+			f.BTH.OpCode = wire.OpRCCompareSwap
+		}
+		f.BTH.AckReq = true
+		f.Atomic = wire.AtomicETHFields{VA: w.remote.Addr, RKey: uint32(w.remote.Key), SwapAdd: w.swap, Compare: w.cmp}
+	}
+	f.Imm = w.imm
+	hl, err := wire.BuildHeaders(buf, &f, payload)
+	if err != nil {
+		panic("roce: building a request: " + err.Error()) // a bug in this file, not input
+	}
+	if payload > 0 {
+		gatherAt(buf[hl:hl+payload], w, k*mtu)
+	}
+	n := hl + payload + wire.PadLen(payload)
+	clear(buf[hl+payload : n+wire.ICRCSize])
+	qp.queueTx(n + wire.ICRCSize)
+	if w.op == wopRead {
+		qp.txPSN = w.psn.Add(w.npkts)
+	} else {
+		qp.txPSN = w.psn.Add(k + 1)
+	}
+	if last {
+		qp.sqNext++
+		qp.nextPkt = 0
+		if qp.cfg.Type == UD {
+			// Datagrams complete once sent.
+			qp.una = qp.txPSN
+			qp.completeHead()
+		}
+	} else {
+		qp.nextPkt = k + 1
+	}
+}
+
+func rcOpcode(op wop, npkts, k int, imm bool) wire.OpCode {
+	if op == wopKeepAlive {
+		return wire.OpRCWriteOnly
+	}
+	send := op == wopSend
+	switch {
+	case npkts == 1 && send && imm:
+		return wire.OpRCSendOnlyWithImmediate
+	case npkts == 1 && send:
+		return wire.OpRCSendOnly
+	case npkts == 1 && imm:
+		return wire.OpRCWriteOnlyWithImmediate
+	case npkts == 1:
+		return wire.OpRCWriteOnly
+	case k == 0 && send:
+		return wire.OpRCSendFirst
+	case k == 0:
+		return wire.OpRCWriteFirst
+	case k < npkts-1 && send:
+		return wire.OpRCSendMiddle
+	case k < npkts-1:
+		return wire.OpRCWriteMiddle
+	case send && imm:
+		return wire.OpRCSendLastWithImmediate
+	case send:
+		return wire.OpRCSendLast
+	case imm:
+		return wire.OpRCWriteLastWithImmediate
+	}
+	return wire.OpRCWriteLast
+}
+
+// completeHead completes work requests at the head of the send queue that
+// are fully acknowledged.
+func (qp *QP) completeHead() {
+	progressed := false
+	for qp.sqHead < qp.sqNext {
+		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
+		lastPSN := w.psn.Add(w.npkts - 1)
+		if !lastPSN.Less(qp.una) {
+			break
+		}
+		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.done {
+			break
+		}
+		if w.op != wopKeepAlive {
+			qp.complete(w, fabric.StatusOK)
+		}
+		qp.sqHead++
+		progressed = true
+	}
+	if progressed && qp.sendWaiters.Load() > 0 {
+		select {
+		case qp.sendCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ackTo acknowledges every PSN up to and including p.
+func (qp *QP) ackTo(p wire.PSN) {
+	next := p.Next()
+	// Ignore acknowledgements of what was never sent, and stale ones.
+	if next.Sub(qp.maxPSN) > 0 || next.Sub(qp.una) < 0 {
+		return
+	}
+	if adv := next.Sub(qp.una); adv > 0 {
+		qp.una = next
+		// Additive increase: one packet per window acknowledged.
+		qp.cwndAcc += int(adv)
+		if qp.cwndAcc >= qp.cwnd {
+			qp.cwndAcc = 0
+			qp.cwnd = min(qp.cwnd+8, maxInflight)
+		}
+		qp.retries = int(qp.attr.RetryCnt)
+		qp.rnrRetries = int(qp.attr.RNRRetry)
+		qp.gapNAKed = false
+		if qp.una.Sub(qp.txPSN) > 0 {
+			// Acknowledged beyond a rewind: skip what needs no resend.
+			qp.seek(qp.una)
+		}
+	}
+	qp.completeHead()
+	qp.deadline = time.Time{}
+	qp.armTimer()
+}
+
+// rewind goes back to PSN p for retransmission (go-back-N), and halves
+// the window: every packet after a loss is sent again, so a window much
+// larger than the path holds only multiplies the retransmissions.
+func (qp *QP) rewind(p wire.PSN) {
+	qp.cwnd = max(minWindow, qp.cwnd/2)
+	qp.cwndAcc = 0
+	qp.seek(p)
+	if d := qp.maxPSN.Sub(qp.txPSN); d > 0 {
+		qp.ctr.Retransmits.Add(uint64(d))
+	}
+}
+
+// seek points the transmitter at PSN p: the work request that holds it,
+// and the packet within it (reads restart after what has arrived).
+func (qp *QP) seek(p wire.PSN) {
+	rd := 0
+	for i := qp.sqHead; i < qp.sqTail; i++ {
+		w := &qp.sq[i%uint64(len(qp.sq))]
+		atomicOrRead := w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap
+		if p.Less(w.psn.Add(w.npkts)) && !w.done {
+			for j := i; j < qp.sqTail; j++ {
+				qp.sq[j%uint64(len(qp.sq))].issued = false
+			}
+			qp.sqNext = i
+			qp.nextPkt = max(0, int(p.Sub(w.psn)))
+			if atomicOrRead {
+				qp.nextPkt = 0
+			}
+			qp.txPSN = w.psn.Add(qp.nextPkt)
+			if w.op == wopRead {
+				qp.txPSN = w.psn.Add(w.rdDone / qp.mtu)
+			}
+			qp.rdOut = rd
+			return
+		}
+		if atomicOrRead && w.issued && !w.done {
+			rd++
+		}
+	}
+	qp.sqNext, qp.nextPkt, qp.txPSN, qp.rdOut = qp.sqTail, 0, qp.npsn, rd
+}
+
+// onTimeout retransmits from the oldest unacknowledged PSN, or fails the
+// QP when the retries are spent.
+func (qp *QP) onTimeout(now time.Time) {
+	if debugRoce {
+		w := qp.oldestPending()
+		rd := -1
+		if w != nil {
+			rd = w.rdDone
+		}
+		println("timeout qpn", qp.qpn, "retries", qp.retries, "una", qp.una, "tx", qp.txPSN, "max", qp.maxPSN, "rdOut", qp.rdOut, "rdDone", rd, "head", qp.sqHead, "next", qp.sqNext, "tail", qp.sqTail)
+	}
+	if qp.retries <= 0 {
+		qp.failAt(qp.una, fabric.StatusRetryExceeded)
+		return
+	}
+	qp.retries--
+	qp.rewind(qp.una)
+	qp.deadline = time.Time{}
+	qp.transmit()
+	qp.armTimer()
+}
+
+// response handles an ACK, NAK, read response or atomic acknowledgement.
+func (qp *QP) response(p *wire.Packet) {
+	op := p.OpCode()
+	psn := p.BTH.PSN()
+	if debugRoce {
+		var syn uint32
+		if p.AETH != nil {
+			syn = uint32(p.AETH.Syndrome())
+		}
+		qp.trace[qp.traceN%len(qp.trace)] = [3]uint32{uint32(psn), uint32(qp.una), uint32(op)<<8 | syn}
+		qp.traceN++
+	}
+	switch op {
+	case wire.OpRCAcknowledge:
+		syn := p.AETH.Syndrome()
+		switch syn.Type() {
+		case wire.AckTypeACK:
+			qp.ackTo(psn)
+		case wire.AckTypeRNRNAK:
+			qp.ackTo(psn.Add(-1))
+			if qp.attr.RNRRetry != 7 {
+				if qp.rnrRetries <= 0 {
+					qp.failAt(psn, fabric.StatusRNRRetryExceeded)
+					return
+				}
+				qp.rnrRetries--
+			}
+			qp.rewind(psn)
+			qp.rnrUntil = time.Now().Add(syn.RNRTimer().Duration())
+		case wire.AckTypeNAK:
+			qp.ackTo(psn.Add(-1))
+			switch syn.NAKCode() {
+			case wire.NAKPSNSequenceError:
+				if psn.Less(qp.una) || !psn.Less(qp.txPSN) {
+					return
+				}
+				qp.rewind(psn)
+				qp.transmit()
+			case wire.NAKRemoteAccessError:
+				qp.failAt(psn, fabric.StatusRemoteAccess)
+			case wire.NAKRemoteOperationalError:
+				qp.failAt(psn, fabric.StatusRemoteOp)
+			default:
+				qp.failAt(psn, fabric.StatusRemoteInvalid)
+			}
+		default:
+			qp.ctr.Drop(fabric.DropMalformed, 1)
+		}
+	case wire.OpRCReadResponseFirst, wire.OpRCReadResponseMiddle, wire.OpRCReadResponseLast, wire.OpRCReadResponseOnly:
+		qp.readResponse(p, psn)
+	case wire.OpRCAtomicAcknowledge:
+		w := qp.oldestPending()
+		if w == nil || (w.op != wopFetchAdd && w.op != wopCmpSwap) || w.psn != psn {
+			qp.ctr.Drop(fabric.DropDuplicate, 1)
+			return
+		}
+		var orig [8]byte
+		v := p.AtomicAckETH.OrigData()
+		for i := range orig {
+			orig[i] = byte(v >> (56 - 8*i))
+		}
+		scatterAt(w, 0, orig[:])
+		w.done = true
+		if w.issued {
+			qp.rdOut--
+		}
+		qp.ackTo(psn)
+	default:
+		qp.ctr.Drop(fabric.DropMalformed, 1)
+	}
+	qp.transmit()
+}
+
+// oldestPending returns the oldest transmitted read or atomic that has not
+// completed.
+func (qp *QP) oldestPending() *wqe {
+	for i := qp.sqHead; i < qp.sqNext; i++ {
+		w := &qp.sq[i%uint64(len(qp.sq))]
+		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.done {
+			return w
+		}
+	}
+	return nil
+}
+
+func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) {
+	w := qp.oldestPending()
+
+	if w == nil || w.op != wopRead {
+		qp.ctr.Drop(fabric.DropDuplicate, 1)
+		return
+	}
+	want := w.psn.Add(w.rdDone / qp.mtu)
+	if d := psn.Sub(want); d != 0 {
+		if d < 0 {
+			qp.ctr.Drop(fabric.DropDuplicate, 1)
+			return
+		}
+		// A response packet was lost: ask again from the missing one.
+		qp.ctr.Drop(fabric.DropSequence, 1)
+		if !qp.gapNAKed {
+			qp.gapNAKed = true
+			qp.rewind(want)
+		}
+		return
+	}
+	// Responses implicitly acknowledge everything before the read.
+	qp.ackTo(w.psn.Add(-1))
+	rest := w.length - w.rdDone
+	op := p.OpCode()
+	n := len(p.Payload)
+	lastPkt := op == wire.OpRCReadResponseLast || op == wire.OpRCReadResponseOnly
+	// The responses to a request (the first, or one re-issued for what is
+	// missing) start with FIRST or ONLY.
+	first := op == wire.OpRCReadResponseFirst || op == wire.OpRCReadResponseOnly
+	if (lastPkt && n != rest) || (!lastPkt && (n != qp.mtu || n >= rest)) || first != (w.rdDone == w.rdReq) {
+		qp.ctr.Drop(fabric.DropMalformed, 1)
+		return
+	}
+	scatterAt(w, w.rdDone, p.Payload)
+	w.rdDone += n
+	qp.gapNAKed = false
+	qp.retries = int(qp.attr.RetryCnt) // progress
+	if lastPkt {
+		w.done = true
+		if w.issued {
+			qp.rdOut--
+		}
+		qp.ackTo(w.psn.Add(w.npkts - 1))
+	} else {
+		// An in-order response acknowledges its PSN (the read itself
+		// completes only with its last response).
+		qp.ackTo(psn)
+	}
+}
+
+// failAt completes the work request holding PSN p with st and moves the
+// QP to ERR (a NAK other than a sequence error is fatal for RC).
+func (qp *QP) failAt(p wire.PSN, st fabric.Status) {
+	for i := qp.sqHead; i < qp.sqTail; i++ {
+		w := &qp.sq[i%uint64(len(qp.sq))]
+		if p.Less(w.psn.Add(w.npkts)) {
+			if w.op != wopKeepAlive {
+				qp.complete(w, st)
+			}
+			qp.sqHead = i + 1
+			break
+		}
+	}
+	qp.errorLocked(st)
+}
+
+// debugRoce prints retransmission timeouts and QP errors to stderr
+// (WEFT_ROCE_DEBUG=1), for diagnosing interop.
+var debugRoce = os.Getenv("WEFT_ROCE_DEBUG") != ""

@@ -1,0 +1,373 @@
+package roce
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// request handles an incoming RC request packet (responder side).
+func (qp *QP) request(p *wire.Packet) {
+	psn := p.BTH.PSN()
+	d := psn.Sub(qp.epsn)
+	if debugRoce {
+		qp.trace[qp.traceN%len(qp.trace)] = [3]uint32{uint32(psn), uint32(qp.epsn), uint32(p.OpCode())}
+		qp.traceN++
+	}
+	switch {
+	case d > 0:
+		// A packet is missing: NAK once per gap, from the expected PSN.
+		qp.ctr.Drop(fabric.DropSequence, 1)
+		if !qp.nakSent {
+			qp.nakSent = true
+			qp.sendAck(qp.epsn, wire.NAKSyndrome(wire.NAKPSNSequenceError))
+		}
+		return
+	case d < 0:
+		qp.duplicate(p, psn)
+		return
+	}
+	qp.nakSent = false
+	op := p.OpCode()
+	if !qp.sequenceOK(op) {
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return
+	}
+	switch op {
+	case wire.OpRCSendFirst, wire.OpRCSendMiddle, wire.OpRCSendLast, wire.OpRCSendLastWithImmediate,
+		wire.OpRCSendOnly, wire.OpRCSendOnlyWithImmediate:
+		if !qp.recvSend(p, op, psn) {
+			return
+		}
+	case wire.OpRCWriteFirst, wire.OpRCWriteMiddle, wire.OpRCWriteLast, wire.OpRCWriteLastWithImmediate,
+		wire.OpRCWriteOnly, wire.OpRCWriteOnlyWithImmediate:
+		if !qp.recvWrite(p, op, psn) {
+			return
+		}
+	case wire.OpRCReadRequest:
+		qp.readRequest(p, psn, false)
+		return
+	case wire.OpRCCompareSwap, wire.OpRCFetchAdd:
+		qp.atomicRequest(p, psn)
+		return
+	default:
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return
+	}
+	qp.epsn = psn.Next()
+	if op.IsLast() {
+		qp.msn = (qp.msn + 1) & 0xffffff
+	}
+	if p.BTH.AckReq() {
+		qp.queueAck(psn, wire.ACKSyndrome(wire.CreditsInvalid))
+	}
+}
+
+// sequenceOK checks that op may follow what came before: FIRST, ONLY and
+// single-packet requests start messages; MIDDLE and LAST continue one of
+// the same kind.
+func (qp *QP) sequenceOK(op wire.OpCode) bool {
+	switch op {
+	case wire.OpRCSendMiddle, wire.OpRCSendLast, wire.OpRCSendLastWithImmediate:
+		return qp.inSend
+	case wire.OpRCWriteMiddle, wire.OpRCWriteLast, wire.OpRCWriteLastWithImmediate:
+		return qp.inWrite
+	}
+	return !qp.inSend && !qp.inWrite
+}
+
+// payloadOK checks the payload size of a packet of a multi-packet
+// message: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most.
+func (qp *QP) payloadOK(op wire.OpCode, n int) bool {
+	if op.IsLast() {
+		return n <= qp.mtu
+	}
+	return n == qp.mtu
+}
+
+func (qp *QP) recvSend(p *wire.Packet, op wire.OpCode, psn wire.PSN) bool {
+	n := len(p.Payload)
+	if !qp.payloadOK(op, n) {
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return false
+	}
+	first := op == wire.OpRCSendFirst || op == wire.OpRCSendOnly || op == wire.OpRCSendOnlyWithImmediate
+	if first {
+		want := qp.cfg.MaxMsgSize
+		if op != wire.OpRCSendFirst {
+			want = n
+		}
+		if !qp.recvRoom(want) {
+			// No room: receiver not ready, try again later.
+			qp.ctr.Drop(fabric.DropNoBuffer, 1)
+			qp.sendAck(psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
+			return false
+		}
+		qp.beginRecord(want)
+		qp.inSend = true
+	}
+	if qp.rqCurLen+n > qp.cfg.MaxMsgSize {
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return false
+	}
+	qp.appendRecord(p.Payload)
+	if op.IsLast() {
+		qp.inSend = false
+		var imm, fl uint32
+		if p.ImmDt != nil {
+			imm, fl = p.ImmDt.Imm(), recFlagImm
+		}
+		qp.commitRecord(imm, fl, qp.rqCurLen)
+	}
+	return true
+}
+
+func (qp *QP) recvWrite(p *wire.Packet, op wire.OpCode, psn wire.PSN) bool {
+	n := len(p.Payload)
+	if !qp.payloadOK(op, n) {
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return false
+	}
+	if p.RETH != nil { // FIRST or ONLY
+		dlen := p.RETH.DMALength()
+		if dlen == 0 {
+			// A zero-length write names no memory and needs no key.
+			qp.wbuf = nil
+		} else {
+			b, ok := qp.e.lookupRemote(qp.pd, p.RETH.RKey(), p.RETH.VA(), dlen, fabric.AccessRemoteWrite)
+			if !ok {
+				qp.respError(psn, wire.NAKRemoteAccessError, fabric.StatusRemoteAccess)
+				return false
+			}
+			qp.wbuf = b
+		}
+		qp.woff = 0
+		qp.inWrite = true
+		if (op == wire.OpRCWriteOnly || op == wire.OpRCWriteOnlyWithImmediate) && uint32(n) != dlen {
+			qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+			return false
+		}
+	}
+	if qp.woff+n > len(qp.wbuf) || (op.IsLast() && qp.woff+n != len(qp.wbuf)) {
+		qp.respError(psn, wire.NAKInvalidRequest, fabric.StatusRemoteInvalid)
+		return false
+	}
+	if p.ImmDt != nil && !qp.recvRoom(0) {
+		// The immediate needs a receive slot: not ready, retry this packet.
+		qp.ctr.Drop(fabric.DropNoBuffer, 1)
+		qp.sendAck(psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
+		return false
+	}
+	copy(qp.wbuf[qp.woff:], p.Payload)
+	qp.woff += n
+	if op.IsLast() {
+		qp.inWrite = false
+		if p.ImmDt != nil {
+			qp.beginRecord(0)
+			qp.commitRecord(p.ImmDt.Imm(), recFlagWrite|recFlagImm, qp.woff)
+		}
+		qp.wbuf = nil
+	}
+	return true
+}
+
+// readRequest answers an RDMA READ: validate, then send the response
+// packets. A duplicate request is executed again from its PSN.
+func (qp *QP) readRequest(p *wire.Packet, psn wire.PSN, dup bool) {
+	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
+	var data []byte
+	if dlen > 0 {
+		b, ok := qp.e.lookupRemote(qp.pd, rkey, va, dlen, fabric.AccessRemoteRead)
+		if !ok {
+			if dup {
+				return
+			}
+			qp.respError(psn, wire.NAKRemoteAccessError, fabric.StatusRemoteAccess)
+			return
+		}
+		data = b
+	}
+	npkts := max(1, (len(data)+qp.mtu-1)/qp.mtu)
+	if !dup {
+		qp.epsn = psn.Add(npkts)
+		qp.msn = (qp.msn + 1) & 0xffffff
+	}
+	// Acknowledgements queued before must go first: flush them.
+	qp.sendAckLocked()
+	qp.txN = 0
+	for k := 0; k < npkts; k++ {
+		chunk := data[min(k*qp.mtu, len(data)):min((k+1)*qp.mtu, len(data))]
+		var op wire.OpCode
+		switch {
+		case npkts == 1:
+			op = wire.OpRCReadResponseOnly
+		case k == 0:
+			op = wire.OpRCReadResponseFirst
+		case k == npkts-1:
+			op = wire.OpRCReadResponseLast
+		default:
+			op = wire.OpRCReadResponseMiddle
+		}
+		f := wire.Fields{BTH: wire.BTHFields{OpCode: op, PKey: qp.attr.PKey, DestQP: qp.attr.DestQPN, PSN: psn.Add(k)},
+			Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.msn}
+		buf := qp.nextTx()
+		n, err := wire.Build(buf, &f, chunk)
+		if err != nil {
+			panic("roce: building a read response: " + err.Error())
+		}
+		qp.queueTx(n)
+		if qp.txN == txBatch {
+			qp.e.send(qp.txPkts[:qp.txN])
+			qp.txN = 0
+		}
+	}
+	if qp.txN > 0 {
+		qp.e.send(qp.txPkts[:qp.txN])
+		qp.txN = 0
+	}
+	qp.ctr.TxBytes.Add(uint64(len(data)))
+}
+
+// atomicRequest executes FETCH_ADD or COMPARE_SWAP once per PSN; a
+// duplicate gets the saved result again.
+func (qp *QP) atomicRequest(p *wire.Packet, psn wire.PSN) {
+	a := p.AtomicETH
+	b, ok := qp.e.lookupRemote(qp.pd, a.RKey(), a.VA(), 8, fabric.AccessRemoteAtomic)
+	if !ok || a.VA()%8 != 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		qp.respError(psn, wire.NAKRemoteAccessError, fabric.StatusRemoteAccess)
+		return
+	}
+	// The word is in the host's byte order in memory; verbs atomics
+	// operate on the 64-bit value as the CPU sees it.
+	word := (*atomic.Uint64)(unsafe.Pointer(unsafe.SliceData(b)))
+	var orig uint64
+	if p.OpCode() == wire.OpRCFetchAdd {
+		orig = word.Add(a.SwapAdd()) - a.SwapAdd()
+	} else {
+		for {
+			orig = word.Load()
+			if orig != a.Compare() || word.CompareAndSwap(orig, a.SwapAdd()) {
+				break
+			}
+		}
+	}
+	qp.atomics[qp.atomicIdx] = atomicResult{psn: psn, orig: orig, valid: true}
+	qp.atomicIdx = (qp.atomicIdx + 1) % len(qp.atomics)
+	qp.epsn = psn.Next()
+	qp.msn = (qp.msn + 1) & 0xffffff
+	qp.sendAtomicAck(psn, orig)
+}
+
+func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
+	qp.sendAckLocked()
+	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAtomicAcknowledge, PKey: qp.attr.PKey,
+		DestQP: qp.attr.DestQPN, PSN: psn}, Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: qp.msn, AtomicOrig: orig}
+	qp.txN = 0
+	n, _ := wire.Build(qp.nextTx(), &f, nil)
+	qp.queueTx(n)
+	qp.e.send(qp.txPkts[:1])
+	qp.txN = 0
+}
+
+// duplicate answers a request the responder has already executed: SENDs
+// and WRITEs are acknowledged again, READs executed again, atomics
+// answered from the saved result.
+func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
+	qp.ctr.Drop(fabric.DropDuplicate, 1)
+	switch p.OpCode() {
+	case wire.OpRCReadRequest:
+		qp.readRequest(p, psn, true)
+	case wire.OpRCCompareSwap, wire.OpRCFetchAdd:
+		for _, r := range qp.atomics {
+			if r.valid && r.psn == psn {
+				qp.sendAtomicAck(psn, r.orig)
+				return
+			}
+		}
+	default:
+		// Acknowledge the newest PSN the responder has taken.
+		qp.queueAck(qp.epsn.Add(-1), wire.ACKSyndrome(wire.CreditsInvalid))
+	}
+}
+
+// respError answers a request the responder refuses: a NAK, and the QP
+// goes to the error state (an RC responder does not recover from an
+// access or invalid-request error).
+func (qp *QP) respError(psn wire.PSN, code wire.NAKCode, st fabric.Status) {
+	if code == wire.NAKRemoteAccessError {
+		qp.ctr.Drop(fabric.DropAccess, 1)
+	} else {
+		qp.ctr.Drop(fabric.DropMalformed, 1)
+	}
+	qp.sendAck(psn, wire.NAKSyndrome(code))
+	qp.errorLocked(st)
+}
+
+// queueAck records an acknowledgement to send after the current batch of
+// packets, so one ACK covers a batch.
+func (qp *QP) queueAck(psn wire.PSN, syn wire.Syndrome) {
+	qp.ackPSN, qp.ackSyn = psn, syn
+	if !qp.ackDirty {
+		qp.ackDirty = true
+		qp.e.dirty = append(qp.e.dirty, qp)
+	}
+}
+
+// flushAck sends a queued acknowledgement; the engine calls it after a
+// batch, without the QP's lock.
+func (qp *QP) flushAck() {
+	qp.mu.Lock()
+	qp.sendAckLocked()
+	qp.mu.Unlock()
+}
+
+// sendAckLocked sends a queued acknowledgement (qp.mu held).
+func (qp *QP) sendAckLocked() {
+	if !qp.ackDirty {
+		return
+	}
+	qp.ackDirty = false
+	qp.sendAck(qp.ackPSN, qp.ackSyn)
+}
+
+// sendAck sends an ACK, RNR NAK or NAK at once.
+func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
+	if syn.Type() != wire.AckTypeACK && qp.ackDirty {
+		qp.ackDirty = false // the NAK supersedes it
+	}
+	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAcknowledge, PKey: qp.attr.PKey, DestQP: qp.attr.DestQPN, PSN: psn},
+		Syndrome: syn, MSN: qp.msn}
+	buf := qp.ackBuf[:]
+	n, _ := wire.Build(buf, &f, nil)
+	qp.e.sealICRC(buf[:n], qp.dest.Addr(), qp.sport)
+	qp.ackPkt[0] = Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.e.send(qp.ackPkt[:])
+}
+
+// udInput takes a UD datagram: check the Q_Key, store the message.
+func (qp *QP) udInput(p *wire.Packet) {
+	qp.ctr.RxPackets.Add(1)
+	if p.DETH.QKey() != qp.attr.QKey {
+		qp.ctr.Drop(fabric.DropAccess, 1)
+		return
+	}
+	n := len(p.Payload)
+	if n > qp.mtu || n > qp.cfg.MaxMsgSize {
+		qp.ctr.Drop(fabric.DropMalformed, 1)
+		return
+	}
+	if !qp.recvRoom(n) {
+		qp.ctr.Drop(fabric.DropNoBuffer, 1)
+		return
+	}
+	qp.beginRecord(n)
+	qp.appendRecord(p.Payload)
+	var imm, fl uint32
+	if p.ImmDt != nil {
+		imm, fl = p.ImmDt.Imm(), recFlagImm
+	}
+	qp.srcQPN = p.DETH.SrcQP()
+	qp.commitRecord(imm, fl, n)
+}

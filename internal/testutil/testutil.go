@@ -1,35 +1,30 @@
-// Package testutil holds helpers shared by Weft's tests.
-//
-// The central rule: a test that needs root, a kernel feature or a tool
-// skips with a reason when it is missing, but under CI (the environment
-// variable CI=true) such a skip is a failure, so a CI machine that lost
-// a capability cannot turn the suite green by skipping everything.
+// Package testutil holds helpers shared by Weft's network tests, on top
+// of internal/testenv's rule: a test that needs root, a kernel feature
+// or a tool skips with a reason when it is missing, but under CI
+// (CI=true) such a skip is a failure, so a CI machine that lost a
+// capability cannot turn the suite green by skipping everything.
 package testutil
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/weft-io/weft/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
-// InCI reports whether the environment variable CI is "true" (or "1").
-func InCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1"
-}
+// InCI reports whether the tests run under CI (testenv.InCI).
+func InCI() bool { return testenv.InCI() }
 
-// Skip skips the test with the formatted reason, or fails it when InCI.
+// Skip skips the test with the formatted reason, or fails it under CI
+// (testenv.SkipOrFail).
 func Skip(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if InCI() {
-		t.Fatalf("CI=true forbids skipping: "+format, args...)
-	}
-	t.Skipf(format, args...)
+	testenv.SkipOrFail(t, fmt.Sprintf(format, args...))
 }
 
 // SkipOn skips (or, in CI, fails) the test when err matches any of

@@ -250,7 +250,7 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 		s.tx.setup(m, &offs.Tx, uint32(c.TXSize))
 	}
 	if c.TXBudget > 0 {
-		// Best effort: kernels before 6.17 lack XDP_MAX_TX_SKB_BUDGET.
+		// Best effort: older kernels lack XDP_MAX_TX_SKB_BUDGET.
 		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, c.TXBudget); err == nil {
 			s.txBudget = c.TXBudget
 		}

@@ -134,7 +134,7 @@ func (u *UMEM) setup() error {
 		Headroom: uint32(u.cfg.Headroom),
 	}
 	if err := setsockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		// Kernels before 6.8 take the struct without tx_metadata_len.
+		// Older kernels take the struct without tx_metadata_len.
 		if err := setsockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Offsetof(reg.Tx_metadata_len)); err != nil {
 			return os.NewSyscallError("setsockopt XDP_UMEM_REG", err)
 		}

@@ -1,0 +1,1249 @@
+package ethernet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/ethernet/xsk"
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/cq"
+	"golang.org/x/sys/unix"
+)
+
+// EndpointConfig configures an Endpoint. The zero value of every field
+// but Interface selects its default.
+type EndpointConfig struct {
+	// Interface is the network interface name.
+	Interface string
+	// Queue is the interface queue id (default 0). The XDP program
+	// steers the endpoint's frames arriving on this queue to it; a NIC
+	// must be configured (RSS, flow steering) to deliver them there.
+	Queue int
+	// PeerMAC is the peer's MAC address. Nil: the handshake is broadcast
+	// and the peer's address learned from its answer.
+	PeerMAC net.HardwareAddr
+	// EtherType for raw-Ethernet framing (default EtherTypeWeft, 0x88B5).
+	EtherType uint16
+	// UDP selects UDP/IPv4 framing: PeerIP:PeerPort is the peer,
+	// LocalIP:LocalPort this side (LocalIP default: the interface's first
+	// IPv4 address; ports default DefaultUDPPort). PeerMAC, if nil, is
+	// resolved through the kernel's neighbour table.
+	UDP                 bool
+	LocalIP, PeerIP     netip.Addr
+	LocalPort, PeerPort uint16
+	// Attach and Bind select the XDP attach mode and the AF_XDP bind
+	// mode (defaults: native then generic; zero-copy where available).
+	Attach AttachMode
+	Bind   xsk.BindMode
+	// BusyPoll configures busy polling of the socket.
+	BusyPoll xsk.BusyPoll
+	// Window is the number of packets in flight, a power of two (0:
+	// 1024).
+	Window int
+	// MaxMsgSize is the largest message (0: 64 KiB). Messages are cut
+	// into MTU-sized packets and reassembled.
+	MaxMsgSize int
+	// CQSize is the completion queue capacity (0: 4096).
+	CQSize int
+	// Spin is how long blocking calls busy-poll before they sleep (0:
+	// fabric.DefaultSpin, negative: sleep at once).
+	Spin time.Duration
+	// PeerTimeout is how long the peer may stay silent, or leave data
+	// unacknowledged, before it is declared gone (0: 5s).
+	PeerTimeout time.Duration
+}
+
+// DefaultUDPPort is the UDP port of UDP framing when none is given
+// (0x88B5).
+const DefaultUDPPort = 34997
+
+const (
+	maxSGEs    = 64
+	rtoMin     = 4 * time.Millisecond
+	rtoMax     = 200 * time.Millisecond
+	keepalive  = time.Second
+	helloEvery = 10 * time.Millisecond
+	ctlReserve = 16 // TX frames kept back for acks and control packets
+	ackEvery   = 32 // received packets per acknowledgement
+)
+
+// Endpoint is a fabric.Endpoint over AF_XDP: a reliable, ordered message
+// connection to one peer on the same Ethernet segment.
+//
+// Reliability: every packet carries a sequence number; the receiver
+// acknowledges cumulatively once per receive burst and advertises how
+// many packets it can buffer (flow control, so a slow receiver pushes
+// back on the sender instead of dropping). Packets that arrive after a
+// gap wait in their slot of the receive window; the gap is reported with
+// a negative acknowledgement naming the missing run, which the sender
+// resends alone (selective repeat). A retransmission timer (4ms doubling
+// to 200ms) covers lost acknowledgements and lost tails by resending
+// from the oldest unacknowledged packet. Unacknowledged packets stay in their UMEM frames and
+// are retransmitted from there without a copy. A peer that stays silent
+// for PeerTimeout, or acknowledges nothing for that long, is gone;
+// Close sends a FIN, so a peer that closes is seen at once.
+//
+// Messages up to MaxMsgSize are copied at Send into UMEM frames (so
+// Caps.InlineSize is MaxMsgSize: buffers are free when Send returns),
+// cut into MTU-sized packets and reassembled in order at the receiver,
+// then copied into the Recv SGEs. RMA is not supported.
+//
+// A background goroutine runs timers, acknowledgements and keepalives,
+// and drains acknowledgements while the application is not calling.
+type Endpoint struct {
+	cfg        EndpointConfig
+	port       *Port
+	s          *xsk.Socket
+	u          *xsk.UMEM
+	mem        []byte
+	fsize      uint64
+	link       LinkInfo
+	hdrOff     int // offset of the Weft header in a frame
+	maxPayload int
+	maxMsg     int
+	window     uint32
+	dcap       uint32 // deliver queue capacity (frames)
+	spin       time.Duration
+	cq         *cq.Queue
+	dom        fabric.Domain
+	ctr        fabric.Counters
+	evs        chan fabric.Event
+	watcher    *LinkWatcher
+	l2         [UDP4HdrLen]byte // Ethernet (and IPv4/UDP) header template
+	localMAC   [6]byte
+	udpHdr     UDP4
+
+	closed atomic.Bool
+	once   sync.Once
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu          sync.Mutex
+	session     uint32
+	peerSession uint32
+	peerMAC     [6]byte
+	peerKnown   bool
+	up          bool
+	gone        error // set when the peer is gone
+	now         int64 // monotonic ns of the current call, from clock()
+	lastHeard   int64
+	lastSent    int64
+	nextHello   int64
+
+	// TX
+	txPool       []uint32
+	txRefs       []uint16 // per frame: transmissions not yet completed
+	held         []bool   // per frame: data awaiting acknowledgement
+	unacked      []txEnt  // indexed by psn & (window-1)
+	sndUna       uint32   // oldest unacknowledged psn
+	sndNxt       uint32   // next psn to assign
+	sndNext      uint32   // next psn to transmit
+	sndMax       uint32   // highest psn transmitted + 1
+	peerLimit    uint32   // the peer takes psns below this
+	rto          time.Duration
+	rtoAt        int64
+	lastProgress int64
+	goBackFor    uint32
+	goBackValid  bool
+	comp         [256]uint64
+
+	// RX
+	rxPool     []uint32
+	fillTarget int
+	dq         []rxEnt // deliver queue, indexed by position & (dcap-1)
+	dqValid    []bool  // slot holds a packet (in order, or buffered ahead)
+	dqHead     uint32
+	dqTail     uint32
+	dqMsgs     int // complete messages in dq
+	rcvNxt     uint32
+	advLimit   uint32 // the last limit advertised to the peer
+	ackPending int
+	nakFor     uint32
+	nakValid   bool
+	dropEvery  int // tests: discard every n-th data packet received
+	dropCount  int
+}
+
+type txEnt struct {
+	frame uint32
+	len   uint32
+}
+
+type rxEnt struct {
+	addr  uint64 // of the payload
+	len   uint32
+	flags uint8
+	imm   uint32
+}
+
+var _ fabric.Endpoint = (*Endpoint)(nil)
+
+var epoch = time.Now()
+
+func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+func clock() int64 { return int64(time.Since(epoch)) }
+
+func (e *Endpoint) opErr(op string, err error) error {
+	return &fabric.OpError{Op: op, Backend: "ethernet", Addr: e.cfg.Interface, Err: err}
+}
+
+// Dial opens an endpoint on cfg.Interface (in the calling thread's
+// network namespace) and performs the handshake with the peer; it blocks
+// until the connection is up or ctx is done.
+func Dial(ctx context.Context, cfg EndpointConfig) (*Endpoint, error) {
+	e, err := newEndpoint(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.handshake(ctx); err != nil {
+		close(e.done) // no background goroutine to wait for
+		e.Close()
+		return nil, e.opErr("open", err)
+	}
+	go e.run()
+	return e, nil
+}
+
+func newEndpoint(c EndpointConfig) (*Endpoint, error) {
+	oerr := func(err error) error {
+		return &fabric.OpError{Op: "open", Backend: "ethernet", Addr: c.Interface, Err: err}
+	}
+	li, err := LinkByName(c.Interface)
+	if err != nil {
+		return nil, err
+	}
+	if c.EtherType == 0 {
+		c.EtherType = EtherTypeWeft
+	}
+	if c.Window == 0 {
+		c.Window = 1024
+	}
+	if !pow2(c.Window) || c.Window < 16 || c.Window > 1<<14 {
+		return nil, oerr(fmt.Errorf("window %d: need a power of two in [16, 16384]: %w", c.Window, fabric.ErrInvalid))
+	}
+	if c.MaxMsgSize == 0 {
+		c.MaxMsgSize = 64 << 10
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = 5 * time.Second
+	}
+	e := &Endpoint{cfg: c, link: li, window: uint32(c.Window), dcap: uint32(c.Window),
+		spin: (&fabric.Options{Spin: c.Spin}).SpinBudget(), evs: make(chan fabric.Event, 64),
+		stop: make(chan struct{}), done: make(chan struct{}), rto: rtoMin}
+	copy(e.localMAC[:], li.MAC)
+	e.hdrOff = EthHdrLen
+	filter := Filter{EtherTypes: []uint16{c.EtherType}}
+	if c.UDP {
+		if err := e.setupUDP(&c, li); err != nil {
+			return nil, oerr(err)
+		}
+		e.cfg = c
+		e.hdrOff = UDP4HdrLen
+		filter = Filter{UDPPorts: []uint16{c.LocalPort}}
+	}
+	if c.PeerMAC != nil {
+		if len(c.PeerMAC) != 6 {
+			return nil, oerr(fmt.Errorf("peer MAC %v: %w", c.PeerMAC, fabric.ErrInvalid))
+		}
+		copy(e.peerMAC[:], c.PeerMAC)
+		e.peerKnown = true
+	}
+	mtu := li.MTU
+	if mtu <= 0 {
+		mtu = 1500
+	}
+	frameSize := 2048
+	if mtu+EthHdrLen > frameSize-unix.XDP_PACKET_HEADROOM {
+		frameSize = 4096
+	}
+	if mtu+EthHdrLen > frameSize-unix.XDP_PACKET_HEADROOM {
+		mtu = frameSize - unix.XDP_PACKET_HEADROOM - EthHdrLen
+	}
+	e.maxPayload = mtu + EthHdrLen - e.hdrOff - hdrLen
+	maxFrags := c.Window / 2
+	if lim := maxFrags * e.maxPayload; c.MaxMsgSize > lim {
+		return nil, oerr(fmt.Errorf("max message %d over %d (window/2 packets of %d bytes): %w", c.MaxMsgSize, lim, e.maxPayload, fabric.ErrInvalid))
+	}
+	e.maxMsg = c.MaxMsgSize
+	e.cq = cq.New(c.CQSize, e.spin)
+	e.dom.Name = "ethernet " + c.Interface
+
+	// TX frames: the window plus control packets; RX frames: the deliver
+	// queue plus as many again for the fill ring.
+	txFrames := c.Window + 256
+	rxFrames := 2 * c.Window
+	ring := 2048
+	if c.Window > 1024 {
+		ring = 2 * c.Window
+	}
+	port, err := OpenLink(li, &Config{Queues: []int{c.Queue}, Filter: filter, Attach: c.Attach, Bind: c.Bind,
+		FrameSize: frameSize, Frames: txFrames + rxFrames, RingSize: ring, BusyPoll: c.BusyPoll, raw: true})
+	if err != nil {
+		return nil, err
+	}
+	e.port = port
+	e.s = port.Queue(0).Socket()
+	e.u = e.s.UMEM()
+	e.mem = e.u.Bytes()
+	e.fsize = uint64(frameSize)
+	n := txFrames + rxFrames
+	e.txRefs = make([]uint16, n)
+	e.held = make([]bool, n)
+	e.unacked = make([]txEnt, c.Window)
+	e.dq = make([]rxEnt, e.dcap)
+	e.dqValid = make([]bool, e.dcap)
+	e.txPool = make([]uint32, 0, txFrames)
+	for i := txFrames - 1; i >= 0; i-- {
+		e.txPool = append(e.txPool, uint32(i))
+	}
+	e.rxPool = make([]uint32, 0, rxFrames)
+	for i := n - 1; i >= txFrames; i-- {
+		e.rxPool = append(e.rxPool, uint32(i))
+	}
+	e.fillTarget = min(e.s.Fill().Size(), rxFrames-int(e.dcap))
+	var sb [4]byte
+	for e.session == 0 {
+		rand.Read(sb[:])
+		e.session = binary.BigEndian.Uint32(sb[:])
+	}
+	e.mu.Lock()
+	e.now = clock()
+	e.lastHeard, e.lastProgress = e.now, e.now
+	e.refillLocked()
+	e.mu.Unlock()
+	w, err := WatchLink(li.Index, e.onLink)
+	if err != nil {
+		port.Close()
+		return nil, err
+	}
+	e.watcher = w
+	return e, nil
+}
+
+func (e *Endpoint) setupUDP(c *EndpointConfig, li LinkInfo) error {
+	if !c.PeerIP.Is4() {
+		return fmt.Errorf("UDP framing needs an IPv4 peer address, have %v: %w", c.PeerIP, fabric.ErrInvalid)
+	}
+	if c.PeerPort == 0 {
+		c.PeerPort = DefaultUDPPort
+	}
+	if c.LocalPort == 0 {
+		c.LocalPort = DefaultUDPPort
+	}
+	if !c.LocalIP.IsValid() {
+		addrs, err := Addrs(li.Index)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if a.Addr().Is4() {
+				c.LocalIP = a.Addr()
+				break
+			}
+		}
+		if !c.LocalIP.IsValid() {
+			return fmt.Errorf("%s has no IPv4 address; give local=: %w", li.Name, fabric.ErrInvalid)
+		}
+	}
+	if c.PeerMAC == nil {
+		mac, err := ResolveMAC(li.Index, c.PeerIP, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		c.PeerMAC = mac
+	}
+	e.udpHdr = UDP4{SrcMAC: li.MAC, DstMAC: c.PeerMAC, SrcIP: c.LocalIP, DstIP: c.PeerIP,
+		SrcPort: c.LocalPort, DstPort: c.PeerPort}
+	return nil
+}
+
+func (e *Endpoint) onLink(ev LinkEvent) {
+	k := fabric.EventLinkUp
+	if !ev.Running || ev.Deleted {
+		k = fabric.EventLinkDown
+	}
+	e.emit(fabric.Event{Kind: k, Time: ev.Time})
+}
+
+func (e *Endpoint) emit(ev fabric.Event) {
+	select {
+	case e.evs <- ev:
+	default:
+		e.ctr.Drop(fabric.DropEvent, 1)
+	}
+}
+
+// handshake exchanges hello packets until both sides know each other's
+// session.
+func (e *Endpoint) handshake(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		e.now = clock()
+		e.pollLocked(256)
+		if e.up {
+			e.mu.Unlock()
+			return nil
+		}
+		if e.gone != nil {
+			err := e.gone
+			e.mu.Unlock()
+			return err
+		}
+		if e.now >= e.nextHello {
+			e.sendCtlLocked(ptHello, 0)
+			e.nextHello = e.now + int64(helloEvery)
+		}
+		e.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for the peer: %w", err)
+		}
+		if _, err := e.s.PollFor(unix.POLLIN, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// run is the background goroutine: timers, acknowledgements, keepalives.
+func (e *Endpoint) run() {
+	defer close(e.done)
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		busy := e.tick()
+		d := 20 * time.Millisecond
+		if busy {
+			d = time.Millisecond
+		}
+		t.Reset(d)
+	}
+}
+
+// tick runs the timers once and reports whether work is outstanding.
+func (e *Endpoint) tick() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return false
+	}
+	e.now = clock()
+	e.pollLocked(256)
+	e.reapLocked()
+	if e.gone != nil {
+		return false
+	}
+	if !e.up {
+		if e.now >= e.nextHello {
+			e.sendCtlLocked(ptHello, 0)
+			e.nextHello = e.now + int64(helloEvery)
+		}
+		return true
+	}
+	if e.sndUna != e.sndNxt {
+		if e.now-e.lastProgress > int64(e.cfg.PeerTimeout) {
+			e.failLocked(fmt.Errorf("no acknowledgement for %v: %w", e.cfg.PeerTimeout, fabric.ErrRetryExceeded))
+			return false
+		}
+		if e.rtoAt != 0 && e.now >= e.rtoAt {
+			// Go back to the oldest unacknowledged packet; resend it even
+			// into a closed window, as a probe for a lost window update.
+			e.sndNext = e.sndUna
+			e.goBackValid = false
+			e.rto = min(2*e.rto, rtoMax)
+			e.rtoAt = e.now + int64(e.rto)
+			e.pumpLocked(true)
+		}
+	}
+	e.pumpLocked(false)
+	if e.ackPending > 0 {
+		e.sendCtlLocked(ptAck, 0)
+	}
+	if e.now-e.lastSent > int64(keepalive) {
+		e.sendCtlLocked(ptAck, 0)
+	}
+	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) {
+		e.failLocked(fmt.Errorf("peer silent for %v: %w", e.cfg.PeerTimeout, fabric.ErrPeerGone))
+		return false
+	}
+	return e.sndUna != e.sndNxt || e.ackPending > 0
+}
+
+// failLocked marks the peer gone.
+func (e *Endpoint) failLocked(err error) {
+	if e.gone != nil {
+		return
+	}
+	if !errors.Is(err, fabric.ErrPeerGone) {
+		err = fmt.Errorf("%w: %w", fabric.ErrPeerGone, err)
+	}
+	e.gone = err
+	e.emit(fabric.Event{Kind: fabric.EventPeerGone, Time: time.Now(), Err: err})
+}
+
+func (e *Endpoint) frame(i uint32) []byte {
+	a := uint64(i) * e.fsize
+	return e.mem[a : a+e.fsize : a+e.fsize]
+}
+
+// credits returns how many more packets the deliver queue takes.
+func (e *Endpoint) credits() uint32 { return e.dcap - (e.dqTail - e.dqHead) }
+
+// writeL2 writes the link (and IP/UDP) headers for a Weft packet of n
+// bytes (header included) and returns the frame length.
+func (e *Endpoint) writeL2(b []byte, n int) int {
+	if e.cfg.UDP {
+		PutUDP4(b, &e.udpHdr, n)
+		return UDP4HdrLen + n
+	}
+	copy(b[0:6], e.peerMAC[:])
+	if !e.peerKnown {
+		copy(b[0:6], broadcast[:])
+	}
+	copy(b[6:12], e.localMAC[:])
+	binary.BigEndian.PutUint16(b[12:], e.cfg.EtherType)
+	return EthHdrLen + n
+}
+
+var broadcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// sendNakLocked sends a negative acknowledgement: the packets from
+// rcvNxt on, gap of them, are missing.
+func (e *Endpoint) sendNakLocked(gap uint32) bool {
+	return e.sendCtlImmLocked(ptAck, pfNak, gap)
+}
+
+// sendCtlLocked sends a control packet (ack, hello, hello-ack, fin) with
+// the current acknowledgement state.
+func (e *Endpoint) sendCtlLocked(typ, flags uint8) bool {
+	return e.sendCtlImmLocked(typ, flags, 0)
+}
+
+func (e *Endpoint) sendCtlImmLocked(typ, flags uint8, imm uint32) bool {
+	e.reapLocked()
+	if len(e.txPool) == 0 {
+		return false
+	}
+	tx := e.s.TX()
+	idx, got := tx.Reserve(1)
+	if got == 0 {
+		return false
+	}
+	f := e.txPool[len(e.txPool)-1]
+	e.txPool = e.txPool[:len(e.txPool)-1]
+	b := e.frame(f)
+	cr := e.credits()
+	putHdr(b[e.hdrOff:], &hdr{typ: typ, flags: flags, session: e.session, ack: e.rcvNxt, wnd: cr, imm: imm})
+	n := e.writeL2(b, hdrLen)
+	d := tx.Desc(idx)
+	d.Addr, d.Len, d.Options = uint64(f)*e.fsize, uint32(n), 0
+	tx.Submit(1)
+	e.txRefs[f]++
+	e.advLimit = e.rcvNxt + cr
+	e.ackPending = 0
+	e.lastSent = e.now
+	e.s.Drain(0)
+	return true
+}
+
+// reapLocked returns frames whose transmission completed to the pool,
+// unless they hold unacknowledged data.
+func (e *Endpoint) reapLocked() {
+	cr := e.s.Completion()
+	for {
+		n := cr.Get(e.comp[:])
+		for i := 0; i < n; i++ {
+			f := uint32(e.comp[i] / e.fsize)
+			if int(f) >= len(e.txRefs) || e.txRefs[f] == 0 {
+				continue
+			}
+			e.txRefs[f]--
+			if e.txRefs[f] == 0 && !e.held[f] {
+				e.txPool = append(e.txPool, f)
+			}
+		}
+		if n < len(e.comp) {
+			return
+		}
+	}
+}
+
+// refillLocked tops the fill ring up from the RX pool.
+func (e *Endpoint) refillLocked() {
+	fr := e.s.Fill()
+	want := e.fillTarget - (fr.Size() - fr.Free())
+	if want <= 0 || len(e.rxPool) == 0 {
+		return
+	}
+	want = min(want, len(e.rxPool))
+	idx, n := fr.Reserve(want)
+	top := len(e.rxPool)
+	for i := 0; i < n; i++ {
+		fr.Set(idx+uint32(i), uint64(e.rxPool[top-1-i])*e.fsize)
+	}
+	e.rxPool = e.rxPool[:top-n]
+	fr.Submit(n)
+}
+
+// pollLocked processes up to budget received frames: acknowledgements
+// update the sender, data in sequence goes to the deliver queue.
+func (e *Endpoint) pollLocked(budget int) int {
+	rx := e.s.RX()
+	idx, n := rx.Peek(budget)
+	if n == 0 {
+		if e.s.Fill().NeedsWakeup() || e.s.BusyPolling() {
+			e.s.WakeRX()
+		}
+		return 0
+	}
+	var pkts, bytes uint64
+	for i := 0; i < n; i++ {
+		d := rx.Desc(idx + uint32(i))
+		if !e.handleLocked(d.Addr, d.Len) {
+			e.rxPool = append(e.rxPool, uint32(d.Addr/e.fsize))
+		}
+		pkts++
+		bytes += uint64(d.Len)
+	}
+	rx.Release(n)
+	e.refillLocked()
+	e.ctr.RxPackets.Add(pkts)
+	e.ctr.RxBytes.Add(bytes)
+	// Acknowledge every ackEvery packets; smaller remainders ride on
+	// our next data packet or go out with the next tick (1ms), well
+	// within the sender's retransmission timer.
+	if e.ackPending >= ackEvery && e.up {
+		e.sendCtlLocked(ptAck, 0)
+	}
+	return n
+}
+
+// handleLocked processes one received frame and reports whether the
+// frame was kept (in the deliver queue).
+func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
+	b := e.mem[addr : addr+uint64(n)]
+	off := e.parseL2(b)
+	if off < 0 {
+		e.ctr.Drop(fabric.DropOther, 1)
+		return false
+	}
+	var h hdr
+	if !getHdr(b[off:], &h) {
+		e.ctr.Drop(fabric.DropMalformed, 1)
+		return false
+	}
+	switch h.typ {
+	case ptHello, ptHelloAck:
+		if e.peerSession == 0 {
+			e.peerSession = h.session
+			if !e.peerKnown {
+				copy(e.peerMAC[:], b[6:12])
+				e.peerKnown = true
+			}
+		} else if h.session != e.peerSession {
+			// A new incarnation of the peer: this connection is over.
+			e.failLocked(errors.New("peer restarted"))
+			return false
+		}
+		e.lastHeard = e.now
+		e.ackLocked(h.ack, h.wnd, false, 0)
+		if h.typ == ptHelloAck {
+			e.up = true
+		} else {
+			e.sendCtlLocked(ptHelloAck, 0)
+		}
+		return false
+	}
+	if e.peerSession == 0 || h.session != e.peerSession {
+		e.ctr.Drop(fabric.DropOther, 1)
+		return false
+	}
+	e.lastHeard = e.now
+	e.ackLocked(h.ack, h.wnd, h.flags&pfNak != 0, h.imm)
+	switch h.typ {
+	case ptData:
+		if e.dropEvery > 0 {
+			if e.dropCount++; e.dropCount%e.dropEvery == 0 {
+				return false
+			}
+		}
+		return e.dataLocked(&h, addr, off, n)
+	case ptFin:
+		// A FIN with our session means the peer had the connection up.
+		e.up = true
+		e.failLocked(errors.New("peer closed"))
+	}
+	return false
+}
+
+// dataLocked files a data packet in its deliver-queue slot: in order, it
+// extends the in-order run (and the run of packets buffered after it);
+// ahead of a gap, it waits in its slot and the gap is reported with a
+// negative acknowledgement so the sender resends just the missing
+// packets (selective repeat). It reports whether the frame was kept.
+func (e *Endpoint) dataLocked(h *hdr, addr uint64, off int, n uint32) bool {
+	d := h.psn - e.rcvNxt
+	if int32(d) < 0 {
+		e.ctr.Drop(fabric.DropDuplicate, 1)
+		e.ackPending++
+		return false
+	}
+	used := e.dqTail - e.dqHead
+	if d >= e.dcap-used {
+		e.ctr.Drop(fabric.DropNoBuffer, 1)
+		e.ackPending++
+		return false
+	}
+	mask := e.dcap - 1
+	slot := (e.dqTail + d) & mask
+	if e.dqValid[slot] {
+		e.ctr.Drop(fabric.DropDuplicate, 1)
+		return false
+	}
+	plen := int(n) - off - hdrLen
+	e.dq[slot] = rxEnt{addr: addr + uint64(off+hdrLen), len: uint32(plen), flags: h.flags, imm: h.imm}
+	e.dqValid[slot] = true
+	if d != 0 {
+		if !e.nakValid || e.nakFor != e.rcvNxt {
+			// The gap runs from rcvNxt to the first buffered packet.
+			gap := uint32(1)
+			for gap < d && !e.dqValid[(e.dqTail+gap)&mask] {
+				gap++
+			}
+			e.nakValid, e.nakFor = true, e.rcvNxt
+			e.sendNakLocked(gap)
+		}
+		return true
+	}
+	for e.dqTail-e.dqHead < e.dcap && e.dqValid[e.dqTail&mask] {
+		if e.dq[e.dqTail&mask].flags&pfLast != 0 {
+			e.dqMsgs++
+		}
+		e.dqTail++
+		e.rcvNxt++
+		e.ackPending++
+	}
+	e.nakValid = false
+	return true
+}
+
+// parseL2 checks the link (and IP/UDP) headers of a received frame and
+// returns the offset of the Weft header, or -1.
+func (e *Endpoint) parseL2(b []byte) int {
+	if len(b) < EthHdrLen+hdrLen {
+		return -1
+	}
+	if e.peerKnown && [6]byte(b[6:12]) != e.peerMAC {
+		return -1
+	}
+	if dst := [6]byte(b[0:6]); dst != e.localMAC && dst != broadcast {
+		return -1
+	}
+	et := binary.BigEndian.Uint16(b[12:])
+	if !e.cfg.UDP {
+		if et != e.cfg.EtherType {
+			return -1
+		}
+		return EthHdrLen
+	}
+	if et != EtherTypeIPv4 || len(b) < UDP4HdrLen+hdrLen {
+		return -1
+	}
+	ip := b[EthHdrLen:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[0]>>4 != 4 || ihl < IPv4HdrLen || ip[9] != 17 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
+		return -1
+	}
+	src := e.cfg.PeerIP.As4()
+	if [4]byte(ip[12:16]) != src {
+		return -1
+	}
+	off := EthHdrLen + ihl
+	if len(b) < off+UDPHdrLen+hdrLen {
+		return -1
+	}
+	u := b[off:]
+	if binary.BigEndian.Uint16(u[2:]) != e.cfg.LocalPort || binary.BigEndian.Uint16(u[0:]) != e.cfg.PeerPort {
+		return -1
+	}
+	return off + UDPHdrLen
+}
+
+// ackLocked applies a cumulative acknowledgement and window; a negative
+// acknowledgement also resends the gap packets it names.
+func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool, gap uint32) {
+	if seqLT(e.sndUna, ack) && !seqLT(e.sndNxt, ack) {
+		for p := e.sndUna; p != ack; p++ {
+			f := e.unacked[p&(e.window-1)].frame
+			e.held[f] = false
+			if e.txRefs[f] == 0 {
+				e.txPool = append(e.txPool, f)
+			}
+		}
+		e.sndUna = ack
+		if seqLT(e.sndNext, ack) {
+			e.sndNext = ack
+		}
+		e.lastProgress = e.now
+		e.rto = rtoMin
+		e.rtoAt = 0
+		if e.sndUna != e.sndNxt {
+			e.rtoAt = e.now + int64(e.rto)
+		}
+	}
+	if lim := ack + wnd; !seqLT(lim, e.peerLimit) || seqLT(e.sndNxt, e.peerLimit) {
+		e.peerLimit = lim
+	}
+	if nak && ack == e.sndUna && seqLT(ack, e.sndNext) && (!e.goBackValid || e.goBackFor != ack) {
+		e.goBackValid, e.goBackFor = true, ack
+		e.resendLocked(ack, min(max(gap, 1), e.sndNext-ack))
+	}
+}
+
+// resendLocked retransmits n packets from psn, as the TX ring allows.
+func (e *Endpoint) resendLocked(psn, n uint32) {
+	tx := e.s.TX()
+	idx, got := tx.Reserve(int(n))
+	for i := 0; i < got; i++ {
+		ent := &e.unacked[(psn+uint32(i))&(e.window-1)]
+		d := tx.Desc(idx + uint32(i))
+		d.Addr, d.Len, d.Options = uint64(ent.frame)*e.fsize, ent.len, 0
+		e.txRefs[ent.frame]++
+	}
+	if got > 0 {
+		tx.Submit(got)
+		e.ctr.Retransmits.Add(uint64(got))
+		e.ctr.TxPackets.Add(uint64(got))
+		e.lastSent = e.now
+		e.s.Drain(0)
+	}
+}
+
+// pumpLocked transmits packets from sndNext within the peer's window
+// (one past it with probe) as the TX ring allows.
+func (e *Endpoint) pumpLocked(probe bool) {
+	if e.sndNext == e.sndNxt {
+		return
+	}
+	lim := e.peerLimit
+	if probe && !seqLT(e.sndNext, lim) {
+		lim = e.sndNext + 1
+	}
+	if !seqLT(e.sndNext, lim) {
+		return
+	}
+	k := min(e.sndNxt-e.sndNext, lim-e.sndNext)
+	tx := e.s.TX()
+	idx, got := tx.Reserve(int(k))
+	if got == 0 {
+		e.s.Drain(0)
+		return
+	}
+	var retx uint64
+	for i := 0; i < got; i++ {
+		p := e.sndNext + uint32(i)
+		ent := &e.unacked[p&(e.window-1)]
+		d := tx.Desc(idx + uint32(i))
+		d.Addr, d.Len, d.Options = uint64(ent.frame)*e.fsize, ent.len, 0
+		e.txRefs[ent.frame]++
+		if seqLT(p, e.sndMax) {
+			retx++
+		}
+	}
+	tx.Submit(got)
+	e.sndNext += uint32(got)
+	if seqLT(e.sndMax, e.sndNext) {
+		e.sndMax = e.sndNext
+	}
+	if e.rtoAt == 0 {
+		e.rtoAt = e.now + int64(e.rto)
+	}
+	e.lastSent = e.now
+	if retx > 0 {
+		e.ctr.Retransmits.Add(retx)
+	}
+	e.ctr.TxPackets.Add(uint64(got))
+	e.s.Drain(0)
+}
+
+func (e *Endpoint) errClosed(op string) error { return e.opErr(op, fabric.ErrClosed) }
+
+// Send implements fabric.Endpoint. Each message is copied into UMEM
+// frames (one per MTU-sized fragment) before Send returns; it is then
+// the transport's to deliver. n < len(msgs) is backpressure: the window
+// of unacknowledged packets or the frame pool is full.
+func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.errClosed("send")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return 0, e.errClosed("send")
+	}
+	if e.gone != nil {
+		return 0, e.opErr("send", e.gone)
+	}
+	e.now = clock()
+	e.reapLocked()
+	n := 0
+	var bytes uint64
+	var err error
+	polled := false
+	for n < len(msgs) {
+		m := &msgs[n]
+		if len(m.SGEs) > maxSGEs {
+			err = e.opErr("send", fabric.ErrMessageSize)
+			break
+		}
+		size, cerr := fabric.CheckSGEs(m.SGEs, &e.dom, 0)
+		if cerr != nil {
+			err = e.opErr("send", cerr)
+			break
+		}
+		if size > e.maxMsg {
+			err = e.opErr("send", fabric.ErrMessageSize)
+			break
+		}
+		frags := 1
+		if size > e.maxPayload {
+			frags = (size + e.maxPayload - 1) / e.maxPayload
+		}
+		if int(e.sndNxt-e.sndUna)+frags > int(e.window) || len(e.txPool) < frags+ctlReserve {
+			if polled {
+				break
+			}
+			// Take in acknowledgements and completions, then retry once.
+			polled = true
+			e.pollLocked(256)
+			e.reapLocked()
+			continue
+		}
+		if m.Flags&fabric.FlagSignal != 0 && e.cq.Free() == 0 {
+			break
+		}
+		off := 0
+		for i := 0; i < frags; i++ {
+			f := e.txPool[len(e.txPool)-1]
+			e.txPool = e.txPool[:len(e.txPool)-1]
+			b := e.frame(f)
+			plen := min(e.maxPayload, size-off)
+			h := hdr{typ: ptData, session: e.session, psn: e.sndNxt, ack: e.rcvNxt, wnd: e.credits()}
+			if i == 0 {
+				h.flags |= pfFirst
+				if m.Flags&fabric.FlagImm != 0 {
+					h.flags |= pfImm
+					h.imm = m.Imm
+				}
+			}
+			if i == frags-1 {
+				h.flags |= pfLast
+			}
+			putHdr(b[e.hdrOff:], &h)
+			gatherAt(b[e.hdrOff+hdrLen:e.hdrOff+hdrLen+plen], m.SGEs, off)
+			fl := e.writeL2(b, hdrLen+plen)
+			e.unacked[e.sndNxt&(e.window-1)] = txEnt{frame: f, len: uint32(fl)}
+			e.held[f] = true
+			e.sndNxt++
+			off += plen
+		}
+		if m.Flags&fabric.FlagSignal != 0 {
+			e.cq.Push(fabric.Completion{Context: m.Context, Op: fabric.OpSend, Len: size})
+		}
+		bytes += uint64(size)
+		n++
+	}
+	e.pumpLocked(false)
+	if n > 0 {
+		if e.sndNext == e.sndNxt {
+			// What we just sent carried the current acknowledgement.
+			e.ackPending = 0
+			e.advLimit = e.rcvNxt + e.credits()
+		}
+		e.ctr.TxMessages.Add(uint64(n))
+		e.ctr.TxBytes.Add(bytes)
+	}
+	return n, err
+}
+
+// gatherAt copies len(dst) bytes from offset off of the SGE list.
+func gatherAt(dst []byte, sges []fabric.SGE, off int) {
+	for i := range sges {
+		if len(dst) == 0 {
+			return
+		}
+		s := &sges[i]
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		src := s.Region.Bytes()[s.Offset+off : s.Offset+s.Length]
+		c := copy(dst, src)
+		dst = dst[c:]
+		off = 0
+	}
+}
+
+// scatterAt copies src to offset off of the SGE list and returns how
+// many bytes fit.
+func scatterAt(sges []fabric.SGE, off int, src []byte) int {
+	n := 0
+	for i := range sges {
+		if len(src) == 0 {
+			break
+		}
+		s := &sges[i]
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		c := copy(s.Region.Bytes()[s.Offset+off:s.Offset+s.Length], src)
+		src = src[c:]
+		n += c
+		off = 0
+	}
+	return n
+}
+
+// Recv implements fabric.Endpoint: it delivers complete messages in
+// order, reassembling fragments into the message's SGEs.
+func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.errClosed("recv")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return 0, e.errClosed("recv")
+	}
+	e.now = clock()
+	if e.dqMsgs < len(msgs) {
+		e.pollLocked(256)
+	}
+	n := 0
+	var bytes uint64
+	var err error
+	for n < len(msgs) && e.dqMsgs > 0 {
+		m := &msgs[n]
+		capacity, cerr := fabric.CheckSGEs(m.SGEs, &e.dom, fabric.AccessLocalWrite)
+		if cerr != nil {
+			err = e.opErr("recv", cerr)
+			break
+		}
+		first := &e.dq[e.dqHead&(e.dcap-1)]
+		m.Flags, m.Imm = 0, 0
+		if first.flags&pfImm != 0 {
+			m.Flags, m.Imm = fabric.FlagImm, first.imm
+		}
+		total := 0
+		for {
+			ent := &e.dq[e.dqHead&(e.dcap-1)]
+			e.dqValid[e.dqHead&(e.dcap-1)] = false
+			if total < capacity {
+				scatterAt(m.SGEs, total, e.mem[ent.addr:ent.addr+uint64(ent.len)])
+			}
+			total += int(ent.len)
+			e.rxPool = append(e.rxPool, uint32(ent.addr/e.fsize))
+			e.dqHead++
+			if ent.flags&pfLast != 0 {
+				break
+			}
+		}
+		m.Len = min(total, capacity)
+		if total > capacity {
+			m.Flags |= fabric.FlagTruncated
+			e.ctr.Drop(fabric.DropTruncated, 1)
+		}
+		e.dqMsgs--
+		bytes += uint64(total)
+		n++
+	}
+	if n > 0 {
+		e.refillLocked()
+		e.ctr.RxMessages.Add(uint64(n))
+		// Window update when the advertised window ran low.
+		if e.up && e.advLimit-e.rcvNxt < e.dcap/2 && e.credits() >= e.dcap/2 {
+			e.sendCtlLocked(ptAck, 0)
+		}
+	} else if err == nil && e.gone != nil && e.dqMsgs == 0 {
+		err = e.opErr("recv", e.gone)
+	}
+	_ = bytes
+	return n, err
+}
+
+// RecvWait implements fabric.Endpoint: Recv, busy-polling for the spin
+// budget, then sleeping in poll(2) on the socket.
+func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return e.wait(ctx, msgs, e.Recv, "recv")
+}
+
+// SendWait implements fabric.Endpoint: Send, waiting while the window or
+// the TX ring is full.
+func (e *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return e.wait(ctx, msgs, e.Send, "send")
+}
+
+func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fabric.Message) (int, error), name string) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	deadline := time.Now().Add(e.spin)
+	for i := 0; ; i++ {
+		n, err := op(msgs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if i&31 == 31 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	for {
+		n, err := op(msgs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if _, err := e.s.PollFor(unix.POLLIN, time.Millisecond); err != nil {
+			return 0, e.errClosed(name)
+		}
+		e.ctr.Wakeups.Add(1)
+	}
+}
+
+// Write implements fabric.Endpoint: RMA is not supported over AF_XDP.
+func (e *Endpoint) Write(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.errClosed("write")
+	}
+	return 0, e.opErr("write", fabric.ErrNotSupported)
+}
+
+// Read implements fabric.Endpoint: RMA is not supported over AF_XDP.
+func (e *Endpoint) Read(msgs []fabric.Message) (int, error) {
+	if e.closed.Load() {
+		return 0, e.errClosed("read")
+	}
+	return 0, e.opErr("read", fabric.ErrNotSupported)
+}
+
+// Register implements fabric.Endpoint. Any memory can be a local
+// source or target, since messages are copied through the UMEM; remote
+// access is refused with fabric.ErrNotSupported.
+func (e *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, error) {
+	if e.closed.Load() {
+		return nil, e.errClosed("register")
+	}
+	if access&fabric.AccessRemote != 0 {
+		return nil, e.opErr("register", fmt.Errorf("remote access %v: %w", access, fabric.ErrNotSupported))
+	}
+	return fabric.NewRegion(fabric.RegionConfig{Buf: buf, Access: access, LocalKey: 1, Domain: &e.dom}), nil
+}
+
+// Alloc implements fabric.Endpoint: it allocates memory for local use
+// (remote access is refused, as for Register).
+func (e *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error) {
+	if e.closed.Load() {
+		return nil, e.errClosed("alloc")
+	}
+	if size <= 0 {
+		return nil, e.opErr("alloc", fmt.Errorf("size %d: %w", size, fabric.ErrInvalid))
+	}
+	return e.Register(make([]byte, size), access)
+}
+
+// CQ implements fabric.Endpoint.
+func (e *Endpoint) CQ() fabric.CompletionQueue { return e.cq }
+
+// Caps implements fabric.Endpoint.
+func (e *Endpoint) Caps() fabric.Caps {
+	return fabric.Caps{Backend: "ethernet", MaxMsgSize: e.maxMsg, MaxSGEs: maxSGEs,
+		MTU: e.maxPayload, InlineSize: e.maxMsg, RMA: false, Reliable: true}
+}
+
+// Stats implements fabric.Endpoint.
+func (e *Endpoint) Stats() fabric.Stats {
+	s := e.ctr.Snapshot()
+	s.Drops[fabric.DropNoBuffer] += e.cq.Overruns.Load()
+	s.Doorbells = e.s.Kicks.Load()
+	return s
+}
+
+// Events implements fabric.Endpoint: link up/down from rtnetlink, and
+// peer-gone.
+func (e *Endpoint) Events() <-chan fabric.Event { return e.evs }
+
+// Link returns the interface's information as of Dial.
+func (e *Endpoint) Link() LinkInfo { return e.link }
+
+// Port returns the endpoint's port (its XDP program and socket).
+func (e *Endpoint) Port() *Port { return e.port }
+
+// linger waits up to d for the peer to acknowledge every packet sent.
+func (e *Endpoint) linger(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		e.mu.Lock()
+		done := !e.up || e.gone != nil || e.sndUna == e.sndNxt
+		if !done {
+			e.now = clock()
+			e.pollLocked(256)
+			e.reapLocked()
+			e.pumpLocked(false)
+			done = e.sndUna == e.sndNxt
+		}
+		e.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return
+		}
+		e.s.PollFor(unix.POLLIN, time.Millisecond)
+	}
+}
+
+// Close implements fabric.Endpoint: it waits up to 2s for the peer to
+// acknowledge what was sent, tells the peer (FIN), stops the
+// background goroutine and link watcher, detaches the XDP program and
+// frees the socket and UMEM. It is idempotent.
+func (e *Endpoint) Close() error {
+	var err error
+	e.once.Do(func() {
+		e.linger(2 * time.Second)
+		e.closed.Store(true)
+		close(e.stop)
+		<-e.done
+		e.cq.Close()
+		if e.watcher != nil {
+			e.watcher.Close()
+		}
+		e.mu.Lock()
+		if e.up && e.gone == nil {
+			e.now = clock()
+			e.sendCtlLocked(ptFin, 0)
+			e.sendCtlLocked(ptFin, 0)
+		}
+		err = e.port.Close()
+		e.mu.Unlock()
+	})
+	return err
+}

@@ -1,0 +1,68 @@
+package ethernet_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/internal/netns"
+)
+
+func TestLinkInfo(t *testing.T) {
+	p := newPair(t, netns.PairConfig{Queues: 4, MTU: 3000})
+	var li ethernet.LinkInfo
+	var addrs []netip.Prefix
+	require.NoError(t, p.A.Do(func() error {
+		var err error
+		if li, err = ethernet.LinkByName(p.NameA); err != nil {
+			return err
+		}
+		addrs, err = ethernet.Addrs(li.Index)
+		return err
+	}))
+	require.Equal(t, p.NameA, li.Name)
+	require.Equal(t, p.MACA, li.MAC)
+	require.Equal(t, 3000, li.MTU)
+	require.Equal(t, 4, li.RXQueues)
+	require.Equal(t, 4, li.TXQueues)
+	require.True(t, li.Up)
+	require.Equal(t, "veth", li.Kind)
+	require.Contains(t, addrs, netip.MustParsePrefix("10.11.0.1/24"))
+
+	err := p.A.Do(func() error { _, err := ethernet.LinkByName("nosuch0"); return err })
+	require.Error(t, err)
+}
+
+func TestLinkWatch(t *testing.T) {
+	p := newPair(t, netns.PairConfig{})
+	idx, err := p.A.Index(p.NameA)
+	require.NoError(t, err)
+	evs := make(chan ethernet.LinkEvent, 16)
+	var w *ethernet.LinkWatcher
+	require.NoError(t, p.A.Do(func() error {
+		var err error
+		w, err = ethernet.WatchLink(idx, func(e ethernet.LinkEvent) { evs <- e })
+		return err
+	}))
+	defer w.Close()
+	// The peer going down takes our carrier away.
+	require.NoError(t, p.B.Down(p.NameB))
+	select {
+	case e := <-evs:
+		require.False(t, e.Running)
+		require.True(t, e.Up)
+	case <-time.After(3 * time.Second):
+		t.Fatal("no link-down event")
+	}
+	require.NoError(t, p.B.Up(p.NameB))
+	select {
+	case e := <-evs:
+		require.True(t, e.Running)
+	case <-time.After(3 * time.Second):
+		t.Fatal("no link-up event")
+	}
+	require.NoError(t, w.Close())
+	require.NoError(t, w.Close())
+}

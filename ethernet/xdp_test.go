@@ -1,0 +1,121 @@
+package ethernet_test
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/internal/testutil"
+)
+
+func udp4Frame(dport uint16, ihl int, frag uint16) []byte {
+	b := make([]byte, 128)
+	h := ethernet.UDP4{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2},
+		SrcIP: netip.MustParseAddr("10.0.0.1"), DstIP: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: dport}
+	ethernet.PutUDP4(b, &h, 16)
+	if ihl > 5 {
+		// Move the UDP header behind IP options.
+		opt := (ihl - 5) * 4
+		copy(b[34+opt:], b[34:34+8+16])
+		for i := 34; i < 34+opt; i++ {
+			b[i] = 1 // NOP
+		}
+		b[14] = 0x40 | byte(ihl)
+		b = b[:14+ihl*4+8+16]
+	} else {
+		b = b[:ethernet.UDP4HdrLen+16]
+	}
+	binary.BigEndian.PutUint16(b[20:], frag)
+	return b
+}
+
+func udp6Frame(dport uint16) []byte {
+	b := make([]byte, 14+40+8+8)
+	ethernet.PutEthernet(b, net.HardwareAddr{2, 0, 0, 0, 0, 2}, net.HardwareAddr{2, 0, 0, 0, 0, 1}, ethernet.EtherTypeIPv6)
+	b[14] = 0x60
+	b[20] = 17
+	binary.BigEndian.PutUint16(b[56:], dport)
+	return b
+}
+
+// TestFilterProgram runs the generated XDP program on crafted frames
+// with BPF_PROG_TEST_RUN.
+func TestFilterProgram(t *testing.T) {
+	testutil.RequireRoot(t)
+	raw := make([]byte, 60)
+	ethernet.PutEthernet(raw, net.HardwareAddr{2, 0, 0, 0, 0, 2}, net.HardwareAddr{2, 0, 0, 0, 0, 1}, ethernet.EtherTypeWeft)
+	arp := make([]byte, 60)
+	ethernet.PutEthernet(arp, net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, net.HardwareAddr{2, 0, 0, 0, 0, 1}, 0x0806)
+	ports := ethernet.Filter{UDPPorts: []uint16{4789, 9000}}
+	et := ethernet.Filter{EtherTypes: []uint16{ethernet.EtherTypeWeft}}
+	cases := []struct {
+		name  string
+		f     ethernet.Filter
+		frame []byte
+		want  bool
+	}{
+		{"udp port match", ports, udp4Frame(9000, 5, 0x4000), true},
+		{"udp second port", ports, udp4Frame(4789, 5, 0), true},
+		{"udp other port", ports, udp4Frame(53, 5, 0), false},
+		{"udp with ip options", ports, udp4Frame(9000, 7, 0), true},
+		{"non-first fragment", ports, udp4Frame(9000, 5, 0x0010), false},
+		{"first fragment", ports, udp4Frame(9000, 5, 0x2000), true},
+		{"udp ipv6", ports, udp6Frame(9000), true},
+		{"udp ipv6 other port", ports, udp6Frame(80), false},
+		{"arp with port filter", ports, arp, false},
+		{"truncated ip", ports, udp4Frame(9000, 5, 0)[:30], false},
+		{"ethertype match", et, raw, true},
+		{"ethertype other", et, arp, false},
+		{"ethertype udp", et, udp4Frame(9000, 5, 0), false},
+		{"ethernet header only", ports, udp4Frame(9000, 5, 0)[:14], false},
+		{"all", ethernet.Filter{All: true}, arp, true},
+		{"none", ethernet.Filter{}, raw, false},
+	}
+	for _, c := range cases {
+		got, err := ethernet.FilterMatches(c.f, c.frame)
+		if err != nil {
+			testutil.SkipOn(t, err)
+		}
+		require.Equal(t, c.want, got, c.name)
+	}
+	_, err := ethernet.FilterMatches(ethernet.Filter{UDPPorts: make([]uint16, 100)}, raw)
+	require.Error(t, err)
+}
+
+func TestParseAddr(t *testing.T) {
+	c, err := ethernet.ParseAddr("veth0")
+	require.NoError(t, err)
+	require.Equal(t, "veth0", c.Interface)
+	c, err = ethernet.ParseAddr("eth1:udp=10.0.0.2:5000,local=10.0.0.1,bind=copy,xdp=generic,busypoll=50us,budget=64,window=256,maxmsg=1M,timeout=2s,ethertype=0x88b6")
+	require.NoError(t, err)
+	require.True(t, c.UDP)
+	require.Equal(t, netip.MustParseAddr("10.0.0.2"), c.PeerIP)
+	require.Equal(t, uint16(5000), c.PeerPort)
+	require.Equal(t, netip.MustParseAddr("10.0.0.1"), c.LocalIP)
+	require.Equal(t, 256, c.Window)
+	require.Equal(t, 1<<20, c.MaxMsgSize)
+	require.Equal(t, 64, c.BusyPoll.Budget)
+	require.Equal(t, uint16(0x88b6), c.EtherType)
+	for _, bad := range []string{"", ":queue=1", "eth0:queue=x", "eth0:peer=zz", "eth0:nope=1", "eth0:queue", "eth0:local=10.0.0.1", "eth0:xdp=fast", "eth0:ethertype=5"} {
+		_, err := ethernet.ParseAddr(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestParseUDP4(t *testing.T) {
+	f := udp4Frame(9000, 5, 0x4000)
+	var h ethernet.UDP4
+	p, ok := ethernet.ParseUDP4(f, &h)
+	require.True(t, ok)
+	require.Len(t, p, 16)
+	require.Equal(t, uint16(9000), h.DstPort)
+	require.Equal(t, netip.MustParseAddr("10.0.0.1"), h.SrcIP)
+	f[24] ^= 0xff // corrupt the header checksum
+	_, ok = ethernet.ParseUDP4(f, nil)
+	require.False(t, ok)
+	_, ok = ethernet.ParseUDP4(f[:20], nil)
+	require.False(t, ok)
+}

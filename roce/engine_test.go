@@ -106,7 +106,7 @@ func TestLossySoak(t *testing.T) {
 	}
 	loss := LossConfig{Drop: 0.05, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 42}
 	ea, eb, lossy := enginePair(t, 4791, loss)
-	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 6, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
+	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 8, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
 	const burst = 64
 	const size = 32
 	src, _ := pa.RegMR(make([]byte, burst*size), 0)

@@ -15,11 +15,14 @@ import (
 // the fuzz target feeds packets to the engine directly.
 type discardLink struct{ addr netip.AddrPort }
 
-func (l discardLink) ReadBatch([]Packet) (int, error)           { return 0, nil }
-func (l discardLink) WriteBatch(p []Packet) (int, error)        { return len(p), nil }
-func (l discardLink) WaitRead(context.Context, time.Time) error { time.Sleep(time.Millisecond); return nil }
-func (l discardLink) LocalAddr() netip.AddrPort                 { return l.addr }
-func (l discardLink) Close() error                              { return nil }
+func (l discardLink) ReadBatch([]Packet) (int, error)    { return 0, nil }
+func (l discardLink) WriteBatch(p []Packet) (int, error) { return len(p), nil }
+func (l discardLink) WaitRead(context.Context, time.Time) error {
+	time.Sleep(time.Millisecond)
+	return nil
+}
+func (l discardLink) LocalAddr() netip.AddrPort { return l.addr }
+func (l discardLink) Close() error              { return nil }
 
 // FuzzEngineInput feeds arbitrary datagrams from the connected peer's
 // address to an engine with an RC and a UD queue pair and a region with

@@ -517,6 +517,9 @@ func (qp *QP) response(p *wire.Packet) {
 			}
 			qp.rewind(psn)
 			qp.rnrUntil = time.Now().Add(syn.RNRTimer().Duration())
+			// The peer answered: no timeout while we wait out its RNR
+			// delay (transmit re-arms the timer).
+			qp.deadline = time.Time{}
 		case wire.AckTypeNAK:
 			qp.ackTo(psn.Add(-1))
 			switch syn.NAKCode() {

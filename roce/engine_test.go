@@ -382,3 +382,44 @@ func TestStateMachine(t *testing.T) {
 	}
 	_ = wire.PSNMask
 }
+
+// TestRNR fills a receiver that does not read: the requester gets RNR
+// NAKs and waits them out (infinite RNR retries), without using up its
+// transport retries, and every message arrives once the receiver reads.
+func TestRNR(t *testing.T) {
+	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	cfg := QPConfig{RecvBuffer: 64 << 10, MaxMsgSize: 4096}
+	a, b, pa, pb := connect(t, ea, eb, cfg, QPAttr{Timeout: 8, RetryCnt: 2, RNRRetry: 7, MinRNRTimer: 1})
+	const n = 200
+	src, _ := pa.RegMR(make([]byte, 1024), 0)
+	msgs := make([]fabric.Message, n)
+	for i := range msgs {
+		msgs[i] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(src)}, Imm: uint32(i), Flags: fabric.FlagImm}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for sent := 0; sent < n; {
+		k, err := a.SendWait(ctx, msgs[sent:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += k
+	}
+	time.Sleep(200 * time.Millisecond) // the receiver is "busy": RNR NAKs flow
+	dst, _ := pb.RegMR(make([]byte, 1024), fabric.AccessLocalWrite)
+	rm := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(dst)}}}
+	for i := 0; i < n; i++ {
+		if _, err := b.RecvWait(ctx, rm); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if rm[0].Imm != uint32(i) {
+			t.Fatalf("message %d carried %d", i, rm[0].Imm)
+		}
+	}
+	if d := b.Stats().Drops[fabric.DropNoBuffer]; d == 0 {
+		t.Errorf("no RNR NAK was sent")
+	}
+	if a.State() != StateRTS {
+		t.Fatalf("requester state %v", a.State())
+	}
+}

@@ -376,9 +376,22 @@ func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, er
 	if n, err := e.Recv(msgs); n > 0 || err != nil {
 		return n, err
 	}
-	if e.spinUntil(ctx, func() bool { return e.rxReady() }) {
-		if n, err := e.Recv(msgs); n > 0 || err != nil {
-			return n, err
+	// Busy-poll: Recv itself is the cheapest check (one lock, one load
+	// of the next record's sequence word).
+	if e.t.spin > 0 {
+		deadline := time.Now().Add(e.t.spin)
+		for i := 1; ; i++ {
+			if n, err := e.Recv(msgs); n > 0 || err != nil {
+				return n, err
+			}
+			if i&255 == 0 {
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				if i&8191 == 0 {
+					runtime.Gosched()
+				}
+			}
 		}
 	}
 	for {
@@ -397,44 +410,12 @@ func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, er
 	}
 }
 
-// rxReady peeks at the next record's seq word without taking the lock.
-func (e *Endpoint) rxReady() bool {
-	e.rxMu.Lock()
-	defer e.rxMu.Unlock()
-	if !e.rxValid || e.closed.Load() {
-		return true // let Recv report it
-	}
-	return shm.U32(e.rxRing, int(e.rxHead%uint64(len(e.rxRing)))).Load() != 0
-}
-
 func (e *Endpoint) setSleep(p **atomic.Uint32, mu *sync.Mutex, v uint32) {
 	mu.Lock()
 	if *p != nil && e.t.up.Load() {
 		(*p).Store(v)
 	}
 	mu.Unlock()
-}
-
-// spinUntil busy-polls ready for the spin budget and reports whether it
-// became true.
-func (e *Endpoint) spinUntil(ctx context.Context, ready func() bool) bool {
-	if e.t.spin <= 0 {
-		return false
-	}
-	deadline := time.Now().Add(e.t.spin)
-	for i := 1; ; i++ {
-		if ready() {
-			return true
-		}
-		if i&127 == 0 {
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return false
-			}
-			if i&4095 == 0 {
-				runtime.Gosched()
-			}
-		}
-	}
 }
 
 // SendWait implements fabric.Endpoint.

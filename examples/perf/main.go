@@ -93,6 +93,7 @@ func main() {
 	dur := flag.Duration("t", time.Second, "duration per size")
 	runs := flag.Int("runs", 3, "runs per size; the median is reported")
 	asJSON := flag.Bool("json", false, "print JSON")
+	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
 	mode := flag.String("mode", "stream", "stream: message bandwidth and rate; sweep: small packets batched and unbatched")
 	modes := flag.String("modes", strings.Join(allModes, ","), "sweep: modes to measure")
 	group := flag.Int("group", 32, "sweep: packets generated per group (a router's receive burst)")
@@ -201,7 +202,7 @@ func main() {
 	for _, s := range sizes {
 		maxSize = max(maxSize, s)
 	}
-	opts := &fabric.Options{MaxMsgSize: max(64<<10, maxSize)}
+	opts := &fabric.Options{MaxMsgSize: max(64<<10, maxSize), Spin: *spin}
 	ctx := context.Background()
 	var cmd *exec.Cmd
 	if *addr == "" {
@@ -220,7 +221,7 @@ func main() {
 		os.Remove(*addr)
 		defer os.Remove(*addr)
 		cmd = exec.Command(self, "-server", "-backend", "ntb", "-addr", *addr, "-burst", strconv.Itoa(*burst),
-			"-sizes", *sizesFlag)
+			"-sizes", *sizesFlag, "-spin", spin.String())
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			fatal(err)

@@ -48,6 +48,7 @@ func main() {
 	noRef := flag.Bool("no-ref", false, "skip the shared-memory reference")
 	refServe := flag.String("shmref-serve", "", "internal: run the reference responder on this file")
 	helpAddr := flag.Bool("help-addr", false, "print the address syntax of every backend")
+	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
 	flag.Parse()
 	if *helpAddr {
 		for _, b := range fabric.Backends() {
@@ -67,7 +68,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	opts := &fabric.Options{MaxMsgSize: max(64<<10, slicesMax(sizes))}
+	opts := &fabric.Options{MaxMsgSize: max(64<<10, slicesMax(sizes)), Spin: *spin}
 	ctx := context.Background()
 	if *addr == "" {
 		if *server {
@@ -156,7 +157,7 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 	path := filepath.Join(shmDir(), fmt.Sprintf("weft-pingpong-%d", os.Getpid()))
 	os.Remove(path)
 	defer os.Remove(path)
-	cmd := exec.Command(self, "-server", "-backend", "ntb", "-addr", path)
+	cmd := exec.Command(self, "-server", "-backend", "ntb", "-addr", path, "-spin", opts.Spin.String())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err

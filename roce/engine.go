@@ -47,6 +47,7 @@ type Engine struct {
 	evMu    sync.Mutex
 	ev      [64]debugEvent
 	evN     int
+	icrcBuf [48 + wire.BTHSize]byte
 	stats   fabric.Counters
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -239,14 +240,17 @@ func (e *Engine) lookupRemote(pd *PD, rkey uint32, va uint64, n uint32, need fab
 // background polls the link when no thread is spinning, and runs timers.
 func (e *Engine) background() {
 	defer e.wg.Done()
+	nap := time.NewTimer(time.Hour)
+	defer nap.Stop()
 	for !e.closed.Load() {
 		if e.spinner.Load() > 0 {
 			// A spinning caller drives the engine; just keep the timers.
 			e.runTimers(time.Now())
+			nap.Reset(200 * time.Microsecond)
 			select {
 			case <-e.stop:
 				return
-			case <-time.After(200 * time.Microsecond):
+			case <-nap.C:
 			}
 			continue
 		}
@@ -316,13 +320,22 @@ func (e *Engine) poll() int {
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
-	// Coalesced acknowledgements: one per QP per batch.
+	// Acknowledgements are coalesced: at most one per QP per batch.
+	e.flushAcks()
+	return n
+}
+
+// flushAcks sends the acknowledgements queued by the last batch. The
+// caller holds pollMu.
+func (e *Engine) flushAcks() {
+	if len(e.dirty) == 0 {
+		return
+	}
 	for _, qp := range e.dirty {
 		qp.flushAck()
 	}
 	clear(e.dirty)
 	e.dirty = e.dirty[:0]
-	return n
 }
 
 // drop counts a dropped packet.
@@ -401,18 +414,20 @@ func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
 		crc, err := wire.ICRCParts(p.Buf[:p.Off+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
 		return err == nil && crc == want
 	}
-	var hbuf [48 + wire.BTHSize]byte
-	hl := pseudoHeader(hbuf[:], p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
+	// A heap buffer of the engine's (the CRC code lets its arguments
+	// escape): the poller owns it.
+	hbuf := e.icrcBuf[:]
+	hl := pseudoHeader(hbuf, p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
 	return err == nil && crc == want
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the
-// engine to dst with UDP source port sport.
-func (e *Engine) sealICRC(data []byte, dst netip.Addr, sport uint16) {
-	var hbuf [48 + wire.BTHSize]byte
-	hl := pseudoHeader(hbuf[:], e.local, dst, sport, len(data))
+// engine to dst with UDP source port sport. hbuf is scratch space of at
+// least 60 bytes that the caller owns.
+func (e *Engine) sealICRC(hbuf []byte, data []byte, dst netip.Addr, sport uint16) {
+	hl := pseudoHeader(hbuf, e.local, dst, sport, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, _ := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
 	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)

@@ -73,7 +73,9 @@ type Link interface {
 // a raw socket with a BPF filter for its address and port, and hands the
 // engine the real headers; the UDP socket then only holds the port.
 // Without the privilege it receives on the UDP socket and the engine
-// rebuilds the headers assuming identification 0 (Raw reports which).
+// rebuilds the headers assuming identification 0 (Raw reports which);
+// WEFT_ROCE_NORAW=1 chooses that too (for Weft-only fabrics, where it
+// saves the kernel a second delivery per packet).
 type UDPLink struct {
 	conn  *net.UDPConn
 	rc    syscall.RawConn
@@ -87,6 +89,10 @@ type UDPLink struct {
 	wmsgs []mmsg.Message
 	wmu   sync.Mutex // WriteBatch
 	rawRC syscall.RawConn
+
+	// WaitRead's callback, made once so waiting does not allocate.
+	waitFirst bool
+	waitFn    func(uintptr) bool
 
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
@@ -114,10 +120,17 @@ func ListenUDP(addr netip.AddrPort) (*UDPLink, error) {
 	l := &UDPLink{conn: conn, rc: rc, local: addr, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
 		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
 	rc.Control(func(fd uintptr) { l.fd = int(fd) })
+	l.waitFn = func(uintptr) bool {
+		if l.waitFirst {
+			l.waitFirst = false
+			return false // wait for readiness
+		}
+		return true
+	}
 	// Big socket buffers: the engine moves bursts (a 256 KiB RDMA READ is
 	// 256 response packets at once). Root may exceed net.core.rmem_max.
 	setBuffers(l.fd, 16<<20)
-	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() {
+	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() && os.Getenv("WEFT_ROCE_NORAW") == "" {
 		l.openRaw()
 	}
 	return l, nil
@@ -326,7 +339,8 @@ func (l *UDPLink) sender(port uint16) (*sender, error) {
 
 var errNoSender = errors.New("source port unavailable")
 
-// WaitRead implements Link, through the Go runtime's network poller.
+// WaitRead implements Link, through the Go runtime's network poller. One
+// goroutine at a time may wait (the engine's background poller).
 func (l *UDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
@@ -341,19 +355,13 @@ func (l *UDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
 		})
 		defer stop()
 	}
-	first := true
 	rc := l.rc
 	if l.raw != nil {
 		rc = l.rawRC
 		l.raw.SetReadDeadline(deadline)
 	}
-	err := rc.Read(func(uintptr) bool {
-		if first {
-			first = false
-			return false // wait for readiness
-		}
-		return true
-	})
+	l.waitFirst = true
+	err := rc.Read(l.waitFn)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if e := ctx.Err(); e != nil {

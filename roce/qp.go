@@ -230,6 +230,7 @@ type QP struct {
 	gapNAKed   bool // a read response gap was already answered
 	cwnd       int  // packets the requester may have unacknowledged
 	cwndAcc    int
+	sinceAck   int // packets sent since the last one with AckReq
 	lastActive time.Time
 
 	// responder
@@ -247,6 +248,7 @@ type QP struct {
 	atomics   [16]atomicResult
 	atomicIdx int
 	ackBuf    [64]byte
+	icrcBuf   [48 + wire.BTHSize]byte
 	ackPkt    [1]Packet
 	srcQPN    uint32 // UD: source QP of the last datagram
 	trace     [32][3]uint32

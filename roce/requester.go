@@ -225,7 +225,7 @@ func (qp *QP) nextTx() []byte { return qp.txBufs[qp.txN] }
 // queueTx finishes a built packet of n bytes: ICRC, address, source port.
 func (qp *QP) queueTx(n int) {
 	buf := qp.txBufs[qp.txN][:n]
-	qp.e.sealICRC(buf, qp.dest.Addr(), qp.sport)
+	qp.e.sealICRC(qp.icrcBuf[:], buf, qp.dest.Addr(), qp.sport)
 	qp.txPkts[qp.txN] = Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.txN++
 }
@@ -287,7 +287,16 @@ func (qp *QP) buildPacket(w *wqe) {
 		if w.op != wopSend && k == 0 {
 			f.RETH = wire.RETHFields{VA: w.remote.Addr, RKey: uint32(w.remote.Key), DMALength: uint32(w.length)}
 		}
-		f.BTH.AckReq = last || k%16 == 15
+		// Ask for an acknowledgement at the end of a burst, of a signaled
+		// message, every 16 packets, and when half the window is out:
+		// the responder acknowledges cumulatively, so one ACK per burst
+		// is enough, and an ACK costs the peer a packet.
+		qp.sinceAck++
+		if (last && (qp.sqNext+1 == qp.sqTail || w.flags&fabric.FlagSignal != 0 || w.op == wopKeepAlive)) ||
+			qp.sinceAck >= 16 || int(qp.txPSN.Sub(qp.una))+1 >= qp.cwnd/2 {
+			f.BTH.AckReq = true
+			qp.sinceAck = 0
+		}
 		f.BTH.SolicitedEvent = last && w.op == wopSend && imm
 	case wopRead:
 		// One request for the rest of the read (all of it, or after a

@@ -341,7 +341,7 @@ func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
 		Syndrome: syn, MSN: qp.msn}
 	buf := qp.ackBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
-	qp.e.sealICRC(buf[:n], qp.dest.Addr(), qp.sport)
+	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
 	qp.ackPkt[0] = Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.e.send(qp.ackPkt[:])
 }

@@ -107,10 +107,14 @@ func (ep *Endpoint) Stats() fabric.Stats {
 // Events implements fabric.Endpoint.
 func (ep *Endpoint) Events() <-chan fabric.Event { return ep.qp.evs }
 
-// Close implements fabric.Endpoint: the QP is destroyed and the engine
-// released (closed when its last endpoint goes).
+// Close implements fabric.Endpoint: it waits (at most two seconds) until
+// the messages already sent are acknowledged, then destroys the QP and
+// releases the engine (closed when its last endpoint goes).
 func (ep *Endpoint) Close() error {
 	ep.once.Do(func() {
+		// Like a TCP close, deliver what was sent before letting go: a
+		// Send returns once the message is queued, not acknowledged.
+		ep.qp.drain(lingerTime)
 		ep.err = ep.qp.Destroy()
 		if ep.release != nil {
 			ep.release()
@@ -118,6 +122,10 @@ func (ep *Endpoint) Close() error {
 	})
 	return ep.err
 }
+
+// lingerTime bounds how long Close waits for sent messages to be
+// acknowledged.
+const lingerTime = 2 * time.Second
 
 // Engines are shared by the endpoints of a process, one per local address.
 var engines struct {

@@ -262,10 +262,18 @@ func TestLossyRMA(t *testing.T) {
 
 func waitCompletion(t testing.TB, qp *QP, ctx uint64) {
 	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	c, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	out := make([]fabric.Completion, 1)
 	if _, err := qp.cq.Wait(c, out); err != nil {
+		if debugRoce {
+			qp.mu.Lock()
+			t.Logf("QP: una %d tx %d deadline %v (in %v) rnrUntil %v state %v", qp.una, qp.txPSN, qp.deadline, time.Until(qp.deadline), qp.rnrUntil, qp.state)
+			qp.mu.Unlock()
+			for _, l := range qp.e.debugEvents() {
+				t.Logf("    %s", l)
+			}
+		}
 		t.Fatalf("waiting for completion %d: %v", ctx, err)
 	}
 	if out[0].Context != ctx || out[0].Status != fabric.StatusOK {

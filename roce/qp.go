@@ -540,6 +540,23 @@ func (qp *QP) complete(w *wqe, st fabric.Status) {
 var wopOps = [...]fabric.Op{wopSend: fabric.OpSend, wopWrite: fabric.OpWrite, wopRead: fabric.OpRead,
 	wopFetchAdd: fabric.OpFetchAdd, wopCmpSwap: fabric.OpCompareSwap, wopKeepAlive: fabric.OpWrite}
 
+// drain waits until every posted work request has completed (the QP is
+// idle), the QP fails or timeout passes, driving the engine meanwhile.
+func (qp *QP) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && !qp.closed.Load() {
+		qp.mu.Lock()
+		idle := qp.sqHead == qp.sqTail || qp.state != StateRTS
+		qp.mu.Unlock()
+		if idle {
+			return
+		}
+		if qp.e.poll() <= 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
 // Destroy destroys the QP (verbs ibv_destroy_qp): work is flushed,
 // blocked calls return os.ErrClosed, and its QPN stops receiving.
 func (qp *QP) Destroy() error {
@@ -611,6 +628,10 @@ func (qp *QP) timer(now time.Time) time.Time {
 	}
 	if !qp.deadline.IsZero() && !now.Before(qp.deadline) {
 		qp.onTimeout(now)
+	} else if qp.sqNext < qp.sqTail && qp.rnrUntil.IsZero() {
+		// Work that the window held back and no event released (a
+		// safety net: acknowledgements normally restart the transmitter).
+		qp.transmit()
 	}
 	if ka := qp.attr.KeepAlive; ka > 0 && qp.cfg.Type == RC && qp.sqHead == qp.sqTail &&
 		now.Sub(qp.lastActive) >= ka {

@@ -179,7 +179,7 @@ func (qp *QP) transmit() {
 	}
 	qp.txN = 0
 	for qp.sqNext < qp.sqTail {
-		if int(qp.txPSN.Sub(qp.una)) >= qp.cwnd {
+		if int(qp.txPSN.Sub(qp.una)) >= qp.cwnd && qp.txPSN != qp.una {
 			break
 		}
 		w := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
@@ -412,6 +412,22 @@ func (qp *QP) ackTo(p wire.PSN) {
 	if next.Sub(qp.maxPSN) > 0 || next.Sub(qp.una) < 0 {
 		return
 	}
+	// An acknowledgement does not deliver read or atomic results: if it
+	// covers a read whose responses were lost (the responder acks a later
+	// duplicate), stop at the missing data and ask for it again.
+	if w := qp.oldestPending(); w != nil {
+		resume := w.psn
+		if w.op == wopRead {
+			resume = w.psn.Add(w.rdDone / qp.mtu)
+		}
+		if next.Sub(resume) > 0 {
+			next = resume
+			if !qp.gapNAKed {
+				qp.gapNAKed = true
+				defer qp.rewind(resume)
+			}
+		}
+	}
 	if adv := next.Sub(qp.una); adv > 0 {
 		qp.una = next
 		// Additive increase: one packet per window acknowledged.
@@ -464,6 +480,11 @@ func (qp *QP) seek(p wire.PSN) {
 			qp.txPSN = w.psn.Add(qp.nextPkt)
 			if w.op == wopRead {
 				qp.txPSN = w.psn.Add(w.rdDone / qp.mtu)
+				// Responses that arrived in order acknowledged their
+				// PSNs: the window starts after them.
+				if qp.txPSN.Sub(qp.una) > 0 {
+					qp.una = qp.txPSN
+				}
 			}
 			qp.rdOut = rd
 			return
@@ -533,11 +554,13 @@ func (qp *QP) response(p *wire.Packet) {
 			qp.ackTo(psn.Add(-1))
 			switch syn.NAKCode() {
 			case wire.NAKPSNSequenceError:
-				if psn.Less(qp.una) || !psn.Less(qp.txPSN) {
-					return
+				// The peer expects psn: resend from there, unless the NAK
+				// is stale or we are about to send psn anyway. Either
+				// way the transmitter runs below: the ACK part of the
+				// NAK may have opened the window.
+				if !psn.Less(qp.una) && psn.Less(qp.txPSN) {
+					qp.rewind(psn)
 				}
-				qp.rewind(psn)
-				qp.transmit()
 			case wire.NAKRemoteAccessError:
 				qp.failAt(psn, fabric.StatusRemoteAccess)
 			case wire.NAKRemoteOperationalError:
@@ -554,7 +577,7 @@ func (qp *QP) response(p *wire.Packet) {
 		w := qp.oldestPending()
 		if w == nil || (w.op != wopFetchAdd && w.op != wopCmpSwap) || w.psn != psn {
 			qp.ctr.Drop(fabric.DropDuplicate, 1)
-			return
+			break
 		}
 		var orig [8]byte
 		v := p.AtomicAckETH.OrigData()

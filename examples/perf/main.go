@@ -61,7 +61,9 @@ import (
 
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
+	_ "github.com/weft-io/weft/ethernet"
 	_ "github.com/weft-io/weft/ntb"
+	_ "github.com/weft-io/weft/roce"
 )
 
 // Control messages carry FlagImm with one of these immediates.
@@ -206,21 +208,30 @@ func main() {
 	ctx := context.Background()
 	var cmd *exec.Cmd
 	if *addr == "" {
-		if *server || *backend != "ntb" {
-			fatal(errors.New("running both ends needs -backend ntb and no -server"))
+		if *server || (*backend != "ntb" && *backend != "roce") {
+			fatal(errors.New("running both ends needs -backend ntb or roce, and no -server"))
 		}
 		self, err := os.Executable()
 		if err != nil {
 			fatal(err)
 		}
-		dir := "/dev/shm"
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			dir = os.TempDir()
+		serverAddr := ""
+		if *backend == "roce" {
+			// Two user-space RoCE engines over loopback, MTU 4096.
+			port := 18515 + os.Getpid()%1000
+			serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096", port)
+			*addr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096", port)
+		} else {
+			dir := "/dev/shm"
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				dir = os.TempDir()
+			}
+			*addr = filepath.Join(dir, fmt.Sprintf("weft-perf-%d", os.Getpid()))
+			serverAddr = *addr
+			os.Remove(*addr)
+			defer os.Remove(*addr)
 		}
-		*addr = filepath.Join(dir, fmt.Sprintf("weft-perf-%d", os.Getpid()))
-		os.Remove(*addr)
-		defer os.Remove(*addr)
-		cmd = exec.Command(self, "-server", "-backend", "ntb", "-addr", *addr, "-burst", strconv.Itoa(*burst),
+		cmd = exec.Command(self, "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
 			"-sizes", *sizesFlag, "-spin", spin.String())
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -14,6 +14,9 @@
 //	pingpong -server -backend ntb -addr /dev/shm/weft0   # one process
 //	pingpong -backend ntb -addr /dev/shm/weft0           # the other
 //
+// "-backend roce" with no address runs both ends as well, over two
+// user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2).
+//
 // Latencies are one-way, half the round trip, as perftest reports them.
 package main
 
@@ -32,7 +35,9 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/shmref"
 	"github.com/weft-io/weft/internal/stats"
+	_ "github.com/weft-io/weft/ethernet"
 	_ "github.com/weft-io/weft/ntb"
+	_ "github.com/weft-io/weft/roce"
 )
 
 const stopImm = 0x5707
@@ -128,15 +133,15 @@ func shmDir() string {
 
 // runBoth starts a server process of this binary and runs the client.
 func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool) error {
-	if backend != "ntb" {
-		return fmt.Errorf("running both ends needs -backend ntb; for %s start a -server and a client with -addr", backend)
+	if backend != "ntb" && backend != "roce" {
+		return fmt.Errorf("running both ends needs -backend ntb or roce; for %s start a -server and a client with -addr", backend)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	var ref *stats.Summary
-	if !noRef {
+	if !noRef && backend == "ntb" {
 		path := filepath.Join(shmDir(), fmt.Sprintf("weft-shmref-%d", os.Getpid()))
 		defer os.Remove(path)
 		var cmd *exec.Cmd
@@ -155,24 +160,33 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 		ref = &s
 	}
 	path := filepath.Join(shmDir(), fmt.Sprintf("weft-pingpong-%d", os.Getpid()))
-	os.Remove(path)
-	defer os.Remove(path)
-	cmd := exec.Command(self, "-server", "-backend", "ntb", "-addr", path, "-spin", opts.Spin.String())
+	serverAddr, clientAddr := path, path
+	if backend == "roce" {
+		// Two user-space RoCE engines over loopback: the server on
+		// 127.0.0.1, the client on 127.0.0.2, path MTU 4096.
+		port := 18515 + os.Getpid()%1000
+		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096", port)
+		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096", port)
+	} else {
+		os.Remove(path)
+		defer os.Remove(path)
+	}
+	cmd := exec.Command(self, "-server", "-backend", backend, "-addr", serverAddr, "-spin", opts.Spin.String())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	defer cmd.Wait()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ep, err := fabric.Open(ctx, "ntb", path, opts)
+	ep, err := fabric.Open(ctx, backend, clientAddr, opts)
 	cancel()
 	if err != nil {
 		cmd.Process.Kill()
 		return err
 	}
 	defer ep.Close()
-	fmt.Printf("Weft pingpong: backend ntb (emulated bridge %s), client pid %d, server pid %d, GOMAXPROCS %d\n",
-		path, os.Getpid(), cmd.Process.Pid, runtime.GOMAXPROCS(0))
+	fmt.Printf("Weft pingpong: backend %s (%s), client pid %d, server pid %d, GOMAXPROCS %d\n",
+		backend, clientAddr, os.Getpid(), cmd.Process.Pid, runtime.GOMAXPROCS(0))
 	if ref != nil {
 		fmt.Printf("reference: plain shared-memory spin ping-pong between two processes, %d round trips:\n", ref.N)
 		fmt.Printf("  one-way min %.3f  median %.3f  p99 %.3f  max %.3f usec (round trip median %d ns)\n\n",

@@ -60,8 +60,8 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/batch"
-	"github.com/weft-io/weft/fabric"
 	_ "github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/fabric"
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
 )

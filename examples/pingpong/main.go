@@ -32,10 +32,10 @@ import (
 	"strings"
 	"time"
 
+	_ "github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/shmref"
 	"github.com/weft-io/weft/internal/stats"
-	_ "github.com/weft-io/weft/ethernet"
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
 )

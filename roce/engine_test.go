@@ -431,3 +431,11 @@ func TestRNR(t *testing.T) {
 		t.Fatalf("requester state %v", a.State())
 	}
 }
+
+// TestUDSrcPort checks the UD source port against the one Linux rxe sent
+// for QPN 0x11 in roce/testdata/ud_pingpong_s64_n5.pcap (57236).
+func TestUDSrcPort(t *testing.T) {
+	if got := udSrcPort(0x11); got != 57236 {
+		t.Fatalf("udSrcPort(0x11) = %d, want 57236", got)
+	}
+}

@@ -370,6 +370,12 @@ func (qp *QP) emit(ev fabric.Event) {
 	}
 }
 
+// udSrcPort is Linux rxe's UDP source port of a UD QP:
+// 0xC000 + hash_32(qpn, 14) with the kernel's multiplicative hash.
+func udSrcPort(qpn uint32) uint16 {
+	return uint16(wire.UDPSrcPortMin + (qpn*0x61C88647)>>(32-14))
+}
+
 func validMTU(m int) bool {
 	return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096
 }
@@ -436,6 +442,11 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.epsn = attr.RQPSN
 		qp.dest = netip.AddrPortFrom(qp.attr.Dest, Port)
 		qp.sport = wire.UDPSrcPort(attr.FlowLabel, qp.qpn, attr.DestQPN)
+		if qp.cfg.Type == UD && attr.FlowLabel == 0 {
+			// Linux gives a UD QP the port it picked at creation: a hash
+			// of its own QPN (INTEROP.md, 4.2).
+			qp.sport = udSrcPort(qp.qpn)
+		}
 	case StateRTS:
 		if from != StateRTR {
 			return bad()

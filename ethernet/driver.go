@@ -11,6 +11,7 @@ import (
 
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/units"
 )
 
 func init() {
@@ -133,7 +134,7 @@ func ParseAddr(addr string) (EndpointConfig, error) {
 				c.PeerTimeout = d
 			}
 		case "budget", "window", "maxmsg":
-			n, err := parseSize(v)
+			n, err := units.ParseSize(v, 1<<31)
 			if err != nil {
 				return bad(err)
 			}
@@ -164,22 +165,4 @@ func parseIPPort(v string) (netip.Addr, uint16, error) {
 		return netip.Addr{}, 0, fmt.Errorf("not an IPv4 address[:port]")
 	}
 	return ip, 0, nil
-}
-
-func parseSize(s string) (int, error) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
-		mult = 1 << 10
-	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
-		mult = 1 << 20
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > (1<<31)/mult {
-		return 0, fmt.Errorf("not a size")
-	}
-	return n * mult, nil
 }

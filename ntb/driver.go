@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/units"
 )
 
 func init() {
@@ -77,7 +77,7 @@ func ParseAddr(addr string) (path string, sc ShmConfig, tc Config, err error) {
 	}
 	for k, vs := range vals {
 		v := vs[len(vs)-1]
-		n, perr := parseSize(v)
+		n, perr := units.ParseSize(v, 1<<40)
 		if perr != nil {
 			return "", sc, tc, fmt.Errorf("%s=%q: %w", k, v, perr)
 		}
@@ -103,24 +103,4 @@ func ParseAddr(addr string) (path string, sc ShmConfig, tc Config, err error) {
 		}
 	}
 	return path, sc, tc, nil
-}
-
-func parseSize(s string) (int, error) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
-		mult = 1 << 10
-	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
-		mult = 1 << 20
-	case strings.HasSuffix(s, "G"), strings.HasSuffix(s, "g"):
-		mult = 1 << 30
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > (1<<40)/mult {
-		return 0, fmt.Errorf("not a size")
-	}
-	return n * mult, nil
 }

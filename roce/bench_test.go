@@ -25,7 +25,7 @@ func BenchmarkEngine(b *testing.B) {
 // BenchmarkTCP is the reference: a Go TCP connection over loopback, the
 // same ping-pong and stream shapes as fabrictest.Benchmark.
 func BenchmarkTCP(b *testing.B) {
-	for _, size := range []int{64, 1024, 65536} {
+	for _, size := range []int{64, 1024, 4096, 65536} {
 		b.Run("Stream/"+sizeName(size), func(b *testing.B) {
 			c, s := tcpPair(b)
 			buf := make([]byte, size)

@@ -15,7 +15,7 @@ type MakeBenchPair func(b *testing.B) (a, z fabric.Endpoint)
 // reports allocations, which must be zero: the message paths allocate
 // nothing, on either side.
 func Benchmark(b *testing.B, mk MakeBenchPair) {
-	for _, size := range []int{64, 1024, 65536} {
+	for _, size := range []int{64, 1024, 4096, 65536} {
 		b.Run("Stream/"+sizeName(size), func(b *testing.B) { benchStream(b, mk, size, 32) })
 	}
 	for _, size := range []int{64, 4096} {

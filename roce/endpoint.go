@@ -140,7 +140,7 @@ type sharedEngine struct {
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
 // function that releases it.
-func acquireEngine(addr netip.AddrPort, noICRC bool) (*Engine, func(), error) {
+func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), error) {
 	engines.Lock()
 	defer engines.Unlock()
 	if engines.m == nil {
@@ -148,7 +148,7 @@ func acquireEngine(addr netip.AddrPort, noICRC bool) (*Engine, func(), error) {
 	}
 	s := engines.m[addr]
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC, NoRaw: noRaw})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -184,13 +184,14 @@ type Options struct {
 	QKey      uint32         // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
 	KeepAlive time.Duration  // idle keep-alive (default 100 ms; 0 via "keepalive=0")
 	NoICRC    bool           // do not verify received ICRCs
+	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
 }
 
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&noicrc=1]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&noicrc=1&raw=0]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
@@ -261,6 +262,8 @@ func ParseAddr(addr string) (Options, error) {
 			}
 		case "noicrc":
 			o.NoICRC = v != "0"
+		case "raw":
+			o.NoRaw = v == "0"
 		case "maxmsg":
 			o.QP.MaxMsgSize = int(num(31))
 		case "inline":
@@ -355,7 +358,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if !local.IsValid() {
 		local = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	}
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
 	if err != nil {
 		return nil, err
 	}

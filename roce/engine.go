@@ -63,6 +63,8 @@ type EngineConfig struct {
 	Link Link
 	// Addr is the local IP address to listen on (port 4791 unless given).
 	Addr netip.AddrPort
+	// NoRaw is UDPConfig.NoRaw for the link the engine opens on Addr.
+	NoRaw bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
 	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
@@ -87,7 +89,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("roce: EngineConfig needs a Link or an Addr: %w", fabric.ErrInvalid)
 		}
-		l, err := ListenUDP(cfg.Addr)
+		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw})
 		if err != nil {
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
 		}

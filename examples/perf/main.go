@@ -219,8 +219,8 @@ func main() {
 		if *backend == "roce" {
 			// Two user-space RoCE engines over loopback, MTU 4096.
 			port := 18515 + os.Getpid()%1000
-			serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096", port)
-			*addr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096", port)
+			serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port)
+			*addr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port)
 		} else {
 			dir := "/dev/shm"
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {

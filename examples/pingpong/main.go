@@ -165,8 +165,8 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 		// Two user-space RoCE engines over loopback: the server on
 		// 127.0.0.1, the client on 127.0.0.2, path MTU 4096.
 		port := 18515 + os.Getpid()%1000
-		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096", port)
-		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096", port)
+		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port)
+		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port)
 	} else {
 		os.Remove(path)
 		defer os.Remove(path)

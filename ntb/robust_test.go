@@ -212,6 +212,13 @@ func TestHostilePeer(t *testing.T) {
 			// The session renegotiates and works again.
 			waitEvent(t, a, fabric.EventLinkDown)
 			waitEvent(t, a, fabric.EventLinkUp)
+			// B finishes its side of the handshake a moment later.
+			for deadline := time.Now().Add(10 * time.Second); !b.t.Up(); {
+				if time.Now().After(deadline) {
+					t.Fatal("B did not come back up")
+				}
+				time.Sleep(time.Millisecond)
+			}
 			go echoLoop(b)
 			echo(t, a, "recovered")
 		})

@@ -132,9 +132,10 @@ type QPAttr struct {
 	FlowLabel uint32
 	// PKey is the partition key (0: 0xffff, the default partition).
 	PKey uint16
-	// KeepAlive, if non-zero, sends a zero-length RDMA WRITE after this
-	// long without traffic, so a dead peer is noticed (as retries
-	// exceeded) even on an idle connection.
+	// KeepAlive, if non-zero, probes the peer after this long without
+	// traffic (a zero-length RDMA WRITE with an old PSN, which any RC
+	// responder acknowledges as a duplicate), so a dead peer is noticed
+	// as retries exceeded even on an idle connection.
 	KeepAlive time.Duration
 }
 
@@ -167,7 +168,6 @@ const (
 	wopRead
 	wopFetchAdd
 	wopCmpSwap
-	wopKeepAlive
 )
 
 // wqe is a send work request in flight.
@@ -232,6 +232,10 @@ type QP struct {
 	cwndAcc    int
 	sinceAck   int // packets sent since the last one with AckReq
 	lastActive time.Time
+	probeAt    time.Time // keep-alive probe outstanding since
+	probeTries int
+	probeBuf   [64]byte
+	probePkt   [1]Packet
 
 	// responder
 	epsn      wire.PSN
@@ -520,9 +524,7 @@ func (qp *QP) errorLocked(st fabric.Status) {
 func (qp *QP) flushLocked(st fabric.Status) {
 	for ; qp.sqHead < qp.sqTail; qp.sqHead++ {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
-		if w.op != wopKeepAlive {
-			qp.complete(w, st)
-		}
+		qp.complete(w, st)
 	}
 	qp.sqNext, qp.nextPkt = qp.sqTail, 0
 	qp.rdOut = 0
@@ -549,7 +551,7 @@ func (qp *QP) complete(w *wqe, st fabric.Status) {
 }
 
 var wopOps = [...]fabric.Op{wopSend: fabric.OpSend, wopWrite: fabric.OpWrite, wopRead: fabric.OpRead,
-	wopFetchAdd: fabric.OpFetchAdd, wopCmpSwap: fabric.OpCompareSwap, wopKeepAlive: fabric.OpWrite}
+	wopFetchAdd: fabric.OpFetchAdd, wopCmpSwap: fabric.OpCompareSwap}
 
 // drain waits until every posted work request has completed (the QP is
 // idle), the QP fails or timeout passes, driving the engine meanwhile.
@@ -614,6 +616,8 @@ func (qp *QP) input(p *wire.Packet, src netip.Addr) {
 		return
 	}
 	qp.ctr.RxPackets.Add(1)
+	qp.lastActive = time.Now()
+	qp.probeAt = time.Time{}
 	if op.IsResponse() {
 		if qp.state == StateRTS {
 			qp.response(p)
@@ -644,17 +648,55 @@ func (qp *QP) timer(now time.Time) time.Time {
 		// safety net: acknowledgements normally restart the transmitter).
 		qp.transmit()
 	}
-	if ka := qp.attr.KeepAlive; ka > 0 && qp.cfg.Type == RC && qp.sqHead == qp.sqTail &&
-		now.Sub(qp.lastActive) >= ka {
-		qp.postKeepAlive()
-	}
 	next := qp.deadline
-	if ka := qp.attr.KeepAlive; ka > 0 && qp.sqHead == qp.sqTail {
-		if k := qp.lastActive.Add(ka); next.IsZero() || k.Before(next) {
-			next = k
-		}
+	if k := qp.keepAlive(now); !k.IsZero() && (next.IsZero() || k.Before(next)) {
+		next = k
 	}
 	return next
+}
+
+// keepAlive probes an idle connection so that a peer that went away is
+// noticed: after KeepAlive without traffic it sends a zero-length RDMA
+// WRITE with an old PSN. The responder sees a duplicate and acknowledges
+// it again (no memory, key or permission is involved, so any RC peer
+// answers); a probe left unanswered is sent again with the timeout's
+// backoff, and when the retries run out the QP fails with
+// StatusRetryExceeded (fabric.ErrPeerGone). It returns when it next needs
+// to run.
+func (qp *QP) keepAlive(now time.Time) time.Time {
+	ka := qp.attr.KeepAlive
+	if ka <= 0 || qp.cfg.Type != RC || qp.sqHead != qp.sqTail || qp.una != qp.txPSN {
+		qp.probeAt = time.Time{}
+		return time.Time{}
+	}
+	if qp.probeAt.IsZero() {
+		if idle := qp.lastActive.Add(ka); now.Before(idle) {
+			return idle
+		}
+		qp.probeTries = int(qp.attr.RetryCnt)
+		qp.sendProbe(now)
+	} else if wait := max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6); !now.Before(qp.probeAt.Add(wait)) {
+		if qp.probeTries <= 0 {
+			qp.errorLocked(fabric.StatusRetryExceeded)
+			return time.Time{}
+		}
+		qp.probeTries--
+		qp.sendProbe(now)
+	}
+	return qp.probeAt.Add(max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6))
+}
+
+// sendProbe sends the keep-alive probe: RDMA WRITE ONLY, no data, with
+// the PSN before the oldest unacknowledged one.
+func (qp *QP) sendProbe(now time.Time) {
+	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCWriteOnly, PKey: qp.attr.PKey, DestQP: qp.attr.DestQPN,
+		PSN: qp.una.Add(-1), AckReq: true}}
+	buf := qp.probeBuf[:]
+	n, _ := wire.Build(buf, &f, nil)
+	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
+	qp.probePkt[0] = Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.e.send(qp.probePkt[:])
+	qp.probeAt = now
 }
 
 // pushRecord appends a complete message to the receive buffer. It

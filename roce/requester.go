@@ -139,19 +139,6 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 	return n, err
 }
 
-// postKeepAlive queues a zero-length RDMA WRITE (which needs no rkey)
-// that the peer must acknowledge.
-func (qp *QP) postKeepAlive() {
-	if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) {
-		return
-	}
-	w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
-	*w = wqe{op: wopKeepAlive, psn: qp.npsn, npkts: 1}
-	qp.npsn = qp.npsn.Next()
-	qp.sqTail++
-	qp.transmit()
-}
-
 // timeoutDur is the retransmission timeout.
 func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeout) }
 
@@ -271,7 +258,7 @@ func (qp *QP) buildPacket(w *wqe) {
 	last := k == w.npkts-1
 	var payload int
 	switch w.op {
-	case wopSend, wopWrite, wopKeepAlive:
+	case wopSend, wopWrite:
 		off := k * mtu
 		payload = min(mtu, w.length-off)
 		imm := w.flags&fabric.FlagImm != 0
@@ -292,7 +279,7 @@ func (qp *QP) buildPacket(w *wqe) {
 		// the responder acknowledges cumulatively, so one ACK per burst
 		// is enough, and an ACK costs the peer a packet.
 		qp.sinceAck++
-		if (last && (qp.sqNext+1 == qp.sqTail || w.flags&fabric.FlagSignal != 0 || w.op == wopKeepAlive)) ||
+		if (last && (qp.sqNext+1 == qp.sqTail || w.flags&fabric.FlagSignal != 0)) ||
 			qp.sinceAck >= 16 || int(qp.txPSN.Sub(qp.una))+1 >= qp.cwnd/2 {
 			f.BTH.AckReq = true
 			qp.sinceAck = 0
@@ -347,9 +334,6 @@ func (qp *QP) buildPacket(w *wqe) {
 }
 
 func rcOpcode(op wop, npkts, k int, imm bool) wire.OpCode {
-	if op == wopKeepAlive {
-		return wire.OpRCWriteOnly
-	}
 	send := op == wopSend
 	switch {
 	case npkts == 1 && send && imm:
@@ -391,9 +375,7 @@ func (qp *QP) completeHead() {
 		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.done {
 			break
 		}
-		if w.op != wopKeepAlive {
-			qp.complete(w, fabric.StatusOK)
-		}
+		qp.complete(w, fabric.StatusOK)
 		qp.sqHead++
 		progressed = true
 	}
@@ -665,9 +647,7 @@ func (qp *QP) failAt(p wire.PSN, st fabric.Status) {
 	for i := qp.sqHead; i < qp.sqTail; i++ {
 		w := &qp.sq[i%uint64(len(qp.sq))]
 		if p.Less(w.psn.Add(w.npkts)) {
-			if w.op != wopKeepAlive {
-				qp.complete(w, st)
-			}
+			qp.complete(w, st)
 			qp.sqHead = i + 1
 			break
 		}

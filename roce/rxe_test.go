@@ -68,6 +68,15 @@ func rxeSteps() []rxeStep {
 				return weftPingpong(ctx, "listen:10.77.0.1:18515?keepalive=0", s, false)
 			}})
 	}
+	// An idle pause before the first message: Weft's keep-alive probes
+	// (zero-length WRITEs with an old PSN) must be acknowledged by rxe as
+	// duplicates, without killing the QP that has no remote access.
+	steps = append(steps, rxeStep{
+		Name:  "rc-pingpong-keepalive",
+		Guest: fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n %d -s 64", rxeIters),
+		Host: func(t *testing.T, ctx context.Context) error {
+			return weftPingpongIdle(ctx, guestIP+":18515?keepalive=50ms", 64, true, 1500*time.Millisecond)
+		}})
 	for _, s := range udSizes {
 		steps = append(steps, rxeStep{
 			Name:  fmt.Sprintf("ud-pingpong-server-%d", s),
@@ -92,11 +101,22 @@ func rxeSteps() []rxeStep {
 // previous send completed and a message arrived. Payloads are 0x7b, as
 // the pingpong programs fill theirs.
 func weftPingpong(ctx context.Context, addr string, size int, client bool) error {
+	return weftPingpongIdle(ctx, addr, size, client, 0)
+}
+
+// weftPingpongIdle is weftPingpong with an idle pause after connecting.
+func weftPingpongIdle(ctx context.Context, addr string, size int, client bool, idle time.Duration) error {
 	ep, err := fabric.Open(ctx, "roce", addr, &fabric.Options{})
 	if err != nil {
 		return err
 	}
 	defer ep.Close()
+	if idle > 0 {
+		time.Sleep(idle)
+		if st := ep.Stats(); st.RxPackets == 0 {
+			return fmt.Errorf("no keep-alive acknowledgement from the peer while idle")
+		}
+	}
 	sbuf, _ := ep.Alloc(size, 0)
 	rbuf, _ := ep.Alloc(size+64, fabric.AccessLocalWrite)
 	for i := range sbuf.Bytes() {

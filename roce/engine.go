@@ -479,7 +479,7 @@ type debugEvent struct {
 	err  error
 }
 
-// DebugEvents returns the recent debug events, oldest first.
+// debugEvents returns the recent debug events, oldest first.
 func (e *Engine) debugEvents() []string {
 	e.evMu.Lock()
 	defer e.evMu.Unlock()

@@ -105,7 +105,7 @@ func main() {
 	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
 	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
-	doPin := flag.Bool("pin", false, "sweep: pin the sender and the receiver threads to CPUs 0 and 1")
+	doPin := flag.Bool("pin", false, "pin the sender and the receiver threads to CPUs 0 and 1")
 	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
 	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
 	maxRuns := flag.Int("max-runs", 0, "sweep: cap on runs per size with -min-clean (0: 4 x -runs)")
@@ -232,7 +232,7 @@ func main() {
 			defer os.Remove(*addr)
 		}
 		cmd = exec.Command(self, "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
-			"-sizes", *sizesFlag, "-spin", spin.String())
+			"-sizes", *sizesFlag, "-spin", spin.String(), "-pin="+strconv.FormatBool(*doPin))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			fatal(err)
@@ -250,10 +250,16 @@ func main() {
 	}
 	defer ep.Close()
 	if *server {
+		if *doPin {
+			pin(1)
+		}
 		if err := serve(ctx, ep, *burst); err != nil {
 			fatal(err)
 		}
 		return
+	}
+	if *doPin {
+		pin(0)
 	}
 	var results []Result
 	if !*asJSON {

@@ -1,0 +1,145 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+func TestCheckSGEs(t *testing.T) {
+	dom, other := &Domain{}, &Domain{}
+	r := NewRegion(RegionConfig{Buf: make([]byte, 100), Access: AccessLocalWrite, Domain: dom})
+	ro := NewRegion(RegionConfig{Buf: make([]byte, 100), Domain: dom})
+	foreign := NewRegion(RegionConfig{Buf: make([]byte, 100), Domain: other})
+	dead := NewRegion(RegionConfig{Buf: make([]byte, 100), Domain: dom})
+	dead.Close()
+	for _, c := range []struct {
+		name string
+		sges []SGE
+		need Access
+		want error
+		n    int
+	}{
+		{"ok", []SGE{{Region: r, Offset: 10, Length: 20}, {Region: ro, Length: 5}}, 0, nil, 25},
+		{"nil region", []SGE{{Length: 1}}, 0, ErrInvalid, 0},
+		{"closed", []SGE{SGEOf(dead)}, 0, os.ErrClosed, 0},
+		{"other domain", []SGE{SGEOf(foreign)}, 0, ErrInvalid, 0},
+		{"past end", []SGE{{Region: r, Offset: 90, Length: 11}}, 0, ErrBounds, 0},
+		{"negative offset", []SGE{{Region: r, Offset: -1, Length: 1}}, 0, ErrBounds, 0},
+		{"negative length", []SGE{{Region: r, Length: -1}}, 0, ErrBounds, 0},
+		{"huge offset", []SGE{{Region: r, Offset: 1 << 62, Length: 1}}, 0, ErrBounds, 0},
+		{"no local write", []SGE{SGEOf(ro)}, AccessLocalWrite, ErrAccess, 0},
+		{"local write", []SGE{SGEOf(r)}, AccessLocalWrite, nil, 100},
+	} {
+		n, err := CheckSGEs(c.sges, dom, c.need)
+		if !errors.Is(err, c.want) || (c.want == nil && err != nil) || n != c.n {
+			t.Errorf("%s: CheckSGEs = %d, %v; want %d, %v", c.name, n, err, c.n, c.want)
+		}
+	}
+	if n, err := CheckSGEs([]SGE{SGEOf(foreign)}, nil, 0); err != nil || n != 100 {
+		t.Errorf("nil domain skips the domain check: %d, %v", n, err)
+	}
+}
+
+func TestGatherScatter(t *testing.T) {
+	a := NewRegion(RegionConfig{Buf: []byte("hello, "), Access: AccessLocalWrite})
+	b := NewRegion(RegionConfig{Buf: []byte("world!"), Access: AccessLocalWrite})
+	sges := []SGE{SGEOf(a), {Region: b, Length: 5}}
+	dst := make([]byte, 20)
+	if n := Gather(dst, sges); n != 12 || string(dst[:n]) != "hello, world" {
+		t.Fatalf("Gather = %d %q", n, dst[:n])
+	}
+	if n := Gather(dst[:4], sges); n != 4 || string(dst[:4]) != "hell" {
+		t.Fatalf("short Gather = %d %q", n, dst[:4])
+	}
+	if n := Scatter(sges, []byte("ABCDEFGHIJKLMNOP")); n != 12 || string(a.Bytes()) != "ABCDEFG" || string(b.Bytes()) != "HIJKL!" {
+		t.Fatalf("Scatter = %d %q %q", n, a.Bytes(), b.Bytes())
+	}
+	if SGELen(sges) != 12 {
+		t.Fatal("SGELen")
+	}
+	if (SGE{Region: a, Offset: 5, Length: 5}).Bytes() != nil {
+		t.Fatal("SGE.Bytes past the end")
+	}
+}
+
+func TestRegion(t *testing.T) {
+	calls := 0
+	r := NewRegion(RegionConfig{Buf: make([]byte, 64), Access: AccessLocalWrite | AccessRemoteRead, LocalKey: 1,
+		RemoteKey: 2, Addr: 0x1000, Deregister: func() error { calls++; return errors.New("boom") }})
+	if got := r.Remote(); got != (RemoteIOV{Addr: 0x1000, Len: 64, Key: 2}) {
+		t.Fatalf("Remote = %v", got)
+	}
+	if got := r.Remote().Slice(8, 16); got.Addr != 0x1008 || got.Len != 16 {
+		t.Fatalf("Slice = %v", got)
+	}
+	e1, e2 := r.Close(), r.Close()
+	if calls != 1 || e1 == nil || e1 != e2 || !r.Closed() {
+		t.Fatalf("Close: %d calls, %v, %v", calls, e1, e2)
+	}
+	if s := (AccessLocalWrite | AccessRemoteWrite).String(); s != "local-write|remote-write" {
+		t.Fatalf("Access.String = %q", s)
+	}
+	if Access(0).String() != "none" || !AccessRemote.Has(AccessRemoteRead) {
+		t.Fatal("Access helpers")
+	}
+}
+
+func TestStatus(t *testing.T) {
+	if StatusOK.Err() != nil {
+		t.Fatal("StatusOK.Err")
+	}
+	for s := StatusOK + 1; s < numStatus; s++ {
+		if s.Err() == nil || s.String() == "" || s.Err().Error() != s.String() {
+			t.Errorf("status %d: %v %q", s, s.Err(), s)
+		}
+	}
+	if !errors.Is(StatusRetryExceeded.Err(), ErrPeerGone) || !errors.Is(StatusRemoteAccess.Err(), ErrAccess) ||
+		errors.Is(StatusRemoteAccess.Err(), ErrBounds) || !errors.Is(StatusFlushed.Err(), ErrFlushed) {
+		t.Fatal("status error mapping")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = StatusRemoteBounds.Err() }); n != 0 {
+		t.Fatalf("Status.Err allocates %v", n)
+	}
+	oe := &OpError{Op: "send", Backend: "ntb", Addr: "x", Err: ErrPeerGone}
+	if !errors.Is(oe, ErrPeerGone) || oe.Error() != "ntb send x: peer gone" {
+		t.Fatalf("OpError: %v", oe)
+	}
+}
+
+type nopDriver struct{}
+
+func (nopDriver) Open(context.Context, string, Options) (Endpoint, error) { return nil, ErrNotSupported }
+func (nopDriver) Usage() string                                          { return "nothing" }
+
+func TestRegistry(t *testing.T) {
+	RegisterBackend("test-nop", nopDriver{})
+	defer func() {
+		if recover() == nil {
+			t.Error("registering a name twice did not panic")
+		}
+	}()
+	if u, err := Usage("test-nop"); err != nil || u != "nothing" {
+		t.Fatalf("Usage = %q, %v", u, err)
+	}
+	if _, err := Open(context.Background(), "test-nop", "", nil); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Open = %v", err)
+	}
+	found := false
+	for _, b := range Backends() {
+		found = found || b == "test-nop"
+	}
+	if !found {
+		t.Fatal("Backends misses test-nop")
+	}
+	RegisterBackend("test-nop", nopDriver{})
+}
+
+func TestSpinBudget(t *testing.T) {
+	if (*Options)(nil).SpinBudget() != DefaultSpin || (&Options{Spin: -1}).SpinBudget() != 0 ||
+		(&Options{Spin: time.Second}).SpinBudget() != time.Second {
+		t.Fatal("SpinBudget")
+	}
+}

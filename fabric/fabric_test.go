@@ -111,8 +111,10 @@ func TestStatus(t *testing.T) {
 
 type nopDriver struct{}
 
-func (nopDriver) Open(context.Context, string, Options) (Endpoint, error) { return nil, ErrNotSupported }
-func (nopDriver) Usage() string                                          { return "nothing" }
+func (nopDriver) Open(context.Context, string, Options) (Endpoint, error) {
+	return nil, ErrNotSupported
+}
+func (nopDriver) Usage() string { return "nothing" }
 
 func TestRegistry(t *testing.T) {
 	RegisterBackend("test-nop", nopDriver{})

@@ -311,47 +311,9 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 // Connect sets up an endpoint: the TCP exchange with the peer (dialing or
 // listening), then a queue pair connected to the peer's.
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
-	var conn net.Conn
-	var err error
-	if o.Listen {
-		var lc net.ListenConfig
-		ln, lerr := lc.Listen(ctx, "tcp", o.Bootstrap)
-		if lerr != nil {
-			return nil, lerr
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		conn, err = ln.Accept()
-		stop()
-		ln.Close()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-	} else {
-		d := net.Dialer{}
-		if o.Local.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: o.Local.AsSlice()}
-		}
-		for {
-			// The server may not listen yet, or not even be up: retry
-			// until ctx says stop.
-			conn, err = d.DialContext(ctx, "tcp", o.Bootstrap)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
-				break // no deadline: give up on errors other than refusal
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
+	conn, err := DialBootstrap(ctx, o.Listen, o.Bootstrap, o.Local)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	local := o.Local
@@ -397,6 +359,57 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 		return nil, err
 	}
 	return ep, nil
+}
+
+// DialBootstrap opens the TCP connection of the out-of-band exchange:
+// with listen it accepts one connection on hostport, otherwise it dials
+// hostport (from local, if valid), retrying while the peer does not listen
+// yet until ctx is done. The verbs backend uses it too, so both ends speak
+// the same exchange whichever implementation they run.
+func DialBootstrap(ctx context.Context, listen bool, hostport string, local netip.Addr) (net.Conn, error) {
+	var conn net.Conn
+	var err error
+	if listen {
+		var lc net.ListenConfig
+		ln, lerr := lc.Listen(ctx, "tcp", hostport)
+		if lerr != nil {
+			return nil, lerr
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		conn, err = ln.Accept()
+		stop()
+		ln.Close()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+	} else {
+		d := net.Dialer{}
+		if local.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+		}
+		for {
+			// The server may not listen yet, or not even be up: retry
+			// until ctx says stop.
+			conn, err = d.DialContext(ctx, "tcp", hostport)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
+				break // no deadline: give up on errors other than refusal
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 func isRefused(err error) bool {

@@ -1,0 +1,282 @@
+// Package verbs is Weft's RoCE hardware path: the fabric backend "verbs"
+// over rdma-core's libibverbs, for RDMA NICs (NVIDIA/Mellanox ConnectX,
+// Broadcom, ...) and the kernel's Soft-RoCE (rxe). A program switches
+// between it and the user-space engine of package roce with the backend
+// name alone: both take the same address syntax and the same out-of-band
+// exchange (rdma-core's ibv_rc_pingpong format), so either end may be
+// either implementation, or an rdma-core program.
+//
+// The binding uses cgo and needs libibverbs (Debian: libibverbs-dev) at
+// build time, so it sits behind a build tag:
+//
+//	go build -tags rdma ./...
+//
+// Without the tag (or without cgo) the package still builds: Devices and
+// Connect return an error matching fabric.ErrNotSupported, and the
+// "verbs" backend is registered so that fabric.Open says why.
+//
+// # Data path
+//
+// Send, Write and Read post their whole burst as one chain of work
+// requests with a single ibv_post_send (one doorbell: perftest's post
+// list, -l). Messages up to the device's inline limit go inline; messages
+// up to Caps.InlineSize are copied into a registered bounce slot, so the
+// caller's buffers are free when Send returns; larger ones are gathered by
+// the NIC straight from the caller's registered regions. Only one work
+// request in every SignalEvery (and those the caller flags with
+// fabric.FlagSignal) asks for a completion: selective signaling. Receives
+// land in a ring of pre-posted buffers that Recv copies out of and reposts
+// in bursts. Completion queues are polled in bursts; blocking calls
+// busy-poll for Options.Spin and then sleep on a completion channel.
+//
+// Work requests, SGE arrays and completion entries live in C memory
+// allocated once per queue pair: Go fills them in place and makes one cgo
+// call per burst with scalar arguments, so the data path allocates
+// nothing and passes no Go pointer to C. Memory given to Register may be
+// Go memory (it is pinned with runtime.Pinner while registered); Alloc
+// returns page-aligned memory from mmap.
+//
+// # Peer loss
+//
+// Verbs has no connection close. A connected RC endpoint sends a
+// zero-length RDMA WRITE when it has been idle for the keep-alive period
+// (any RC responder acknowledges one without a remote key); when the peer
+// is gone its retries run out, the queue pair enters the error state and
+// Recv, Send and the event channel report fabric.ErrPeerGone.
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce"
+)
+
+// ErrNoDevice reports that there is no RDMA device to use: the kernel has
+// no RDMA support, no device is configured, or the one asked for is
+// missing. It matches fabric.ErrNotSupported.
+var ErrNoDevice = fmt.Errorf("verbs: no RDMA device: %w", fabric.ErrNotSupported)
+
+// GIDType is the type of a GID table entry.
+type GIDType uint8
+
+// GID types (enum ibv_gid_type).
+const (
+	GIDIB GIDType = iota
+	GIDRoCEv1
+	GIDRoCEv2
+)
+
+// String returns "IB", "RoCEv1" or "RoCEv2".
+func (t GIDType) String() string {
+	switch t {
+	case GIDIB:
+		return "IB"
+	case GIDRoCEv1:
+		return "RoCEv1"
+	case GIDRoCEv2:
+		return "RoCEv2"
+	}
+	return "GIDType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// GIDEntry is one entry of a port's GID table.
+type GIDEntry struct {
+	Index   int
+	GID     [16]byte
+	Type    GIDType
+	Ifindex int // the network interface the GID belongs to (RoCE)
+}
+
+// Addr returns the GID as an address, unmapped if it is IPv4-mapped.
+func (g GIDEntry) Addr() netip.Addr { return netip.AddrFrom16(g.GID).Unmap() }
+
+// PortInfo describes a port of a device.
+type PortInfo struct {
+	Num       uint8
+	Active    bool
+	ActiveMTU int  // bytes
+	Ethernet  bool // RoCE (link layer Ethernet) rather than InfiniBand
+	LID       uint16
+	GIDs      []GIDEntry
+}
+
+// DeviceInfo describes an RDMA device.
+type DeviceInfo struct {
+	Name            string
+	GUID            uint64
+	MaxQPWR         int
+	MaxSGE          int
+	MaxCQE          int
+	MaxMRSize       uint64
+	MaxQPRdAtom     int
+	MaxQPInitRdAtom int
+	Atomics         bool
+	Ports           []PortInfo
+}
+
+// Options are the parameters of a verbs address (see ParseAddr).
+type Options struct {
+	Listen    bool          // accept the out-of-band connection rather than dial it
+	Bootstrap string        // host:port of the TCP exchange
+	Device    string        // device name (default: the one whose GID table has Local)
+	Port      uint8         // device port (default: the one with the GID)
+	GIDIndex  int           // GID index (-1, the default: the RoCEv2 GID of Local)
+	Local     netip.Addr    // local RoCE address (default: the TCP connection's)
+	Type      roce.QPType   // RC (default) or UD
+	MTU       int           // path MTU (default: the port's active MTU)
+	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms)
+	Retry     uint8         // retry count (default 7)
+	RNRRetry  uint8         // RNR retry count (default 7: infinite)
+	QKey      uint32        // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
+	KeepAlive time.Duration // idle keep-alive of RC endpoints (default 100 ms; "keepalive=0" disables)
+	MaxMsg    int           // largest message (default 64 KiB; UD: the MTU)
+	Depth     int           // send and receive queue depth (default 256)
+	Inline    int           // Caps.InlineSize: copy-before-return limit (default 4096)
+	Signal    int           // SignalEvery: one signaled work request per this many (default Depth/4)
+	Spin      time.Duration // busy-poll budget of blocking calls (fabric.Options.Spin)
+}
+
+// ParseAddr parses a verbs address:
+//
+//	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64]
+//
+// HOST:PORT is the TCP address of the out-of-band exchange, in the format
+// of rdma-core's pingpong programs (port 18515 by default), exactly as for
+// the user-space engine of package roce: "listen:" accepts one connection
+// there, otherwise the endpoint dials it (retrying until the peer listens).
+func ParseAddr(addr string) (Options, error) {
+	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
+		KeepAlive: 100 * time.Millisecond}
+	rest, query, _ := strings.Cut(addr, "?")
+	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
+		o.Listen, rest = true, r
+	}
+	if rest == "" {
+		return o, fmt.Errorf("verbs: empty address: %w", fabric.ErrInvalid)
+	}
+	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(roce.DefaultBootstrapPort))
+	}
+	o.Bootstrap = rest
+	vals, err := url.ParseQuery(query)
+	if err != nil {
+		return o, fmt.Errorf("verbs: %w: %w", fabric.ErrInvalid, err)
+	}
+	for k, vs := range vals {
+		v := vs[len(vs)-1]
+		num := func(bits int) uint64 {
+			n, e := strconv.ParseUint(v, 0, bits)
+			if e != nil && err == nil {
+				err = fmt.Errorf("verbs: %s=%q: %w", k, v, fabric.ErrInvalid)
+			}
+			return n
+		}
+		switch k {
+		case "dev":
+			o.Device = v
+		case "ib_port":
+			o.Port = uint8(num(8))
+		case "gid":
+			o.GIDIndex = int(num(16))
+		case "local":
+			a, e := netip.ParseAddr(v)
+			if e != nil {
+				err = fmt.Errorf("verbs: local=%q: %w", v, fabric.ErrInvalid)
+			}
+			o.Local = a
+		case "type":
+			switch strings.ToLower(v) {
+			case "rc":
+				o.Type = roce.RC
+			case "ud":
+				o.Type = roce.UD
+			default:
+				err = fmt.Errorf("verbs: type=%q: want rc or ud: %w", v, fabric.ErrInvalid)
+			}
+		case "mtu":
+			o.MTU = int(num(16))
+		case "timeout":
+			o.Timeout = uint8(num(5))
+		case "retry":
+			o.Retry = uint8(num(3))
+		case "rnr":
+			o.RNRRetry = uint8(num(3))
+		case "qkey":
+			o.QKey = uint32(num(32))
+		case "keepalive":
+			if v == "0" {
+				o.KeepAlive = 0
+			} else if d, e := time.ParseDuration(v); e == nil && d > 0 {
+				o.KeepAlive = d
+			} else {
+				err = fmt.Errorf("verbs: keepalive=%q: %w", v, fabric.ErrInvalid)
+			}
+		case "maxmsg":
+			o.MaxMsg = int(num(31))
+		case "depth":
+			o.Depth = int(num(16))
+		case "inline":
+			o.Inline = int(num(31))
+		case "signal":
+			o.Signal = int(num(16))
+		default:
+			err = fmt.Errorf("verbs: unknown parameter %q: %w", k, fabric.ErrInvalid)
+		}
+	}
+	if err == nil && o.MTU != 0 && mtuEnum(o.MTU) == 0 {
+		err = fmt.Errorf("verbs: mtu=%d: want 256, 512, 1024, 2048 or 4096: %w", o.MTU, fabric.ErrInvalid)
+	}
+	return o, err
+}
+
+// mtuEnum maps an MTU in bytes to enum ibv_mtu (1 for 256 ... 5 for
+// 4096), or 0.
+func mtuEnum(mtu int) int {
+	for e := 1; e <= 5; e++ {
+		if 128<<e == mtu {
+			return e
+		}
+	}
+	return 0
+}
+
+type driver struct{}
+
+func init() { fabric.RegisterBackend("verbs", driver{}) }
+
+// Usage implements fabric.Driver.
+func (driver) Usage() string {
+	return "[listen:]HOST:PORT[?dev=rxe0&gid=1&type=rc|ud&mtu=1024]: libibverbs (RDMA NICs, Soft-RoCE; build with -tags rdma); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515)"
+}
+
+// Open implements fabric.Driver.
+func (driver) Open(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoint, error) {
+	o, err := ParseAddr(addr)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "open", Backend: "verbs", Addr: addr, Err: err}
+	}
+	if fo.MaxMsgSize > 0 && o.MaxMsg == 0 {
+		o.MaxMsg = fo.MaxMsgSize
+	}
+	if fo.QueueDepth > 0 && o.Depth == 0 {
+		o.Depth = fo.QueueDepth
+	}
+	o.Spin = fo.Spin
+	ep, err := Connect(ctx, o)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, &fabric.OpError{Op: "open", Backend: "verbs", Addr: addr, Err: err}
+	}
+	return ep, nil
+}

@@ -173,6 +173,26 @@ func TestProcesses(t *testing.T, open Opener) {
 	}
 }
 
+// TestSide runs one role of every case in this process, in order. The
+// other role runs elsewhere (another process, another host, another
+// implementation of the same protocol), which calls TestSide with the
+// other side. open connects the two for each case, named by key (the
+// case's name), and blocks until the connection is up: for example side A
+// listens and side B dials, retrying while A does not listen yet.
+func TestSide(t *testing.T, side Side, open Opener) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			ep := open(t, c.Name, side)
+			defer ep.Close()
+			if side == SideA {
+				c.A(t, ep)
+			} else {
+				c.B(t, ep)
+			}
+		})
+	}
+}
+
 func runChild(t *testing.T, open Opener, name, key string) {
 	for _, c := range Cases() {
 		if c.Name == name {

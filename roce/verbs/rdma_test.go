@@ -1,0 +1,365 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+// Tests of the binding itself. Those that need an RDMA device skip
+// without one (and fail under CI=true); roce/verbs/rxe_test.go runs them
+// inside the Soft-RoCE VMs, where rxe0 is, with CI=true.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
+	_ "github.com/weft-io/weft/roce" // the user-space engine, for the mixed tests
+)
+
+// TestDevicesNoRDMA checks the mapping of a kernel without RDMA (libibverbs
+// says ENOSYS) to ErrNoDevice, on hosts that have no device.
+func TestDevicesNoRDMA(t *testing.T) {
+	devs, err := Devices()
+	if err == nil {
+		t.Skipf("this host has RDMA devices (%d)", len(devs))
+	}
+	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, fabric.ErrNotSupported) {
+		t.Fatalf("Devices: %v; want ErrNoDevice (and ErrNotSupported)", err)
+	}
+	t.Logf("Devices: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Open fails with the same error once the exchange connects.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := fabric.Open(ctx, "verbs", "listen:127.0.0.1:18777", nil)
+		errc <- err
+	}()
+	_, err = fabric.Open(ctx, "verbs", "127.0.0.1:18777", nil)
+	if !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open (dialer): %v, want ErrNoDevice", err)
+	}
+	if err := <-errc; !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open (listener): %v, want ErrNoDevice", err)
+	}
+}
+
+// device returns the first device's RoCEv2 IPv4 address, or skips.
+func device(t testing.TB) (DeviceInfo, netip.Addr) {
+	t.Helper()
+	devs, err := Devices()
+	if err != nil {
+		testenv.SkipOrFail(t, fmt.Sprintf("no RDMA device: %v", err))
+	}
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			for _, g := range p.GIDs {
+				if g.Type == GIDRoCEv2 && g.Addr().Is4() {
+					return d, g.Addr()
+				}
+			}
+		}
+	}
+	testenv.SkipOrFail(t, "no device with an IPv4 RoCEv2 GID")
+	return DeviceInfo{}, netip.Addr{}
+}
+
+var portSeq atomic.Uint32
+
+// loopPair connects two endpoints on the same device (through its own
+// GID), with the exchange over loopback TCP.
+func loopPair(t testing.TB, params string) (a, b fabric.Endpoint) {
+	t.Helper()
+	_, ip := device(t)
+	port := 19000 + int(portSeq.Add(1))%2000
+	q := "?local=" + ip.String() + "&maxmsg=65536"
+	if params != "" {
+		q += "&" + params
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type res struct {
+		ep  fabric.Endpoint
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		ep, err := fabric.Open(ctx, "verbs", "listen:127.0.0.1:"+strconv.Itoa(port)+q, nil)
+		c <- res{ep, err}
+	}()
+	b, err := fabric.Open(ctx, "verbs", "127.0.0.1:"+strconv.Itoa(port)+q, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	r := <-c
+	if r.err != nil {
+		b.Close()
+		t.Fatalf("Open (listener): %v", r.err)
+	}
+	return r.ep, b
+}
+
+func TestDevices(t *testing.T) {
+	d, ip := device(t)
+	t.Logf("%s: guid %#x, max_qp_wr %d, max_sge %d, atomics %v, ports %+v", d.Name, d.GUID, d.MaxQPWR, d.MaxSGE, d.Atomics, d.Ports)
+	name, port, idx, err := FindGID([]DeviceInfo{d}, "", ip)
+	if err != nil || name != d.Name || port == 0 {
+		t.Fatalf("FindGID(%v) = %s %d %d %v", ip, name, port, idx, err)
+	}
+	if _, _, _, err := FindGID([]DeviceInfo{d}, "", netip.MustParseAddr("192.0.2.99")); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("FindGID of a foreign address: %v", err)
+	}
+}
+
+// TestConformance runs the suite on two endpoints of one device.
+func TestConformance(t *testing.T) {
+	device(t)
+	fabrictest.TestPair(t, func(t *testing.T) (a, b fabric.Endpoint) { return loopPair(t, "") })
+}
+
+func TestConformanceUD(t *testing.T) {
+	device(t)
+	fabrictest.TestPair(t, func(t *testing.T) (a, b fabric.Endpoint) { return loopPair(t, "type=ud") })
+}
+
+// TestAtomics runs fetch-and-add and compare-and-swap against a region of
+// the peer, and checks them refused without the permission.
+func TestAtomics(t *testing.T) {
+	a, b := loopPair(t, "")
+	defer a.Close()
+	defer b.Close()
+	ea := a.(*Endpoint)
+	if !a.Caps().Atomics {
+		t.Skip("device without atomics")
+	}
+	target, err := b.Alloc(64, fabric.AccessLocalWrite|fabric.AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(target.Bytes(), 40)
+	old, _ := a.Alloc(8, fabric.AccessLocalWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait := func(want uint64) fabric.Completion {
+		t.Helper()
+		out := make([]fabric.Completion, 1)
+		if _, err := a.CQ().Wait(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Context != want {
+			t.Fatalf("completion %+v, want context %d", out[0], want)
+		}
+		return out[0]
+	}
+	if err := ea.FetchAdd(fabric.SGEOf(old), target.Remote().Slice(0, 8), 2, 1, fabric.FlagSignal); err != nil {
+		t.Fatal(err)
+	}
+	if c := wait(1); c.Err() != nil || binary.LittleEndian.Uint64(old.Bytes()) != 40 {
+		t.Fatalf("fetch-add: %v, old %d", c.Err(), binary.LittleEndian.Uint64(old.Bytes()))
+	}
+	if err := ea.CompareSwap(fabric.SGEOf(old), target.Remote().Slice(0, 8), 42, 7, 2, fabric.FlagSignal); err != nil {
+		t.Fatal(err)
+	}
+	if c := wait(2); c.Err() != nil || binary.LittleEndian.Uint64(old.Bytes()) != 42 {
+		t.Fatalf("compare-swap: %v, old %d", c.Err(), binary.LittleEndian.Uint64(old.Bytes()))
+	}
+	if got := binary.LittleEndian.Uint64(target.Bytes()); got != 7 {
+		t.Fatalf("target %d after the swap, want 7", got)
+	}
+	if err := ea.FetchAdd(fabric.SGE{Region: old, Length: 4}, target.Remote(), 1, 3, 0); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("4-byte atomic: %v", err)
+	}
+	noAtomic, _ := b.Alloc(64, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+	if err := ea.FetchAdd(fabric.SGEOf(old), noAtomic.Remote().Slice(0, 8), 1, 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if c := wait(4); !errors.Is(c.Err(), fabric.ErrAccess) {
+		t.Fatalf("atomic without permission: %+v (%v), want ErrAccess", c, c.Err())
+	}
+}
+
+// TestZeroAllocs: the burst paths allocate nothing.
+func TestZeroAllocs(t *testing.T) {
+	a, b := loopPair(t, "")
+	defer a.Close()
+	defer b.Close()
+	sreg, _ := a.Alloc(4096, 0)
+	rreg, _ := b.Alloc(4096, fabric.AccessLocalWrite)
+	rem, _ := b.Alloc(4096, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+	smsgs := make([]fabric.Message, 8)
+	for i := range smsgs {
+		smsgs[i] = fabric.Message{SGEs: []fabric.SGE{{Region: sreg, Offset: 64 * i, Length: 64}}}
+	}
+	wmsgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: sreg, Length: 1024}}, Remote: rem.Remote().Slice(0, 1024)}}
+	rmsgs := make([]fabric.Message, 8)
+	for i := range rmsgs {
+		rmsgs[i] = fabric.Message{SGEs: []fabric.SGE{{Region: rreg, Offset: 512 * i, Length: 512}}}
+	}
+	comps := make([]fabric.Completion, 16)
+	allocs := testing.AllocsPerRun(200, func() {
+		n, err := a.Send(smsgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < n; {
+			k, err := b.Recv(rmsgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+		if _, err := a.Write(wmsgs); err != nil {
+			t.Fatal(err)
+		}
+		a.CQ().Poll(comps)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per Send+Recv+Write+Poll burst, want 0", allocs)
+	}
+}
+
+// TestPeerGone: when the peer closes, the keep-alive notices and the
+// endpoint reports ErrPeerGone.
+func TestPeerGone(t *testing.T) {
+	a, b := loopPair(t, "timeout=10&retry=3")
+	defer a.Close()
+	b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	reg, _ := a.Alloc(64, fabric.AccessLocalWrite)
+	_, err := a.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
+	if !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("RecvWait after the peer closed: %v, want ErrPeerGone", err)
+	}
+	t.Logf("peer loss noticed in %v", time.Since(start))
+	select {
+	case ev := <-a.Events():
+		if ev.Kind != fabric.EventPeerGone {
+			t.Errorf("event %v", ev.Kind)
+		}
+	default:
+		t.Errorf("no event")
+	}
+}
+
+// ---- the steps that the VM test (rxe_test.go) runs in the guests ----
+
+func guestEnv(t *testing.T, k string) string {
+	v := os.Getenv(k)
+	if v == "" {
+		t.Skipf("%s not set: run by roce/verbs/rxe_test.go in the Soft-RoCE guests", k)
+	}
+	return v
+}
+
+// TestGuestSide runs one side of the conformance suite against a peer on
+// another host: WEFT_SIDE is A or B, WEFT_ADDR the address (side A
+// listens), WEFT_BACKEND verbs (default) or roce.
+func TestGuestSide(t *testing.T) {
+	side := fabrictest.SideA
+	if guestEnv(t, "WEFT_SIDE") == "B" {
+		side = fabrictest.SideB
+	}
+	addr := guestEnv(t, "WEFT_ADDR")
+	backend := os.Getenv("WEFT_BACKEND")
+	if backend == "" {
+		backend = "verbs"
+	}
+	first := true
+	fabrictest.TestSide(t, side, func(t testing.TB, key string, s fabrictest.Side) fabric.Endpoint {
+		d := 2 * time.Minute
+		if first {
+			d, first = 10*time.Minute, false // the peer may still be booting
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		ep, err := fabric.Open(ctx, backend, addr, nil)
+		if err != nil {
+			t.Fatalf("Open(%s, %s): %v", backend, addr, err)
+		}
+		return ep
+	})
+}
+
+// TestGuestPingpong plays ibv_*_pingpong's protocol against the real
+// program: WEFT_PP_ADDR is the verbs address, WEFT_PP_SIZE the message
+// size, WEFT_PP_CLIENT=1 makes this side send first.
+func TestGuestPingpong(t *testing.T) {
+	addr := guestEnv(t, "WEFT_PP_ADDR")
+	size, _ := strconv.Atoi(guestEnv(t, "WEFT_PP_SIZE"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := Pingpong(ctx, "verbs", addr, size, 50, os.Getenv("WEFT_PP_CLIENT") == "1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Pingpong plays ibv_*_pingpong's protocol over backend: n strictly
+// alternating messages of size bytes of 0x7b each way, the client first.
+func Pingpong(ctx context.Context, backend, addr string, size, n int, client bool) error {
+	ep, err := fabric.Open(ctx, backend, addr, nil)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	sbuf, err := ep.Alloc(size, 0)
+	if err != nil {
+		return err
+	}
+	rbuf, err := ep.Alloc(size+64, fabric.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	for i := range sbuf.Bytes() {
+		sbuf.Bytes()[i] = 0x7b
+	}
+	send := func(i int) error {
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sbuf)}, Flags: fabric.FlagSignal, Context: uint64(i)}}
+		if _, err := ep.SendWait(ctx, msgs); err != nil {
+			return err
+		}
+		out := make([]fabric.Completion, 1)
+		if _, err := ep.CQ().Wait(ctx, out); err != nil {
+			return err
+		}
+		if err := out[0].Err(); err != nil {
+			return fmt.Errorf("send %d completed with %v", i, err)
+		}
+		return nil
+	}
+	recv := func(i int) error {
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rbuf)}}}
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			return fmt.Errorf("receive %d: %w", i, err)
+		}
+		got := rbuf.Bytes()[:msgs[0].Len]
+		if len(got) != size || bytes.IndexFunc(got, func(r rune) bool { return r != 0x7b }) >= 0 {
+			return fmt.Errorf("message %d: %d bytes, want %d bytes of 0x7b", i, len(got), size)
+		}
+		return nil
+	}
+	for i := 0; i < n; i++ {
+		first, second := send, recv
+		if !client {
+			first, second = recv, send
+		}
+		if err := first(i); err != nil {
+			return err
+		}
+		if err := second(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+

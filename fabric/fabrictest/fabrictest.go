@@ -1128,6 +1128,10 @@ func closeB(t *testing.T, ep fabric.Endpoint) {
 // echoes, a fourth registers and reads stats; B echoes everything.
 const concurrentPer = 3000
 
+// lossyIdle is how long the Concurrent case waits for more datagrams
+// before it concludes the rest were lost (unreliable backends only).
+const lossyIdle = 3 * time.Second
+
 func concurrentA(t *testing.T, ep fabric.Endpoint) {
 	r := newRole(t, ep)
 	errs := make(chan error, 4)
@@ -1179,16 +1183,31 @@ func concurrentA(t *testing.T, ep fabric.Endpoint) {
 	next := [2]int{}
 	reg := r.alloc(16, fabric.AccessLocalWrite)
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}
-	for got := 0; got < 2*concurrentPer; got++ {
-		if _, err := ep.RecvWait(r.ctx, msgs); err != nil {
+	// An unreliable backend may lose datagrams (either way): echoes must
+	// still come in order per sender, and most must arrive.
+	lossy := !r.caps.Reliable
+	got := 0
+	for next[0] < concurrentPer || next[1] < concurrentPer {
+		ctx := r.ctx
+		if lossy {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(r.ctx, lossyIdle)
+			defer cancel()
+		}
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			if lossy && r.ctx.Err() == nil && got >= concurrentPer {
+				t.Logf("%d of %d echoes arrived, in order", got, 2*concurrentPer)
+				break
+			}
 			t.Fatalf("RecvWait after %d echoes: %v", got, err)
 		}
 		g := binary.LittleEndian.Uint64(reg.Bytes())
 		i := binary.LittleEndian.Uint64(reg.Bytes()[8:])
-		if g > 1 || int(i) != next[g] {
+		if g > 1 || int(i) < next[g] || (!lossy && int(i) != next[g]) || i >= concurrentPer {
 			t.Fatalf("echo (%d, %d), want (%d, %d)", g, i, g, next[min(g, 1)])
 		}
-		next[g]++
+		next[g] = int(i) + 1
+		got++
 	}
 	close(stop)
 	for i := 0; i < 3; i++ {
@@ -1206,22 +1225,32 @@ func concurrentB(t *testing.T, ep fabric.Endpoint) {
 	rmsgs := make([]fabric.Message, burst)
 	smsgs := make([]fabric.Message, burst)
 	next := [2]int{}
-	for got := 0; got < 2*concurrentPer; {
+	lossy := !r.caps.Reliable
+	for got := 0; next[0] < concurrentPer || next[1] < concurrentPer; {
 		for j := range rmsgs {
 			rmsgs[j] = fabric.Message{SGEs: []fabric.SGE{{Region: reg, Offset: 16 * j, Length: 16}}}
 		}
-		n, err := ep.RecvWait(r.ctx, rmsgs)
+		ctx := r.ctx
+		if lossy {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(r.ctx, lossyIdle)
+			defer cancel()
+		}
+		n, err := ep.RecvWait(ctx, rmsgs)
 		if err != nil {
+			if lossy && r.ctx.Err() == nil && got >= concurrentPer {
+				break // the rest was lost
+			}
 			t.Fatalf("RecvWait after %d: %v", got, err)
 		}
 		copy(src.Bytes(), reg.Bytes()[:16*n])
 		for j := 0; j < n; j++ {
 			b := src.Bytes()[16*j:]
 			g, i := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
-			if g > 1 || int(i) != next[g] {
+			if g > 1 || int(i) < next[g] || (!lossy && int(i) != next[g]) || i >= concurrentPer {
 				t.Fatalf("message (%d, %d) out of order", g, i)
 			}
-			next[g]++
+			next[g] = int(i) + 1
 			smsgs[j] = fabric.Message{SGEs: []fabric.SGE{{Region: src, Offset: 16 * j, Length: 16}}}
 		}
 		r.sendMsgs(smsgs[:n])

@@ -45,6 +45,8 @@ import (
 	"github.com/weft-io/weft/roce/wire"
 )
 
+var debug = os.Getenv("WEFT_VERBS_DEBUG") == "1"
+
 // Defaults of Options.
 const (
 	DefaultMaxMsg = 64 << 10
@@ -153,9 +155,8 @@ type Endpoint struct {
 type Dest = roce.Dest
 
 type mrec struct {
-	mr    *C.struct_ibv_mr
-	pin   runtime.Pinner
-	unmap []byte
+	mr  *C.struct_ibv_mr
+	pin runtime.Pinner
 }
 
 var _ fabric.Endpoint = (*Endpoint)(nil)
@@ -525,7 +526,9 @@ func (ep *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, 
 }
 
 // Alloc implements fabric.Endpoint: page-aligned memory from mmap,
-// registered; Close unregisters and unmaps it.
+// registered. Close deregisters it; the mapping itself is released when
+// the Region is no longer reachable, so keep the Region while you use its
+// Bytes.
 func (ep *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error) {
 	if size <= 0 {
 		return nil, opErr("alloc", fabric.ErrInvalid)
@@ -541,8 +544,12 @@ func (ep *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error
 	r, err := ep.register(buf[:size:size], access, true)
 	if err != nil {
 		unix.Munmap(buf)
+		return nil, err
 	}
-	return r, err
+	// Close deregisters the region, but its memory stays mapped while the
+	// Region is reachable, so Bytes never dangles.
+	runtime.AddCleanup(r, func(b []byte) { unix.Munmap(b) }, buf)
+	return r, nil
 }
 
 func (ep *Endpoint) register(buf []byte, access fabric.Access, mapped bool) (*fabric.Region, error) {
@@ -555,9 +562,7 @@ func (ep *Endpoint) register(buf []byte, access fabric.Access, mapped bool) (*fa
 		return nil, opErr("register", fabric.ErrClosed)
 	}
 	rec := &mrec{}
-	if mapped {
-		rec.unmap = buf[:cap(buf)]
-	} else {
+	if !mapped {
 		rec.pin.Pin(&buf[0])
 	}
 	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
@@ -597,9 +602,6 @@ func (rec *mrec) release() error {
 		err = errnoErr("ibv_dereg_mr", nil, rc)
 	}
 	rec.pin.Unpin()
-	if rec.unmap != nil {
-		unix.Munmap(rec.unmap)
-	}
 	return err
 }
 
@@ -728,7 +730,7 @@ func (ep *Endpoint) post(msgs []fabric.Message, op fabric.Op, a, b uint64) (int,
 	for n < len(msgs) && n < free {
 		m := &msgs[n]
 		if len(m.SGEs) > ep.maxSGE {
-			err = opErr(op.String(), fabric.ErrInvalid)
+			err = opErr(op.String(), fabric.ErrMessageSize)
 			break
 		}
 		total, cerr := fabric.CheckSGEs(m.SGEs, ep.dom, need)
@@ -820,6 +822,9 @@ func (ep *Endpoint) post(msgs []fabric.Message, op fabric.Op, a, b uint64) (int,
 	}
 	rc := C.weft_post_send(ep.q, C.int(n))
 	posted := int(ep.q.bad)
+	if debug {
+		fmt.Fprintf(os.Stderr, "verbs %p post %v n=%d rc=%d posted=%d head=%d tail=%d op0=%d flags0=%#x nsge0=%d\n", ep, op, n, rc, posted, ep.head, ep.tail, ep.swr[0].opcode, ep.swr[0].flags, ep.swr[0].nsge)
+	}
 	ep.head += uint64(posted)
 	ep.stats.Doorbells.Add(1)
 	ep.stats.TxMessages.Add(uint64(posted))
@@ -861,6 +866,9 @@ func (ep *Endpoint) reap() int {
 				ep.tail = seq + 1
 			}
 			st := mapStatus(uint32(wc.status))
+			if debug {
+				fmt.Fprintf(os.Stderr, "verbs %p reaped seq=%d status=%d %v\n", ep, seq, wc.status, st)
+			}
 			if st != fabric.StatusOK && !ep.failed.Load() && st != fabric.StatusFlushed {
 				ep.failLocked(st)
 			}
@@ -877,6 +885,9 @@ func (ep *Endpoint) reap() int {
 
 // failLocked is fail for callers that hold sendMu.
 func (ep *Endpoint) failLocked(s fabric.Status) {
+	if debug {
+		fmt.Fprintf(os.Stderr, "verbs %p fail %v\n", ep, s)
+	}
 	ep.failErr = s.Err()
 	ep.failed.Store(true)
 	kind := fabric.EventError
@@ -922,6 +933,7 @@ func (ep *Endpoint) keepAlive(every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last uint64
+	probe, probing := uint64(0), false
 	for {
 		select {
 		case <-ep.stop:
@@ -935,8 +947,16 @@ func (ep *Endpoint) keepAlive(every time.Duration) {
 		}
 		ep.sendMu.Lock()
 		ep.reap()
-		if !ep.failed.Load() && ep.head == last && int(ep.head-ep.tail) < ep.depth {
-			ep.postInternal()
+		if probing && ep.tail > probe {
+			probing = false
+		}
+		// One probe at a time: a second one would only reset the
+		// retransmission timer of the first.
+		if !probing && !ep.failed.Load() && ep.head == last && int(ep.head-ep.tail) < ep.depth {
+			probe, probing = ep.postInternal(), true
+			if debug {
+				fmt.Fprintf(os.Stderr, "verbs %p keepalive head=%d tail=%d\n", ep, ep.head, ep.tail)
+			}
 		}
 		last = ep.head
 		ep.sendMu.Unlock()
@@ -995,6 +1015,9 @@ func (ep *Endpoint) recv(msgs []fabric.Message) (int, error) {
 	}
 	ep.recvMu.Lock()
 	k := int(C.weft_poll_recv(ep.q, C.int(min(limit, 64))))
+	if debug && k != 0 {
+		fmt.Fprintf(os.Stderr, "verbs %p recv k=%d status0=%d len0=%d\n", ep, k, ep.rout[0].status, ep.rout[0].byte_len)
+	}
 	out, bytes, flushed := 0, 0, false
 	for i := 0; i < k; i++ {
 		wc := &ep.rout[i]

@@ -230,7 +230,11 @@ func TestZeroAllocs(t *testing.T) {
 // TestPeerGone: when the peer closes, the keep-alive notices and the
 // endpoint reports ErrPeerGone.
 func TestPeerGone(t *testing.T) {
-	a, b := loopPair(t, "timeout=10&retry=3")
+	params := ""
+	if p := os.Getenv("WEFT_PG_PARAMS"); p != "" {
+		params = p
+	}
+	a, b := loopPair(t, params)
 	defer a.Close()
 	b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -134,7 +134,7 @@ type Options struct {
 	Type      roce.QPType   // RC (default) or UD
 	MTU       int           // path MTU (default: the port's active MTU)
 	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms)
-	Retry     uint8         // retry count (default 7)
+	Retry     uint8         // retry count (default 6: rxe and some NICs treat 7 as infinite)
 	RNRRetry  uint8         // RNR retry count (default 7: infinite)
 	QKey      uint32        // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
 	KeepAlive time.Duration // idle keep-alive of RC endpoints (default 100 ms; "keepalive=0" disables)
@@ -147,14 +147,14 @@ type Options struct {
 
 // ParseAddr parses a verbs address:
 //
-//	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64]
+//	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=6&rnr=7&qkey=0x11111111&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange, in the format
 // of rdma-core's pingpong programs (port 18515 by default), exactly as for
 // the user-space engine of package roce: "listen:" accepts one connection
 // there, otherwise the endpoint dials it (retrying until the peer listens).
 func ParseAddr(addr string) (Options, error) {
-	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
+	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond}
 	rest, query, _ := strings.Cut(addr, "?")
 	if r, ok := strings.CutPrefix(rest, "listen:"); ok {

@@ -1316,4 +1316,3 @@ func (ep *Endpoint) destroy() {
 
 // nop crosses into C and back, for the binding benchmark.
 func (ep *Endpoint) nop() int { return int(C.weft_nop(ep.q)) }
-

@@ -366,4 +366,3 @@ func Pingpong(ctx context.Context, backend, addr string, size, n int, client boo
 	}
 	return nil
 }
-

@@ -1316,3 +1316,7 @@ func (ep *Endpoint) destroy() {
 
 // nop crosses into C and back, for the binding benchmark.
 func (ep *Endpoint) nop() int { return int(C.weft_nop(ep.q)) }
+
+// cgoNop crosses into C and back with no endpoint: the bare cost of a cgo
+// call.
+func cgoNop() int { return int(C.weft_nop(nil)) }

@@ -78,9 +78,8 @@ static inline void weft_q_free(struct weft_q *q) {
 	free(q->swc); free(q->rwc); free(q->sout); free(q->rout); free(q);
 }
 
-// weft_post_send links the first n descriptors into a chain and posts it.
-// q->bad is the index of the first work request not posted.
-static inline int weft_post_send(struct weft_q *q, int n) {
+// weft_build_send links the first n descriptors into an ibv_send_wr chain.
+static inline void weft_build_send(struct weft_q *q, int n) {
 	for (int i = 0; i < n; i++) {
 		struct weft_swr *s = &q->swr[i];
 		struct ibv_send_wr *w = &q->wr[i];
@@ -118,6 +117,18 @@ static inline int weft_post_send(struct weft_q *q, int n) {
 			w->wr.atomic.swap = s->swap;
 			break;
 		}
+	}
+}
+
+// weft_post_send links the first n descriptors into a chain and posts it
+// with one ibv_post_send. q->bad is the index of the first work request
+// not posted. Without a queue pair (the binding benchmark) it only
+// builds the chain.
+static inline int weft_post_send(struct weft_q *q, int n) {
+	weft_build_send(q, n);
+	if (!q->qp) {
+		q->bad = n;
+		return 0;
 	}
 	struct ibv_send_wr *bad = NULL;
 	int rc = ibv_post_send(q->qp, q->wr, &bad);

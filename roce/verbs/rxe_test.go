@@ -67,7 +67,7 @@ func guestScript() string {
 	const T = "env CI=true /share/verbs.test -test.v -test.parallel 4"
 	// 1. The binding's own tests, then the suite guest to guest.
 	run(&g0, "binding-tests", T+" -test.timeout 10m -test.run '^(TestDevices|TestConformance|TestConformanceUD|TestAtomics|TestZeroAllocs|TestPeerGone)$'")
-	run(&g0, "binding-bench", T+" -test.run '^$' -test.bench 'CgoCall|Post' -test.benchtime 20000x -test.count 3")
+	run(&g0, "binding-bench", "/share/verbs-bench.test -test.run '^$' -test.bench 'CgoCall|Post' -test.benchtime 20000x -test.count 3")
 	run(&g0, "fabrictest-guest-A", "WEFT_SIDE=A WEFT_ADDR='listen:10.77.0.2:18515' "+T+" -test.timeout 20m -test.run '^TestGuestSide$'")
 	run(&g1, "fabrictest-guest-B", "WEFT_SIDE=B WEFT_ADDR='10.77.0.2:18515' "+T+" -test.timeout 20m -test.run '^TestGuestSide$'")
 	// 2. rdma-core's pingpongs. Their queue pairs grant no remote access,
@@ -108,11 +108,15 @@ func TestVerbsInterop(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness := findHarness(t)
 	dir := t.TempDir()
+	// The tests run with the race detector; the benchmarks without.
 	bin := filepath.Join(dir, "verbs.test")
-	build := exec.Command("go", "test", "-c", "-tags", "rdma", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		testenv.SkipOrFail(t, fmt.Sprintf("cannot build the cgo test binary (libibverbs-dev?): %v\n%s", err, out))
+	benchBin := filepath.Join(dir, "verbs-bench.test")
+	for _, b := range [][]string{{"-race", "-o", bin}, {"-o", benchBin}} {
+		build := exec.Command("go", append(append([]string{"test", "-c", "-tags", "rdma"}, b...), ".")...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := build.CombinedOutput(); err != nil {
+			testenv.SkipOrFail(t, fmt.Sprintf("cannot build the cgo test binary (libibverbs-dev?): %v\n%s", err, out))
+		}
 	}
 	script := filepath.Join(dir, "guest.sh")
 	if err := os.WriteFile(script, []byte(guestScript()), 0o755); err != nil {
@@ -122,7 +126,7 @@ func TestVerbsInterop(t *testing.T) {
 	if p := os.Getenv("WEFT_RXE_PCAP"); p != "" {
 		pcap = p
 	}
-	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-c", pcap, "-f", bin, script,
+	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-c", pcap, "-f", bin, "-f", benchBin, script,
 		os.Args[0], "-test.run=^TestVerbsHost$", "-test.v", "-test.timeout=24m")
 	cmd.Env = append(os.Environ(), "WEFT_VERBS_HOST=1")
 	out, err := cmd.CombinedOutput()
@@ -145,7 +149,7 @@ func TestVerbsInterop(t *testing.T) {
 	if want := strings.Count(guestScript(), "echo '>>> "); len(steps) != want {
 		t.Fatalf("%d steps ran, want %d", len(steps), want)
 	}
-	for _, m := range regexp.MustCompile(`(?m)^Benchmark\S+.*$`).FindAll(out, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s*Benchmark\S+\s+\d+.*$`).FindAll(out, -1) {
 		t.Logf("guest benchmark (emulated timing): %s", m)
 	}
 }

@@ -22,7 +22,8 @@
 //     file so two processes on one host are the two sides, and a ring
 //     transport in the spirit of ntb_transport on top.
 //   - roce is RoCEv2: the wire format, a user-space engine that speaks
-//     RoCEv2 to Linux Soft-RoCE and RDMA NICs, and a libibverbs path.
+//     RoCEv2 to Linux Soft-RoCE and RDMA NICs, and (roce/verbs, built
+//     with -tags rdma) the libibverbs path for RDMA NICs.
 //   - ethernet is AF_XDP: UMEM as registered memory, the four rings, the
 //     XDP program that steers frames to the sockets, link discovery.
 //   - batch coalesces small packets into one fabric message with SGEs,

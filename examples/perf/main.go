@@ -64,6 +64,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
+	_ "github.com/weft-io/weft/roce/verbs"
 )
 
 // Control messages carry FlagImm with one of these immediates.

@@ -38,6 +38,7 @@ import (
 	"github.com/weft-io/weft/internal/stats"
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
+	_ "github.com/weft-io/weft/roce/verbs"
 )
 
 const stopImm = 0x5707

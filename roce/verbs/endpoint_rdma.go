@@ -677,17 +677,7 @@ func (ep *Endpoint) fail(s fabric.Status) {
 	}
 	ep.sendMu.Lock() // failErr is written under sendMu
 	if !ep.failed.Load() {
-		ep.failErr = s.Err()
-		ep.failed.Store(true)
-		kind := fabric.EventError
-		if errors.Is(ep.failErr, fabric.ErrPeerGone) {
-			kind = fabric.EventPeerGone
-		}
-		select {
-		case ep.evs <- fabric.Event{Kind: kind, Time: time.Now(), Err: ep.failErr}:
-		default:
-			ep.stats.Drops[fabric.DropEvent].Add(1)
-		}
+		ep.failLocked(s)
 	}
 	ep.sendMu.Unlock()
 }

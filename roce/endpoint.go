@@ -200,20 +200,11 @@ type Options struct {
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond}
-	rest, query, _ := strings.Cut(addr, "?")
-	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
-		o.Listen, rest = true, r
-	}
-	if rest == "" {
-		return o, fmt.Errorf("roce: empty address")
-	}
-	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
-		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(DefaultBootstrapPort))
-	}
-	o.Bootstrap = rest
-	vals, err := url.ParseQuery(query)
+	var vals url.Values
+	var err error
+	o.Listen, o.Bootstrap, vals, err = SplitAddr(addr)
 	if err != nil {
-		return o, err
+		return o, fmt.Errorf("roce: %w", err)
 	}
 	for k, vs := range vals {
 		v := vs[len(vs)-1]
@@ -276,6 +267,28 @@ func ParseAddr(addr string) (Options, error) {
 		err = fmt.Errorf("roce: mtu=%d: want 256, 512, 1024, 2048 or 4096", o.MTU)
 	}
 	return o, err
+}
+
+// SplitAddr splits an address of the RoCE backends ("roce", and "verbs"
+// in roce/verbs), [listen:]HOST[:PORT][?PARAMS], into the listen flag, the
+// host:port of the TCP exchange (port DefaultBootstrapPort if none) and
+// the parameters. Its errors match fabric.ErrInvalid.
+func SplitAddr(addr string) (listen bool, bootstrap string, params url.Values, err error) {
+	rest, query, _ := strings.Cut(addr, "?")
+	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
+		listen, rest = true, r
+	}
+	if rest == "" {
+		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
+	}
+	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(DefaultBootstrapPort))
+	}
+	params, err = url.ParseQuery(query)
+	if err != nil {
+		return listen, rest, nil, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
+	}
+	return listen, rest, params, nil
 }
 
 type driver struct{}

@@ -49,7 +49,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -156,20 +155,11 @@ type Options struct {
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond}
-	rest, query, _ := strings.Cut(addr, "?")
-	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
-		o.Listen, rest = true, r
-	}
-	if rest == "" {
-		return o, fmt.Errorf("verbs: empty address: %w", fabric.ErrInvalid)
-	}
-	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
-		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(roce.DefaultBootstrapPort))
-	}
-	o.Bootstrap = rest
-	vals, err := url.ParseQuery(query)
+	var vals url.Values
+	var err error
+	o.Listen, o.Bootstrap, vals, err = roce.SplitAddr(addr)
 	if err != nil {
-		return o, fmt.Errorf("verbs: %w: %w", fabric.ErrInvalid, err)
+		return o, fmt.Errorf("verbs: %w", err)
 	}
 	for k, vs := range vals {
 		v := vs[len(vs)-1]

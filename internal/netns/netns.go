@@ -178,40 +178,44 @@ func (ns *NS) Close() error {
 // and may be used from any goroutine afterwards. fn must not start
 // goroutines that expect to run in the namespace: they do not.
 func (ns *NS) Do(fn func() error) error {
-	type result struct{ err error }
 	ch := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- os.NewSyscallError("open", err)
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("netns: enter: %w", os.NewSyscallError("setns", err))
-			return
-		}
-		var ferr error
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					ferr = fmt.Errorf("netns: panic in Do: %v", p)
-				}
-			}()
-			ferr = fn()
-		}()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked and is destroyed with the goroutine.
-			ch <- errors.Join(ferr, os.NewSyscallError("setns", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- ferr
+		// Every descriptor Do opens is closed before the result is sent,
+		// so the caller never sees one still open after Do returns.
+		ch <- ns.do(fn)
 	}()
 	return <-ch
+}
+
+// do runs fn on the calling goroutine's locked thread inside ns. It
+// leaves the thread locked (to be destroyed with its goroutine) if the
+// thread cannot return to its original namespace.
+func (ns *NS) do(fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return os.NewSyscallError("open", err)
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns: enter: %w", os.NewSyscallError("setns", err))
+	}
+	var ferr error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ferr = fmt.Errorf("netns: panic in Do: %v", p)
+			}
+		}()
+		ferr = fn()
+	}()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return errors.Join(ferr, os.NewSyscallError("setns", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
 
 // Dial opens an rtnetlink connection inside the namespace.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,9 +78,22 @@ func RequireAFXDP(t testing.TB) {
 	unix.Close(fd)
 }
 
+var pollerOnce sync.Once
+
 // FDCount returns the number of open file descriptors of the process.
+// It first makes sure the Go runtime's network poller exists, because the
+// poller opens its own descriptors (epoll and a wake-up eventfd) the first
+// time anything pollable is opened; a count taken before that would read
+// the poller as a leak of whatever the test opened first.
 func FDCount(t testing.TB) int {
 	t.Helper()
+	pollerOnce.Do(func() {
+		r, w, err := os.Pipe() // pipes are pollable: this starts the poller
+		if err == nil {
+			r.Close()
+			w.Close()
+		}
+	})
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatalf("count fds: %v", err)

@@ -23,7 +23,8 @@ func aligned(n int) []byte {
 // FuzzRecvRing feeds arbitrary ring contents to the receive path: the
 // fuzzer controls every header field and payload byte; the harness makes
 // each header's sequence word valid (unless the input's first byte says
-// otherwise), so the parser gets past it. Whatever the peer wrote, Recv
+// otherwise), so the parser gets past it, and publishes a producer
+// position the fuzzer chooses (adv bytes past the consumer). Whatever the peer wrote, Recv
 // must not panic, must not report more bytes than the buffers hold, and
 // may only fail with ErrMalformed.
 func FuzzRecvRing(f *testing.F) {
@@ -38,17 +39,18 @@ func FuzzRecvRing(f *testing.F) {
 	seed = append(seed, rec(5, 0, 0)...)
 	seed = append(seed, rec(100, recFlagImm, 7)...)
 	seed = append(seed, rec(0, recFlagRMA|recFlagImm, 9)...)
-	f.Add(byte(0), seed)
-	f.Add(byte(0), rec(1<<20, 0, 0))
-	f.Add(byte(1), rec(8, recFlagPad, 0))
-	f.Add(byte(0), []byte{})
-	f.Fuzz(func(t *testing.T, mode byte, data []byte) {
+	f.Add(byte(0), uint16(len(seed)), seed)
+	f.Add(byte(0), uint16(16), rec(1<<20, 0, 0))
+	f.Add(byte(1), uint16(32), rec(8, recFlagPad, 0))
+	f.Add(byte(0), uint16(8), []byte{})
+	f.Add(byte(0), uint16(0), []byte{})
+	f.Fuzz(func(t *testing.T, mode byte, adv uint16, data []byte) {
 		const ring = 8192
 		tr := &Transport{cfg: Config{MaxMsgSize: 2048}, kick: make(chan struct{}, 1)}
 		e := &Endpoint{t: tr, cq: cq.New(16, 0), evs: make(chan fabric.Event, 64)}
 		tr.eps = []*Endpoint{e}
 		e.rxRing = aligned(ring)
-		e.rxHeadP, e.txSleep = new(atomic.Uint64), new(atomic.Uint32)
+		e.rxHeadP, e.txSleep, e.rxTailW = new(atomic.Uint64), new(atomic.Uint32), new(atomic.Uint64)
 		copy(e.rxRing, data)
 		e.rxValid, e.rxUp, e.rxSalt = true, true, 0x1234567
 		buf := make([]byte, 1024)
@@ -57,6 +59,9 @@ func FuzzRecvRing(f *testing.F) {
 		for i := 0; i < 64; i++ {
 			if mode&1 == 0 {
 				shm.U32(e.rxRing, int(e.rxHead%ring)).Store(seqOf(e.rxHead, e.rxSalt))
+			}
+			if e.rxHead == e.rxTail {
+				e.rxTailW.Store(e.rxHead + uint64(adv))
 			}
 			n, err := e.Recv(msgs)
 			if err != nil {

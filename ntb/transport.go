@@ -23,8 +23,9 @@ import (
 //
 // Window 0 of each side holds, at fixed offsets:
 //
-//	[0, 4096)        control: per queue, the peer's consumer index of our
-//	                 send ring and the peer's sleep flags
+//	[0, 4096)        control: per queue, the peer's producer position in
+//	                 our receive ring, its consumer position in our send
+//	                 ring and its sleep flags
 //	[4096, 12288)    the peer's region table: keys, bounds and rights of
 //	                 the peer's RMA regions, which we check before RMA
 //	[16384, ...)     receive rings, RingSize bytes per queue
@@ -102,6 +103,7 @@ const (
 	ctrlTxHead   = 0   // u64: peer's consumer position in our send ring
 	ctrlRxSleep  = 64  // u32: peer's receiver sleeps on our send ring
 	ctrlTxSleep  = 128 // u32: peer's sender waits for room in our receive ring
+	ctrlRxTail   = 192 // u64: peer's producer position in our receive ring
 	mrOff        = 4096
 	mrEntries    = 256
 	mrEntrySize  = 32

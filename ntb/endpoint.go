@@ -62,7 +62,12 @@ type Endpoint struct {
 	rxUp     bool
 	rxRing   []byte
 	rxHead   uint64
-	rxTail   uint64 // cached producer position
+	rxTail   uint64   // cached producer position
+	rxRel    uint64   // consumer position published to the peer
+	vq       []uint64 // ring positions of outstanding views, a queue
+	vHead    uint64   // oldest outstanding view in vq
+	vTail    uint64   // next free slot in vq
+	vLost    int      // outstanding views of a past session
 	rxSalt   uint32
 	rxTailW  *atomic.Uint64 // in our window: the peer's producer position
 	rxHeadP  *atomic.Uint64 // in the peer's window: our consumer position
@@ -70,7 +75,10 @@ type Endpoint struct {
 	txSleep  *atomic.Uint32 // in our window: the peer's sender waits for room
 }
 
-var _ fabric.Endpoint = (*Endpoint)(nil)
+var (
+	_ fabric.Endpoint     = (*Endpoint)(nil)
+	_ fabric.ViewReceiver = (*Endpoint)(nil)
+)
 
 func newEndpoint(t *Transport, q int) *Endpoint {
 	return &Endpoint{t: t, q: q, rxBit: 1 << (2 * q), txBit: 1 << (2*q + 1),
@@ -81,7 +89,9 @@ func (e *Endpoint) ctrl(off int) int { return ctrlOff + e.q*ctrlStride + off }
 
 func (e *Endpoint) resetLocked() {
 	e.txUp, e.rxUp, e.rxValid = false, false, false
-	e.txTail, e.txHead, e.rxHead, e.rxTail = 0, 0, 0, 0
+	e.txTail, e.txHead, e.rxHead, e.rxTail, e.rxRel = 0, 0, 0, 0, 0
+	e.vLost += int(e.vTail - e.vHead)
+	e.vHead, e.vTail = 0, 0
 	e.txRing, e.rxRing, e.peerWin = nil, nil, nil
 }
 
@@ -120,6 +130,25 @@ func seqOf(pos uint64, salt uint32) uint32 {
 }
 
 func align16(n int) int { return (n + 15) &^ 15 }
+
+// slackOf returns the room a record with flags fl reserves between its
+// header and its payload.
+func slackOf(fl uint32) int {
+	if fl&recFlagAlign != 0 {
+		return alignSlack
+	}
+	return 0
+}
+
+// payloadOff returns where the payload of the record at off starts: right
+// after the header, or with recFlagAlign at the next 64-byte boundary
+// (rings start page-aligned in the window), at most alignSlack further.
+func payloadOff(off int, fl uint32) int {
+	if fl&recFlagAlign != 0 {
+		return (off + recHdr + 63) &^ 63
+	}
+	return off + recHdr
+}
 
 func (e *Endpoint) opErr(op string, err error) error {
 	return &fabric.OpError{Op: op, Backend: "ntb", Err: err}
@@ -231,7 +260,12 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 		if m.Flags&fabric.FlagSignal != 0 && e.cq.Free() == 0 {
 			break
 		}
-		off, rerr := e.reserve(size, &first)
+		var fl uint32
+		slack := 0
+		if size >= alignMin {
+			fl, slack = recFlagAlign, alignSlack
+		}
+		off, rerr := e.reserve(size+slack, &first)
 		if rerr != nil {
 			err = e.opErr("send", rerr)
 			break
@@ -239,13 +273,13 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 		if off < 0 {
 			break
 		}
-		fabric.Gather(e.txRing[off+recHdr:off+recHdr+size], m.SGEs)
-		var fl uint32
+		p := payloadOff(off, fl)
+		fabric.Gather(e.txRing[p:p+size], m.SGEs)
 		if m.Flags&fabric.FlagImm != 0 {
-			fl = recFlagImm
+			fl |= recFlagImm
 		}
 		e.writeHdr(off, size, m.Imm, fl, &first)
-		e.txTail += uint64(align16(recHdr + size))
+		e.txTail += uint64(align16(recHdr + slack + size))
 		bytes += uint64(size)
 		if m.Flags&fabric.FlagSignal != 0 {
 			e.cq.Push(fabric.Completion{Context: m.Context, Op: fabric.OpSend, Len: size})
@@ -270,23 +304,78 @@ func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) {
 		return 0, e.opErr("recv", fabric.ErrClosed)
 	}
 	e.rxMu.Lock()
-	n, err := e.recvLocked(msgs)
+	n, err := e.recvLocked(msgs, nil)
 	e.rxMu.Unlock()
 	return n, err
 }
 
-func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
+// RecvViews implements fabric.ViewReceiver: the views alias the records
+// in the receive ring, which stay unconsumed (and count against the
+// sender's room) until they are released.
+func (e *Endpoint) RecvViews(views []fabric.View) (int, error) {
+	if e.closed.Load() {
+		return 0, e.opErr("recv", fabric.ErrClosed)
+	}
+	e.rxMu.Lock()
+	n, err := e.recvLocked(nil, views)
+	e.rxMu.Unlock()
+	return n, err
+}
+
+// ReleaseViews implements fabric.ViewReceiver.
+func (e *Endpoint) ReleaseViews(n int) error {
+	if e.closed.Load() {
+		return e.opErr("release", fabric.ErrClosed)
+	}
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	out := int(e.vTail - e.vHead)
+	if n < 0 || n > out+e.vLost {
+		return e.opErr("release", fmt.Errorf("%d views, %d outstanding: %w", n, out+e.vLost, fabric.ErrInvalid))
+	}
+	k := min(n, e.vLost) // the oldest views are those of a past session
+	e.vLost -= k
+	e.vHead += uint64(n - k)
+	if n > k {
+		e.releaseLocked()
+	}
+	return nil
+}
+
+// OutstandingViews implements fabric.ViewReceiver.
+func (e *Endpoint) OutstandingViews() int {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	return int(e.vTail-e.vHead) + e.vLost
+}
+
+// maxViews bounds the outstanding views of an endpoint: the queue of
+// their ring positions.
+const maxViews = 4096
+
+// recvLocked delivers records into msgs (copying) or, with msgs nil, as
+// views.
+func (e *Endpoint) recvLocked(msgs []fabric.Message, views []fabric.View) (int, error) {
 	if !e.rxValid {
 		return 0, e.downErr("recv")
+	}
+	want := len(msgs)
+	if msgs == nil {
+		if e.vq == nil {
+			e.vq = make([]uint64, maxViews)
+		}
+		want = min(len(views), maxViews-int(e.vTail-e.vHead))
+		if want == 0 && len(views) > 0 {
+			return 0, e.opErr("recv", fmt.Errorf("%d views outstanding, release some first: %w", maxViews, fabric.ErrInvalid))
+		}
 	}
 	r := e.rxRing
 	ring := uint64(len(r))
 	maxMsg := e.t.cfg.MaxMsgSize
-	start := e.rxHead
 	var bytes uint64
 	n := 0
 	var err error
-	for n < len(msgs) {
+	for n < want {
 		if e.rxHead == e.rxTail {
 			if err = e.loadTail(ring); err != nil || e.rxHead == e.rxTail {
 				break
@@ -314,44 +403,54 @@ func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
 			e.rxHead += uint64(ln + recHdr)
 			continue
 		}
-		m := &msgs[n]
-		if fl&recFlagRMA != 0 {
+		size := uint64(recHdr)
+		var flags fabric.MsgFlags
+		var payload []byte
+		switch {
+		case fl&recFlagRMA != 0:
 			// Notification of an RMA write with immediate: no payload.
-			m.Len, m.Imm, m.Flags = ln, imm, fabric.FlagRemoteWrite|fabric.FlagImm
-			e.rxHead += recHdr
-			n++
-			continue
-		}
-		if ln > maxMsg || off+recHdr+ln > int(ring) || uint64(align16(recHdr+ln)) > avail {
+			flags = fabric.FlagRemoteWrite | fabric.FlagImm
+		case ln > maxMsg || off+recHdr+slackOf(fl)+ln > int(ring) || uint64(align16(recHdr+slackOf(fl)+ln)) > avail:
 			err = e.malformed(fmt.Errorf("record at %d of %d bytes", e.rxHead, ln))
+		default:
+			if fl&recFlagImm != 0 {
+				flags = fabric.FlagImm
+			}
+			p := payloadOff(off, fl)
+			payload = r[p : p+ln : p+ln]
+			size = uint64(align16(recHdr + slackOf(fl) + ln))
+			bytes += uint64(ln)
+		}
+		if err != nil {
 			break
 		}
-		cap, cerr := fabric.CheckSGEs(m.SGEs, &e.t.dom, fabric.AccessLocalWrite)
-		if cerr != nil {
-			err = e.opErr("recv", cerr)
-			break
+		if msgs == nil {
+			views[n] = fabric.View{Data: payload, Imm: imm, Flags: flags, Len: ln}
+			e.vq[e.vTail%maxViews] = e.rxHead
+			e.vTail++
+		} else {
+			m := &msgs[n]
+			if flags&fabric.FlagRemoteWrite != 0 {
+				m.Len, m.Imm, m.Flags = ln, imm, flags
+			} else {
+				cap, cerr := fabric.CheckSGEs(m.SGEs, &e.t.dom, fabric.AccessLocalWrite)
+				if cerr != nil {
+					bytes -= uint64(ln)
+					err = e.opErr("recv", cerr)
+					break
+				}
+				m.Flags, m.Imm = flags, imm
+				m.Len = fabric.Scatter(m.SGEs, payload)
+				if ln > cap {
+					m.Flags |= fabric.FlagTruncated
+					e.ctr.Drop(fabric.DropTruncated, 1)
+				}
+			}
 		}
-		m.Flags = 0
-		if fl&recFlagImm != 0 {
-			m.Flags, m.Imm = fabric.FlagImm, imm
-		}
-		payload := r[off+recHdr : off+recHdr+ln]
-		m.Len = fabric.Scatter(m.SGEs, payload)
-		if ln > cap {
-			m.Flags |= fabric.FlagTruncated
-			e.ctr.Drop(fabric.DropTruncated, 1)
-		}
-		bytes += uint64(ln)
-		e.rxHead += uint64(align16(recHdr + ln))
+		e.rxHead += size
 		n++
 	}
-	if e.rxHead != start && e.rxUp {
-		e.rxHeadP.Store(e.rxHead)
-		if e.txSleep.Load() != 0 {
-			e.t.dev.PeerDBSet(e.txBit)
-			e.ctr.Doorbells.Add(1)
-		}
-	}
+	e.releaseLocked()
 	if n > 0 {
 		e.ctr.RxPackets.Add(uint64(n))
 		e.ctr.RxMessages.Add(uint64(n))
@@ -360,6 +459,24 @@ func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
 		err = e.downErr("recv")
 	}
 	return n, err
+}
+
+// releaseLocked publishes our consumer position: the oldest outstanding
+// view, or everything delivered if none is.
+func (e *Endpoint) releaseLocked() {
+	rel := e.rxHead
+	if e.vTail != e.vHead {
+		rel = e.vq[e.vHead%maxViews]
+	}
+	if rel == e.rxRel || !e.rxUp {
+		return
+	}
+	e.rxRel = rel
+	e.rxHeadP.Store(rel)
+	if e.txSleep.Load() != 0 {
+		e.t.dev.PeerDBSet(e.txBit)
+		e.ctr.Doorbells.Add(1)
+	}
 }
 
 // loadTail refreshes the cached producer position from the peer's
@@ -394,7 +511,20 @@ func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, er
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	if n, err := e.Recv(msgs); n > 0 || err != nil {
+	return e.recvWait(ctx, func() (int, error) { return e.Recv(msgs) })
+}
+
+// RecvViewsWait implements fabric.ViewReceiver, waiting as RecvWait does.
+func (e *Endpoint) RecvViewsWait(ctx context.Context, views []fabric.View) (int, error) {
+	if len(views) == 0 {
+		return 0, nil
+	}
+	return e.recvWait(ctx, func() (int, error) { return e.RecvViews(views) })
+}
+
+// recvWait polls until poll delivers something or fails.
+func (e *Endpoint) recvWait(ctx context.Context, poll func() (int, error)) (int, error) {
+	if n, err := poll(); n > 0 || err != nil {
 		return n, err
 	}
 	// Busy-poll: Recv itself is the cheapest check (one lock, one load
@@ -402,7 +532,7 @@ func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, er
 	if e.t.spin > 0 {
 		deadline := time.Now().Add(e.t.spin)
 		for i := 1; ; i++ {
-			if n, err := e.Recv(msgs); n > 0 || err != nil {
+			if n, err := poll(); n > 0 || err != nil {
 				return n, err
 			}
 			if i&255 == 0 {
@@ -420,7 +550,7 @@ func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, er
 			return 0, err
 		}
 		e.setSleep(&e.rxSleepP, &e.rxMu, 1)
-		n, err := e.Recv(msgs)
+		n, err := poll()
 		if n > 0 || err != nil {
 			e.setSleep(&e.rxSleepP, &e.rxMu, 0)
 			return n, err

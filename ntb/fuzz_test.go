@@ -44,6 +44,7 @@ func FuzzRecvRing(f *testing.F) {
 	f.Add(byte(1), uint16(32), rec(8, recFlagPad, 0))
 	f.Add(byte(0), uint16(8), []byte{})
 	f.Add(byte(0), uint16(0), []byte{})
+	f.Add(byte(0), uint16(1024), rec(600+alignSlack, recFlagAlign|recFlagImm, 3))
 	f.Fuzz(func(t *testing.T, mode byte, adv uint16, data []byte) {
 		const ring = 8192
 		tr := &Transport{cfg: Config{MaxMsgSize: 2048}, kick: make(chan struct{}, 1)}

@@ -113,7 +113,14 @@ const (
 	recFlagImm   = 1
 	recFlagPad   = 2
 	recFlagRMA   = 4
-	recFlagsMask = recFlagImm | recFlagPad | recFlagRMA
+	recFlagAlign = 8 // the payload starts at the next 64-byte boundary
+	recFlagsMask = recFlagImm | recFlagPad | recFlagRMA | recFlagAlign
+	// alignMin is the size from which Send aligns payloads to cache
+	// lines: a copy between aligned buffers runs faster, and 48 bytes of
+	// slack are nothing beside the payload.
+	alignMin = 512
+	// alignSlack is the most an aligned payload moves past its header.
+	alignSlack = 48
 )
 
 type layout struct {

@@ -106,6 +106,7 @@ func main() {
 	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
 	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
+	views := flag.Bool("views", false, "stream: the receiver takes zero-copy views of the messages (fabric.ViewReceiver) instead of copying them into its buffers")
 	doPin := flag.Bool("pin", false, "pin the sender and the receiver threads to CPUs 0 and 1")
 	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
 	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
@@ -233,7 +234,7 @@ func main() {
 			defer os.Remove(*addr)
 		}
 		cmd = exec.Command(self, "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
-			"-sizes", *sizesFlag, "-spin", spin.String(), "-pin="+strconv.FormatBool(*doPin))
+			"-sizes", *sizesFlag, "-spin", spin.String(), "-pin="+strconv.FormatBool(*doPin), "-views="+strconv.FormatBool(*views))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			fatal(err)
@@ -254,7 +255,12 @@ func main() {
 		if *doPin {
 			pin(1)
 		}
-		if err := serve(ctx, ep, *burst); err != nil {
+		if *views {
+			err = serveViews(ctx, ep, *burst)
+		} else {
+			err = serve(ctx, ep, *burst)
+		}
+		if err != nil {
 			fatal(err)
 		}
 		return
@@ -264,8 +270,12 @@ func main() {
 	}
 	var results []Result
 	if !*asJSON {
-		fmt.Printf("Weft perf: backend %s, burst %d, %v per run, median of %d runs, GOMAXPROCS %d\n",
-			*backend, *burst, *dur, *runs, runtime.GOMAXPROCS(0))
+		recv := "copies into its buffers (Recv)"
+		if *views {
+			recv = "takes zero-copy views (RecvViews)"
+		}
+		fmt.Printf("Weft perf: backend %s, burst %d, %v per run, median of %d runs, GOMAXPROCS %d; the receiver %s\n",
+			*backend, *burst, *dur, *runs, runtime.GOMAXPROCS(0), recv)
 		fmt.Printf("%-9s %-12s %-10s %-11s %-13s %s\n", "#bytes", "#messages", "Mmsg/s", "MB/s", "copy() MB/s", "vs copy()")
 	}
 	for _, size := range sizes {
@@ -457,6 +467,64 @@ func serve(ctx context.Context, ep fabric.Endpoint, burst int) error {
 			case immQuit:
 				return nil
 			}
+		}
+	}
+}
+
+// serveViews is serve with a receiver that takes views of the messages
+// where they arrived (fabric.ViewReceiver) and releases each burst after
+// reading the first and last byte of every message.
+func serveViews(ctx context.Context, ep fabric.Endpoint, burst int) error {
+	vr, ok := ep.(fabric.ViewReceiver)
+	if !ok {
+		return fmt.Errorf("backend %s has no zero-copy receive (fabric.ViewReceiver)", ep.Caps().Backend)
+	}
+	views := make([]fabric.View, burst)
+	ctl, err := ep.Alloc(64, 0)
+	if err != nil {
+		return err
+	}
+	var count uint64
+	var t0 time.Time
+	var sum byte
+	for {
+		n, err := vr.RecvViewsWait(ctx, views)
+		if err != nil {
+			if errors.Is(err, fabric.ErrPeerGone) {
+				return nil
+			}
+			return err
+		}
+		for i := 0; i < n; i++ {
+			v := &views[i]
+			if v.Flags&fabric.FlagImm == 0 {
+				if count == 0 {
+					t0 = time.Now()
+				}
+				if len(v.Data) > 0 {
+					sum += v.Data[0] + v.Data[len(v.Data)-1]
+				}
+				count++
+				continue
+			}
+			switch v.Imm {
+			case immStart:
+				count = 0
+			case immStop:
+				el := time.Since(t0)
+				binary.LittleEndian.PutUint64(ctl.Bytes(), count)
+				binary.LittleEndian.PutUint64(ctl.Bytes()[8:], uint64(el.Nanoseconds()))
+				out := []fabric.Message{{SGEs: []fabric.SGE{{Region: ctl, Length: 16}}}}
+				if _, err := ep.SendWait(ctx, out); err != nil {
+					return err
+				}
+			case immQuit:
+				sink = []byte{sum}
+				return vr.ReleaseViews(n)
+			}
+		}
+		if err := vr.ReleaseViews(n); err != nil {
+			return err
 		}
 	}
 }

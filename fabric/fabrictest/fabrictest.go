@@ -83,6 +83,7 @@ func Cases() []Case {
 		{"RMA", rmaA, rmaB},
 		{"CloseWhileBlocked", closeA, closeB},
 		{"Concurrent", concurrentA, concurrentB},
+		{"Views", viewsA, viewsB},
 	}
 	return append(cs, violationCases()...)
 }

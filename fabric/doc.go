@@ -24,6 +24,11 @@
 // until the peer signals, which keeps latency at the spinning level while
 // idle endpoints cost no CPU.
 //
+// Endpoints that can deliver messages in place also implement
+// ViewReceiver: RecvViews returns Views into the backend's receive memory
+// and ReleaseViews gives them back, oldest first, so a large message is
+// copied once (by the sender) instead of twice.
+//
 // Write and Read are one-sided RMA into memory the peer registered with
 // remote access and described with Region.Remote. The target's rules are
 // enforced before memory is touched: a wrong key, a missing permission or

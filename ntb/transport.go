@@ -83,7 +83,7 @@ type Config struct {
 }
 
 const (
-	protoVersion = 0x57460001 // "WF", 0x0001
+	protoVersion = 0x57460002 // "WF", 0x0002: producer position word, aligned payloads
 
 	spadVersion = iota - 1
 	spadQueues

@@ -12,7 +12,9 @@ import (
 // TestZeroAllocs checks that the per-packet paths allocate nothing: Add,
 // AddBurst, Flush, Tick, Poll, Reclaim on the sender; Recv and Release on
 // the receiver, for good batches and for malformed ones.
-func TestZeroAllocs(t *testing.T) {
+func TestZeroAllocs(t *testing.T) { bothModes(t, testZeroAllocs) }
+
+func testZeroAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}

@@ -115,7 +115,9 @@ func sender(ctx context.Context, t testing.TB, ep fabric.Endpoint, c *batch.Coal
 
 // TestIntegrity streams packets of random sizes 1..1500 through batches
 // and checks every byte and the order at the receiver.
-func TestIntegrity(t *testing.T) {
+func TestIntegrity(t *testing.T) { bothModes(t, testIntegrity) }
+
+func testIntegrity(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		inline int // 0: the backend's (NTB copies: batches complete at Send)
@@ -323,7 +325,9 @@ func TestDeadlineRun(t *testing.T) {
 // stay queued (Pending, Stats.Backpressure), Add refuses packets with
 // ErrFull once every descriptor is busy, and when the receiver drains,
 // every packet arrives exactly once, in order.
-func TestBackpressure(t *testing.T) {
+func TestBackpressure(t *testing.T) { bothModes(t, testBackpressure) }
+
+func testBackpressure(t *testing.T) {
 	a, b := pair(t, ntb.Config{RingSize: 8192, MaxMsgSize: 2048})
 	c := newCoalescer(t, a, &batch.Options{Depth: 8, Deadline: -1})
 	s := newSplitter(t, b, nil)
@@ -406,7 +410,9 @@ func TestBackpressure(t *testing.T) {
 // backend copies (inline), only after the completion for signaled ones,
 // and that Complete and the internal poll tell the coalescer's
 // completions from the program's.
-func TestOwnership(t *testing.T) {
+func TestOwnership(t *testing.T) { bothModes(t, testOwnership) }
+
+func testOwnership(t *testing.T) {
 	a, b := pair(t, ntb.Config{})
 	s := newSplitter(t, b, nil)
 	src, _ := a.Alloc(64<<10, 0)
@@ -624,7 +630,9 @@ func TestClose(t *testing.T) {
 
 // TestRaw checks that messages sent without the coalescer come through
 // whole, in order with batches.
-func TestRaw(t *testing.T) {
+func TestRaw(t *testing.T) { bothModes(t, testRaw) }
+
+func testRaw(t *testing.T) {
 	a, b := pair(t, ntb.Config{})
 	c := newCoalescer(t, a, nil)
 	s := newSplitter(t, b, nil)
@@ -664,7 +672,9 @@ func TestRaw(t *testing.T) {
 // TestSlots checks slot reuse and release rules: packets hold their slot,
 // a full splitter receives nothing until a release, and releasing twice
 // panics instead of corrupting a slot.
-func TestSlots(t *testing.T) {
+func TestSlots(t *testing.T) { bothModes(t, testSlots) }
+
+func testSlots(t *testing.T) {
 	a, b := pair(t, ntb.Config{})
 	c := newCoalescer(t, a, &batch.Options{MaxPackets: 4, Deadline: -1})
 	s := newSplitter(t, b, &batch.SplitterOptions{Slots: 2, SlotSize: 1024})
@@ -736,7 +746,9 @@ func TestSlots(t *testing.T) {
 // immediate) straight through the endpoint: each is dropped and counted,
 // Recv reports a *HeaderError matching fabric.ErrMalformed, nothing
 // panics, and the slot comes back.
-func TestMalformed(t *testing.T) {
+func TestMalformed(t *testing.T) { bothModes(t, testMalformed) }
+
+func testMalformed(t *testing.T) {
 	a, b := pair(t, ntb.Config{})
 	s := newSplitter(t, b, &batch.SplitterOptions{Slots: 4, SlotSize: 2048})
 	src, _ := a.Alloc(8192, 0)
@@ -851,7 +863,9 @@ func TestMalformed(t *testing.T) {
 }
 
 // TestGroup routes packets to two next hops over two bridges.
-func TestGroup(t *testing.T) {
+func TestGroup(t *testing.T) { bothModes(t, testGroup) }
+
+func testGroup(t *testing.T) {
 	a0, b0 := pair(t, ntb.Config{})
 	a1, b1 := pair(t, ntb.Config{})
 	g, err := batch.NewGroup([]fabric.Endpoint{a0, a1}, &batch.Options{MaxPackets: 5, Deadline: time.Millisecond})
@@ -901,7 +915,9 @@ func TestGroup(t *testing.T) {
 // TestConcurrent: several goroutines add to one coalescer while Run keeps
 // the deadline, and worker goroutines release packets the receiver hands
 // them. Each sender's packets arrive in its order.
-func TestConcurrent(t *testing.T) {
+func TestConcurrent(t *testing.T) { bothModes(t, testConcurrent) }
+
+func testConcurrent(t *testing.T) {
 	a, b := pair(t, ntb.Config{})
 	c := newCoalescer(t, a, &batch.Options{Deadline: 20 * time.Microsecond})
 	s := newSplitter(t, b, &batch.SplitterOptions{Slots: 16})

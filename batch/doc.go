@@ -41,7 +41,12 @@
 // packet of it. The header is validated before any packet is delivered: a
 // malformed batch is dropped and counted, and Recv returns a *HeaderError
 // matching fabric.ErrMalformed; no input can make it read out of bounds or
-// panic. Messages that are not batches (sent by plain Send, without the
+// panic. On an endpoint that can hand out its receive memory in place
+// (fabric.ViewReceiver: ntb), the splitter takes views instead and copies
+// nothing at all: a slot then stands for one held view, given back to the
+// endpoint, in order, once its packets are released; lengths are
+// re-checked as packets are cut, since the peer can still write that
+// memory. Messages that are not batches (sent by plain Send, without the
 // batch immediate) are delivered whole, as one packet with Raw set, so a
 // peer may mix batched and unbatched traffic.
 //

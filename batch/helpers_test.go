@@ -53,11 +53,40 @@ func newCoalescer(t testing.TB, ep fabric.Endpoint, o *batch.Options) *batch.Coa
 	return c
 }
 
+// copyMode makes newSplitter force the copying receive path (see
+// bothModes).
+var copyMode bool
+
+// bothModes runs f twice: with splitters that take the ntb endpoint's
+// zero-copy views (the default) and with splitters that copy into slots
+// of their own (SplitterOptions.Copy).
+func bothModes(t *testing.T, f func(t *testing.T)) {
+	for _, c := range []bool{false, true} {
+		name := "views"
+		if c {
+			name = "copy"
+		}
+		t.Run(name, func(t *testing.T) {
+			copyMode = c
+			defer func() { copyMode = false }()
+			f(t)
+		})
+	}
+}
+
 func newSplitter(t testing.TB, ep fabric.Endpoint, o *batch.SplitterOptions) *batch.Splitter {
 	t.Helper()
-	s, err := batch.NewSplitter(ep, o)
+	var opts batch.SplitterOptions
+	if o != nil {
+		opts = *o
+	}
+	opts.Copy = opts.Copy || copyMode
+	s, err := batch.NewSplitter(ep, &opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := ep.(fabric.ViewReceiver); ok && s.Views() == opts.Copy {
+		t.Fatalf("splitter Views() = %v with Copy %v on an endpoint with views", s.Views(), opts.Copy)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s

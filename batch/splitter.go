@@ -25,8 +25,13 @@ type SplitterOptions struct {
 	Slots int
 	// SlotSize is the size of a slot in bytes; it must hold the largest
 	// message the peer sends, a batch of its MaxBytes (0: Caps.MaxMsgSize).
-	// A longer message is dropped (DropTruncated).
+	// A longer message is dropped (DropTruncated), with views too.
 	SlotSize int
+	// Copy makes the splitter receive into slots of its own with Recv even
+	// when the endpoint can hand out its receive memory in place
+	// (fabric.ViewReceiver, the ntb backend): by default it then takes
+	// views and copies nothing, and each slot stands for one held view.
+	Copy bool
 }
 
 // Packet is a packet delivered by a Splitter: a view into a receive slot,
@@ -70,8 +75,10 @@ type splitterCounters struct {
 }
 
 // Splitter receives batches on an endpoint and splits them into packets
-// without copying them. It receives into slots of a region it allocates;
-// a slot holds one message until every packet of it has been released.
+// without copying them. It receives into slots of a region it allocates,
+// or, on an endpoint that implements fabric.ViewReceiver, takes views of
+// the endpoint's receive memory (no copy at all); a slot holds one message
+// until every packet of it has been released.
 //
 // Recv and RecvWait may be called from several goroutines but are
 // serialised; Release and Stats may be called from any goroutine at any
@@ -100,8 +107,17 @@ type Splitter struct {
 
 	// Slots freed by Release (any goroutine) wait here until Recv moves
 	// them to the stack.
-	retMu    sync.Mutex
-	ret      []int32
+	retMu sync.Mutex
+	ret   []int32
+	// View mode (vr != nil): slot q%len(slots) holds view number q; views
+	// go back to the endpoint in order, as their slots finish.
+	vr       fabric.ViewReceiver
+	views    []fabric.View
+	vt       uint64        // views received (rxMu)
+	vtA      atomic.Uint64 // vt, for finish
+	vh       atomic.Uint64 // views released to the endpoint
+	done     []atomic.Bool // slot's packets all released, its view not yet
+	relMu    sync.Mutex
 	nret     atomic.Int32
 	inUse    atomic.Int32 // slots holding a message
 	closed   atomic.Bool
@@ -125,6 +141,12 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 	if o.Slots < 1 || o.SlotSize < FixedHeaderSize+3 {
 		return nil, fmt.Errorf("batch: %d slots of %d bytes: %w", o.Slots, o.SlotSize, fabric.ErrInvalid)
 	}
+	if vr, ok := ep.(fabric.ViewReceiver); ok && !o.Copy {
+		s := &Splitter{ep: ep, vr: vr, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots),
+			views: make([]fabric.View, o.Slots), done: make([]atomic.Bool, o.Slots), pend: make([]int32, o.Slots),
+			dropped: make([]int32, 0, o.Slots)}
+		return s, nil
+	}
 	reg, err := ep.Alloc(o.Slots*o.SlotSize, fabric.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("batch: receive region: %w", err)
@@ -142,6 +164,10 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 	}
 	return s, nil
 }
+
+// Views reports whether the splitter takes views of the endpoint's
+// receive memory instead of copying messages into slots of its own.
+func (s *Splitter) Views() bool { return s.vr != nil }
 
 // Slots returns the number of receive slots.
 func (s *Splitter) Slots() int { return len(s.slots) }
@@ -206,6 +232,9 @@ func (s *Splitter) recv(ctx context.Context, pkts []Packet) (int, error) {
 }
 
 func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
+	if s.vr != nil {
+		return s.recvViewsLocked(ctx, pkts)
+	}
 	n := s.drain(pkts)
 	var first error
 	for n < len(pkts) {
@@ -234,7 +263,21 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 		s.lo += r
 		s.inUse.Add(int32(r))
 		for i := 0; i < r; i++ {
-			if e := s.accept(s.readyIdx[lo+i], &msgs[i]); e != nil && first == nil {
+			idx, m := s.readyIdx[lo+i], &msgs[i]
+			sl := &s.slots[idx]
+			var e error
+			if m.Flags&fabric.FlagTruncated != 0 || (m.Flags&fabric.FlagRemoteWrite == 0 && m.Len > len(sl.buf)) {
+				s.ctr.drops[DropTruncated].Add(1)
+				s.dropped = append(s.dropped, idx)
+				e = errTruncated
+			} else {
+				var data []byte
+				if m.Flags&fabric.FlagRemoteWrite == 0 {
+					data = sl.buf[:m.Len:m.Len]
+				}
+				e = s.accept(idx, m.Flags, m.Imm, data)
+			}
+			if e != nil && first == nil {
 				first = e
 			}
 		}
@@ -253,6 +296,84 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 	return n, first
 }
 
+// recvViewsLocked is recvLocked in view mode: each message stays where
+// the endpoint received it and takes the next slot in order.
+func (s *Splitter) recvViewsLocked(ctx context.Context, pkts []Packet) (int, error) {
+	n := s.drain(pkts)
+	var first error
+	nslots := uint64(len(s.slots))
+	for n < len(pkts) {
+		want := (len(pkts) - n + s.perMsg - 1) / s.perMsg
+		k := min(want, len(s.slots)-int(s.vt-s.vh.Load()))
+		if k <= 0 {
+			s.ctr.full.Add(1)
+			break
+		}
+		views := s.views[:k]
+		var r int
+		var err error
+		if ctx != nil && n == 0 && first == nil {
+			r, err = s.vr.RecvViewsWait(ctx, views)
+		} else {
+			r, err = s.vr.RecvViews(views)
+		}
+		r = min(max(r, 0), k)
+		base := s.vt
+		s.vt += uint64(r)
+		s.vtA.Store(s.vt)
+		s.inUse.Add(int32(r))
+		for i := 0; i < r; i++ {
+			v := &views[i]
+			idx := int32((base + uint64(i)) % nslots)
+			var e error
+			if v.Flags&fabric.FlagRemoteWrite == 0 && len(v.Data) > s.slotSize {
+				s.ctr.drops[DropTruncated].Add(1)
+				s.dropped = append(s.dropped, idx)
+				e = errTruncated
+			} else {
+				e = s.accept(idx, v.Flags, v.Imm, v.Data)
+			}
+			if e != nil && first == nil {
+				first = e
+			}
+		}
+		for _, idx := range s.dropped {
+			s.finish(idx)
+		}
+		s.dropped = s.dropped[:0]
+		n += s.drain(pkts[n:])
+		if err != nil {
+			return n, err
+		}
+		if r < k {
+			break
+		}
+	}
+	return n, first
+}
+
+// finish marks the view in slot idx done and gives the endpoint back every
+// done view at the head of the line. Any goroutine may call it.
+func (s *Splitter) finish(idx int32) {
+	s.inUse.Add(-1)
+	s.done[idx].Store(true)
+	s.relMu.Lock()
+	nslots := uint64(len(s.slots))
+	h, t := s.vh.Load(), s.vtA.Load()
+	q := h
+	for q < t && s.done[q%nslots].Load() {
+		s.done[q%nslots].Store(false)
+		q++
+	}
+	if q != h {
+		// Only fails once the endpoint is closed, when it no longer
+		// matters.
+		s.vr.ReleaseViews(int(q - h))
+		s.vh.Store(q)
+	}
+	s.relMu.Unlock()
+}
+
 // collect moves released slots onto the stack of free slots.
 func (s *Splitter) collect() {
 	s.retMu.Lock()
@@ -266,23 +387,18 @@ func (s *Splitter) collect() {
 	s.retMu.Unlock()
 }
 
-// accept takes a received message in slot idx: a batch is validated and
-// queued for delivery, a raw message is queued whole, anything else is
+// accept takes a received message in slot idx: data is its payload (nil
+// for the notification of an RMA write). A batch is validated and queued
+// for delivery, a raw message is queued whole, a malformed batch is
 // dropped and its slot freed.
-func (s *Splitter) accept(idx int32, m *fabric.Message) error {
+func (s *Splitter) accept(idx int32, flags fabric.MsgFlags, imm uint32, data []byte) error {
 	sl := &s.slots[idx]
-	if m.Flags&fabric.FlagTruncated != 0 || (m.Flags&fabric.FlagRemoteWrite == 0 && m.Len > len(sl.buf)) {
-		s.ctr.drops[DropTruncated].Add(1)
-		s.dropped = append(s.dropped, idx)
-		return errTruncated
-	}
 	switch {
-	case m.Flags&fabric.FlagRemoteWrite != 0:
-		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = nil, 1, true, m.Flags, m.Imm
+	case flags&fabric.FlagRemoteWrite != 0:
+		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = nil, 1, true, flags, imm
 		s.ctr.raw.Add(1)
-	case m.Flags&fabric.FlagImm != 0 && m.Imm == Imm:
-		msg := sl.buf[:m.Len:m.Len]
-		h, err := ParseHeader(msg)
+	case flags&fabric.FlagImm != 0 && imm == Imm:
+		h, err := ParseHeader(data)
 		if err != nil {
 			s.ctr.drops[DropMalformed].Add(1)
 			s.dropped = append(s.dropped, idx)
@@ -292,13 +408,13 @@ func (s *Splitter) accept(idx int32, m *fabric.Message) error {
 			s.ctr.seqGaps.Add(1)
 		}
 		s.lastSeq, s.haveSeq = h.Seq, true
-		sl.msg, sl.count, sl.off, sl.raw, sl.flags, sl.imm = msg, h.Count, h.Len, false, 0, 0
+		sl.msg, sl.count, sl.off, sl.raw, sl.flags, sl.imm = data, h.Count, h.Len, false, 0, 0
 		s.ctr.batches.Add(1)
 		s.ctr.packets.Add(uint64(h.Count))
-		s.ctr.bytes.Add(uint64(len(msg) - h.Len))
+		s.ctr.bytes.Add(uint64(len(data) - h.Len))
 		s.ctr.sizes[SizeBucket(h.Count)].Add(1)
 	default:
-		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = sl.buf[:m.Len:m.Len], 1, true, m.Flags, m.Imm
+		sl.msg, sl.count, sl.raw, sl.flags, sl.imm = data, 1, true, flags, imm
 		s.ctr.raw.Add(1)
 	}
 	s.perMsg = sl.count
@@ -325,6 +441,16 @@ func (s *Splitter) drain(pkts []Packet) int {
 			msg, off := sl.msg, sl.off
 			for sl.next < sl.count && n < len(pkts) {
 				l := packetLen(msg, sl.next)
+				if l > len(msg)-off {
+					// The lengths changed after ParseHeader checked them:
+					// a view of memory the peer can still write. Drop the
+					// rest of the batch.
+					s.ctr.drops[DropMalformed].Add(1)
+					left := int32(sl.count - sl.next)
+					sl.next = sl.count
+					s.release(idx32(ref), gen, left)
+					break
+				}
 				pkts[n] = Packet{Data: msg[off : off+l : off+l], slot: ref, gen: gen}
 				off += l
 				sl.next++
@@ -338,6 +464,8 @@ func (s *Splitter) drain(pkts []Packet) int {
 	}
 	return n
 }
+
+func idx32(ref uint32) uint32 { return ref - 1 }
 
 // drop returns the slot of a dropped message to the free stack; the
 // caller holds rxMu.
@@ -390,7 +518,11 @@ func (s *Splitter) release(idx, gen uint32, k int32) {
 		panic("batch: Release of a packet that was already released")
 	}
 	if v == 0 {
-		s.giveBack(int32(idx))
+		if s.vr != nil {
+			s.finish(int32(idx))
+		} else {
+			s.giveBack(int32(idx))
+		}
 	}
 }
 
@@ -428,5 +560,9 @@ func (s *Splitter) Close() error {
 }
 
 func (s *Splitter) freeRegion() {
-	s.freeOnce.Do(func() { s.reg.Close() })
+	s.freeOnce.Do(func() {
+		if s.reg != nil {
+			s.reg.Close()
+		}
+	})
 }

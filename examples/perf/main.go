@@ -106,6 +106,7 @@ func main() {
 	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
 	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
 	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
+	splitCopy := flag.Bool("split-copy", false, "sweep: the batch splitter copies batches into slots of its own even where the endpoint offers zero-copy views")
 	views := flag.Bool("views", false, "stream: the receiver takes zero-copy views of the messages (fabric.ViewReceiver) instead of copying them into its buffers")
 	doPin := flag.Bool("pin", false, "pin the sender and the receiver threads to CPUs 0 and 1")
 	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
@@ -163,7 +164,7 @@ func main() {
 			if *doPin {
 				pin(1)
 			}
-			if err := serveSweep(ctx, ep); err != nil {
+			if err := serveSweep(ctx, ep, *splitCopy); err != nil {
 				pprof.StopCPUProfile()
 				fatal(err)
 			}
@@ -173,6 +174,7 @@ func main() {
 			cfg.pinned = pin(0) >= 0
 		}
 		cfg.cpuProfile = *cpuProfile
+		cfg.splitCopy = *splitCopy
 		cfg.clean = *cleanShare
 		cfg.minClean, cfg.maxRuns, cfg.plotAll = *minClean, *maxRuns, *plotAll
 		if *fromJSON != "" {

@@ -64,6 +64,7 @@ type sweepConfig struct {
 	asJSON          bool
 	plotPath        string
 	maxMsg          int
+	splitCopy       bool // the splitter copies even where views are offered
 	pinned          bool
 	cpuProfile      string
 	clean           float64
@@ -220,7 +221,8 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 		os.Remove(addr)
 		defer os.Remove(addr)
 		args := []string{"-server", "-mode", "sweep", "-backend", backend, "-addr", addr,
-			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin=" + strconv.FormatBool(cfg.pinned)}
+			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin=" + strconv.FormatBool(cfg.pinned),
+			"-split-copy=" + strconv.FormatBool(cfg.splitCopy)}
 		if cfg.cpuProfile != "" {
 			args = append(args, "-cpuprofile", cfg.cpuProfile+".server")
 		}
@@ -672,8 +674,8 @@ func (s *sender) finish(ctx context.Context) error {
 
 // serveSweep is the receiving side of the sweep: plain messages in the
 // unbatched and burst modes, a batch.Splitter in the batched mode.
-func serveSweep(ctx context.Context, ep fabric.Endpoint) error {
-	split, err := batch.NewSplitter(ep, nil)
+func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
+	split, err := batch.NewSplitter(ep, &batch.SplitterOptions{Copy: splitCopy})
 	if err != nil {
 		return err
 	}

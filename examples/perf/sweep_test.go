@@ -65,7 +65,7 @@ func TestSweep(t *testing.T) {
 	}
 	defer b.Close()
 	served := make(chan error, 1)
-	go func() { served <- serveSweep(ctx, b) }()
+	go func() { served <- serveSweep(ctx, b, false) }()
 
 	cfg := sweepConfig{sizes: []int{64, 1500}, modes: allModes, dur: 50 * time.Millisecond,
 		latDur: 30 * time.Millisecond, runs: 1, group: 32, latRate: 100e3, maxMsg: 64 << 10}

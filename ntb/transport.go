@@ -23,9 +23,8 @@ import (
 //
 // Window 0 of each side holds, at fixed offsets:
 //
-//	[0, 4096)        control: per queue, the peer's producer position in
-//	                 our receive ring, its consumer position in our send
-//	                 ring and its sleep flags
+//	[0, 4096)        control: per queue, the peer's consumer index of our
+//	                 send ring and the peer's sleep flags
 //	[4096, 12288)    the peer's region table: keys, bounds and rights of
 //	                 the peer's RMA regions, which we check before RMA
 //	[16384, ...)     receive rings, RingSize bytes per queue
@@ -83,7 +82,7 @@ type Config struct {
 }
 
 const (
-	protoVersion = 0x57460002 // "WF", 0x0002: producer position word, aligned payloads
+	protoVersion = 0x57460001 // "WF", 0x0001
 
 	spadVersion = iota - 1
 	spadQueues
@@ -103,7 +102,6 @@ const (
 	ctrlTxHead   = 0   // u64: peer's consumer position in our send ring
 	ctrlRxSleep  = 64  // u32: peer's receiver sleeps on our send ring
 	ctrlTxSleep  = 128 // u32: peer's sender waits for room in our receive ring
-	ctrlRxTail   = 192 // u64: peer's producer position in our receive ring
 	mrOff        = 4096
 	mrEntries    = 256
 	mrEntrySize  = 32
@@ -113,14 +111,7 @@ const (
 	recFlagImm   = 1
 	recFlagPad   = 2
 	recFlagRMA   = 4
-	recFlagAlign = 8 // the payload starts at the next 64-byte boundary
-	recFlagsMask = recFlagImm | recFlagPad | recFlagRMA | recFlagAlign
-	// alignMin is the size from which Send aligns payloads to cache
-	// lines: a copy between aligned buffers runs faster, and 48 bytes of
-	// slack are nothing beside the payload.
-	alignMin = 512
-	// alignSlack is the most an aligned payload moves past its header.
-	alignSlack = 48
+	recFlagsMask = recFlagImm | recFlagPad | recFlagRMA
 )
 
 type layout struct {

@@ -418,6 +418,49 @@ func stream(ctx context.Context, ep fabric.Endpoint, size, burst int, d time.Dur
 		MmsgPerS: float64(count) / secs / 1e6, MBPerS: float64(count) * float64(size) / secs / 1e6}, nil
 }
 
+// counter is the server side of a stream: it counts data messages
+// between a start and a stop control message and times them from the first
+// one to the stop.
+type counter struct {
+	ep    fabric.Endpoint
+	ctl   *fabric.Region
+	count uint64
+	t0    time.Time
+}
+
+func newCounter(ep fabric.Endpoint) (*counter, error) {
+	ctl, err := ep.Alloc(64, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &counter{ep: ep, ctl: ctl}, nil
+}
+
+// data counts one data message.
+func (c *counter) data() {
+	if c.count == 0 {
+		c.t0 = time.Now()
+	}
+	c.count++
+}
+
+// control handles a control message; it reports quit for immQuit.
+func (c *counter) control(ctx context.Context, imm uint32) (quit bool, err error) {
+	switch imm {
+	case immStart:
+		c.count = 0
+	case immStop:
+		el := time.Since(c.t0)
+		binary.LittleEndian.PutUint64(c.ctl.Bytes(), c.count)
+		binary.LittleEndian.PutUint64(c.ctl.Bytes()[8:], uint64(el.Nanoseconds()))
+		out := []fabric.Message{{SGEs: []fabric.SGE{{Region: c.ctl, Length: 16}}}}
+		_, err = c.ep.SendWait(ctx, out)
+	case immQuit:
+		quit = true
+	}
+	return quit, err
+}
+
 // serve receives bursts and counts them; between a start and a stop
 // control message it times the stream from its first message to the stop.
 func serve(ctx context.Context, ep fabric.Endpoint, burst int) error {
@@ -432,12 +475,10 @@ func serve(ctx context.Context, ep fabric.Endpoint, burst int) error {
 		sges[i] = fabric.SGE{Region: buf, Offset: i * max, Length: max}
 		msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
 	}
-	ctl, err := ep.Alloc(64, 0)
+	c, err := newCounter(ep)
 	if err != nil {
 		return err
 	}
-	var count uint64
-	var t0 time.Time
 	for {
 		n, err := ep.RecvWait(ctx, msgs)
 		if err != nil {
@@ -449,25 +490,11 @@ func serve(ctx context.Context, ep fabric.Endpoint, burst int) error {
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			if m.Flags&fabric.FlagImm == 0 {
-				if count == 0 {
-					t0 = time.Now()
-				}
-				count++
+				c.data()
 				continue
 			}
-			switch m.Imm {
-			case immStart:
-				count = 0
-			case immStop:
-				el := time.Since(t0)
-				binary.LittleEndian.PutUint64(ctl.Bytes(), count)
-				binary.LittleEndian.PutUint64(ctl.Bytes()[8:], uint64(el.Nanoseconds()))
-				out := []fabric.Message{{SGEs: []fabric.SGE{{Region: ctl, Length: 16}}}}
-				if _, err := ep.SendWait(ctx, out); err != nil {
-					return err
-				}
-			case immQuit:
-				return nil
+			if quit, err := c.control(ctx, m.Imm); quit || err != nil {
+				return err
 			}
 		}
 	}
@@ -482,12 +509,10 @@ func serveViews(ctx context.Context, ep fabric.Endpoint, burst int) error {
 		return fmt.Errorf("backend %s has no zero-copy receive (fabric.ViewReceiver)", ep.Caps().Backend)
 	}
 	views := make([]fabric.View, burst)
-	ctl, err := ep.Alloc(64, 0)
+	c, err := newCounter(ep)
 	if err != nil {
 		return err
 	}
-	var count uint64
-	var t0 time.Time
 	var sum byte
 	for {
 		n, err := vr.RecvViewsWait(ctx, views)
@@ -500,29 +525,15 @@ func serveViews(ctx context.Context, ep fabric.Endpoint, burst int) error {
 		for i := 0; i < n; i++ {
 			v := &views[i]
 			if v.Flags&fabric.FlagImm == 0 {
-				if count == 0 {
-					t0 = time.Now()
-				}
 				if len(v.Data) > 0 {
 					sum += v.Data[0] + v.Data[len(v.Data)-1]
 				}
-				count++
+				c.data()
 				continue
 			}
-			switch v.Imm {
-			case immStart:
-				count = 0
-			case immStop:
-				el := time.Since(t0)
-				binary.LittleEndian.PutUint64(ctl.Bytes(), count)
-				binary.LittleEndian.PutUint64(ctl.Bytes()[8:], uint64(el.Nanoseconds()))
-				out := []fabric.Message{{SGEs: []fabric.SGE{{Region: ctl, Length: 16}}}}
-				if _, err := ep.SendWait(ctx, out); err != nil {
-					return err
-				}
-			case immQuit:
+			if quit, err := c.control(ctx, v.Imm); quit || err != nil {
 				sink = []byte{sum}
-				return vr.ReleaseViews(n)
+				return err
 			}
 		}
 		if err := vr.ReleaseViews(n); err != nil {

@@ -16,10 +16,10 @@ type MakeBenchPair func(b *testing.B) (a, z fabric.Endpoint)
 // nothing, on either side.
 func Benchmark(b *testing.B, mk MakeBenchPair) {
 	for _, size := range []int{64, 1024, 4096, 65536} {
-		b.Run("Stream/"+sizeName(size), func(b *testing.B) { benchStream(b, mk, size, 32) })
+		b.Run("Stream/"+sizeName(size), func(b *testing.B) { benchStream(b, mk, size, 32, false) })
 	}
 	for _, size := range []int{64, 65536} {
-		b.Run("StreamViews/"+sizeName(size), func(b *testing.B) { benchStreamViews(b, mk, size, 32) })
+		b.Run("StreamViews/"+sizeName(size), func(b *testing.B) { benchStream(b, mk, size, 32, true) })
 	}
 	for _, size := range []int{64, 4096} {
 		b.Run("PingPong/"+sizeName(size), func(b *testing.B) { benchPingPong(b, mk, size) })
@@ -60,67 +60,14 @@ func itoa(n int) string {
 	return string(b[i:])
 }
 
-func benchStream(b *testing.B, mk MakeBenchPair, size, burst int) {
-	a, z := mk(b)
-	size = min(size, a.Caps().MaxMsgSize)
-	src, err := a.Alloc(size, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dst, err := z.Alloc(size*burst, fabric.AccessLocalWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	smsgs := make([]fabric.Message, burst)
-	sge := []fabric.SGE{{Region: src, Length: size}}
-	for i := range smsgs {
-		smsgs[i] = fabric.Message{SGEs: sge}
-	}
-	rmsgs := make([]fabric.Message, burst)
-	rsges := make([]fabric.SGE, burst)
-	for i := range rmsgs {
-		rsges[i] = fabric.SGE{Region: dst, Offset: i * size, Length: size}
-		rmsgs[i] = fabric.Message{SGEs: rsges[i : i+1]}
-	}
-	ctx := context.Background()
-	done := make(chan error, 1)
-	b.ReportAllocs()
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	total := b.N
-	go func() {
-		for got := 0; got < total; {
-			n, err := z.RecvWait(ctx, rmsgs)
-			if err != nil {
-				done <- err
-				return
-			}
-			got += n
-		}
-		done <- nil
-	}()
-	for sent := 0; sent < total; {
-		k := min(burst, total-sent)
-		n, err := a.SendWait(ctx, smsgs[:k])
-		if err != nil {
-			b.Fatal(err)
-		}
-		sent += n
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(total)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
-}
-
-// benchStreamViews is benchStream with a receiver that takes views
-// (fabric.ViewReceiver) and releases each burst after reading the first
-// and last byte of every message.
-func benchStreamViews(b *testing.B, mk MakeBenchPair, size, burst int) {
+// benchStream streams size-byte messages in bursts from a to z. With
+// views the receiver takes them as views (fabric.ViewReceiver) and
+// releases each burst after reading the first and last byte of every
+// message; otherwise it copies them out with RecvWait.
+func benchStream(b *testing.B, mk MakeBenchPair, size, burst int, views bool) {
 	a, z := mk(b)
 	vr, ok := z.(fabric.ViewReceiver)
-	if !ok {
+	if views && !ok {
 		b.Skip("no fabric.ViewReceiver")
 	}
 	size = min(size, a.Caps().MaxMsgSize)
@@ -133,33 +80,49 @@ func benchStreamViews(b *testing.B, mk MakeBenchPair, size, burst int) {
 	for i := range smsgs {
 		smsgs[i] = fabric.Message{SGEs: sge}
 	}
-	views := make([]fabric.View, burst)
 	ctx := context.Background()
+	var recv func() (int, error)
+	if views {
+		vs := make([]fabric.View, burst)
+		recv = func() (int, error) {
+			n, err := vr.RecvViewsWait(ctx, vs)
+			for i := 0; i < n; i++ {
+				if d := vs[i].Data; len(d) > 0 {
+					benchSink += d[0] + d[len(d)-1]
+				}
+			}
+			if err == nil {
+				err = vr.ReleaseViews(n)
+			}
+			return n, err
+		}
+	} else {
+		dst, err := z.Alloc(size*burst, fabric.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rmsgs := make([]fabric.Message, burst)
+		rsges := make([]fabric.SGE, burst)
+		for i := range rmsgs {
+			rsges[i] = fabric.SGE{Region: dst, Offset: i * size, Length: size}
+			rmsgs[i] = fabric.Message{SGEs: rsges[i : i+1]}
+		}
+		recv = func() (int, error) { return z.RecvWait(ctx, rmsgs) }
+	}
 	done := make(chan error, 1)
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	total := b.N
 	go func() {
-		var sum byte
 		for got := 0; got < total; {
-			n, err := vr.RecvViewsWait(ctx, views)
+			n, err := recv()
 			if err != nil {
-				done <- err
-				return
-			}
-			for i := 0; i < n; i++ {
-				if d := views[i].Data; len(d) > 0 {
-					sum += d[0] + d[len(d)-1]
-				}
-			}
-			if err := vr.ReleaseViews(n); err != nil {
 				done <- err
 				return
 			}
 			got += n
 		}
-		benchSink = sum
 		done <- nil
 	}()
 	for sent := 0; sent < total; {
@@ -177,6 +140,7 @@ func benchStreamViews(b *testing.B, mk MakeBenchPair, size, burst int) {
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
 }
 
+// benchSink keeps the bytes the views benchmark reads alive.
 var benchSink byte
 
 func benchPingPong(b *testing.B, mk MakeBenchPair, size int) {

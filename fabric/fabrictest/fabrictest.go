@@ -424,17 +424,31 @@ func orderedA(t *testing.T, ep fabric.Endpoint) {
 	if r.caps.MaxMsgSize < 8 {
 		t.Skip("messages smaller than 8 bytes")
 	}
-	const burst = 32
+	sendNumbered(t, r, orderedCount, 32, 512, func(i int) int { return orderedSize(i, r.caps.MaxMsgSize) })
+	if !r.caps.Reliable {
+		// Datagrams may be lost, the end marker too: repeat it until B
+		// answers.
+		unreliableEnd(t, r, "ordered-end", "ordered-ok")
+		return
+	}
+	r.expect("ordered-ok")
+}
+
+// sendNumbered sends count messages in bursts: message i has size(i)
+// bytes (at most maxSize), filled by fill(i) with i in its first 8 bytes,
+// and immediate data i.
+func sendNumbered(t *testing.T, r *role, count, burst, maxSize int, size func(i int) int) {
+	t.Helper()
 	regs := make([]*fabric.Region, burst)
 	msgs := make([]fabric.Message, burst)
 	sges := make([]fabric.SGE, burst)
 	for i := range regs {
-		regs[i] = r.alloc(512, 0)
+		regs[i] = r.alloc(maxSize, 0)
 	}
-	for seq := 0; seq < orderedCount; {
-		k := min(burst, orderedCount-seq)
+	for seq := 0; seq < count; {
+		k := min(burst, count-seq)
 		for j := 0; j < k; j++ {
-			n := orderedSize(seq+j, r.caps.MaxMsgSize)
+			n := size(seq + j)
 			b := regs[j].Bytes()[:n]
 			fill(b, uint64(seq+j))
 			binary.LittleEndian.PutUint64(b, uint64(seq+j))
@@ -443,7 +457,7 @@ func orderedA(t *testing.T, ep fabric.Endpoint) {
 		}
 		// Retry the tail of a partial burst until all of it is out.
 		for sent := 0; sent < k; {
-			n, err := ep.SendWait(r.ctx, msgs[sent:k])
+			n, err := r.ep.SendWait(r.ctx, msgs[sent:k])
 			if err != nil {
 				t.Fatalf("SendWait at %d: %v", seq+sent, err)
 			}
@@ -454,13 +468,6 @@ func orderedA(t *testing.T, ep fabric.Endpoint) {
 		}
 		seq += k
 	}
-	if !r.caps.Reliable {
-		// Datagrams may be lost, the end marker too: repeat it until B
-		// answers.
-		unreliableEnd(t, r, "ordered-end", "ordered-ok")
-		return
-	}
-	r.expect("ordered-ok")
 }
 
 // unreliableEnd sends marker every 10 ms until ack arrives (for backends

@@ -21,32 +21,7 @@ func viewsA(t *testing.T, ep fabric.Endpoint) {
 	if _, ok := ep.(fabric.ViewReceiver); !ok || !r.caps.Reliable || r.caps.MaxMsgSize < 8 {
 		t.Skip("backend has no zero-copy receive (fabric.ViewReceiver) on a reliable endpoint")
 	}
-	const burst = 16
-	regs := make([]*fabric.Region, burst)
-	msgs := make([]fabric.Message, burst)
-	sges := make([]fabric.SGE, burst)
-	for i := range regs {
-		regs[i] = r.alloc(4096, 0)
-	}
-	for seq := 0; seq < viewsCount; {
-		k := min(burst, viewsCount-seq)
-		for j := 0; j < k; j++ {
-			n := viewsSize(seq+j, r.caps.MaxMsgSize)
-			b := regs[j].Bytes()[:n]
-			fill(b, uint64(seq+j))
-			binary.LittleEndian.PutUint64(b, uint64(seq+j))
-			sges[j] = fabric.SGE{Region: regs[j], Length: n}
-			msgs[j] = fabric.Message{SGEs: sges[j : j+1], Imm: uint32(seq + j), Flags: fabric.FlagImm}
-		}
-		for sent := 0; sent < k; {
-			n, err := ep.SendWait(r.ctx, msgs[sent:k])
-			if err != nil {
-				t.Fatalf("SendWait at %d: %v", seq+sent, err)
-			}
-			sent += n
-		}
-		seq += k
-	}
+	sendNumbered(t, r, viewsCount, 16, 4096, func(i int) int { return viewsSize(i, r.caps.MaxMsgSize) })
 	r.expect("views-ok")
 }
 

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/ibvpp"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/wire"
 )
@@ -51,23 +52,7 @@ var udSizes = []int{1, 64, 1024}
 const rxeIters = 50
 
 func rxeSteps() []rxeStep {
-	var steps []rxeStep
-	for _, s := range rcSizes {
-		steps = append(steps, rxeStep{
-			Name:  fmt.Sprintf("rc-pingpong-server-%d", s),
-			Guest: fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n %d -s %d", rxeIters, s),
-			Host: func(t *testing.T, ctx context.Context) error {
-				return weftPingpong(ctx, guestIP+":18515?keepalive=0", s, true)
-			}})
-	}
-	for _, s := range rcSizes {
-		steps = append(steps, rxeStep{
-			Name:  fmt.Sprintf("rc-pingpong-client-%d", s),
-			Guest: fmt.Sprintf("retry ibv_rc_pingpong -d rxe0 -g 1 -n %d -s %d 10.77.0.1", rxeIters, s),
-			Host: func(t *testing.T, ctx context.Context) error {
-				return weftPingpong(ctx, "listen:10.77.0.1:18515?keepalive=0", s, false)
-			}})
-	}
+	steps := pingpongSteps("rc", "keepalive=0", rcSizes)
 	// An idle pause before the first message: Weft's keep-alive probes
 	// (zero-length WRITEs with an old PSN) must be acknowledged by rxe as
 	// duplicates, without killing the QP that has no remote access.
@@ -75,122 +60,48 @@ func rxeSteps() []rxeStep {
 		Name:  "rc-pingpong-keepalive",
 		Guest: fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n %d -s 64", rxeIters),
 		Host: func(t *testing.T, ctx context.Context) error {
-			return weftPingpongIdle(ctx, guestIP+":18515?keepalive=50ms", 64, true, 1500*time.Millisecond)
+			return ibvpp.Run(ctx, ibvpp.Config{Backend: "roce", Addr: guestIP + ":18515?keepalive=50ms", Size: 64,
+				Iters: rxeIters, Client: true, Idle: 1500 * time.Millisecond})
 		}})
-	for _, s := range udSizes {
-		steps = append(steps, rxeStep{
-			Name:  fmt.Sprintf("ud-pingpong-server-%d", s),
-			Guest: fmt.Sprintf("ibv_ud_pingpong -d rxe0 -g 1 -n %d -s %d", rxeIters, s),
-			Host: func(t *testing.T, ctx context.Context) error {
-				return weftPingpong(ctx, guestIP+":18515?type=ud", s, true)
-			}})
-	}
-	for _, s := range udSizes {
-		steps = append(steps, rxeStep{
-			Name:  fmt.Sprintf("ud-pingpong-client-%d", s),
-			Guest: fmt.Sprintf("retry ibv_ud_pingpong -d rxe0 -g 1 -n %d -s %d 10.77.0.1", rxeIters, s),
-			Host: func(t *testing.T, ctx context.Context) error {
-				return weftPingpong(ctx, "listen:10.77.0.1:18515?type=ud", s, false)
-			}})
-	}
+	steps = append(steps, pingpongSteps("ud", "type=ud", udSizes)...)
 	return append(steps, perftestSteps()...)
 }
 
-// weftPingpong plays ibv_*_pingpong's protocol: n strictly alternating
-// messages each way, the client first; each side sends only after its
-// previous send completed and a message arrived. Payloads are 0x7b, as
-// the pingpong programs fill theirs.
+// pingpongSteps runs ibv_<qp>_pingpong at every size, first as the server
+// against Weft's client, then as the client against Weft's server; params
+// are the Weft address's parameters.
+func pingpongSteps(qp, params string, sizes []int) []rxeStep {
+	var steps []rxeStep
+	prog := "ibv_" + qp + "_pingpong"
+	for _, s := range sizes {
+		steps = append(steps, rxeStep{
+			Name:  fmt.Sprintf("%s-pingpong-server-%d", qp, s),
+			Guest: fmt.Sprintf("%s -d rxe0 -g 1 -n %d -s %d", prog, rxeIters, s),
+			Host: func(t *testing.T, ctx context.Context) error {
+				return weftPingpong(ctx, guestIP+":18515?"+params, s, true)
+			}})
+	}
+	for _, s := range sizes {
+		steps = append(steps, rxeStep{
+			Name:  fmt.Sprintf("%s-pingpong-client-%d", qp, s),
+			Guest: fmt.Sprintf("retry %s -d rxe0 -g 1 -n %d -s %d 10.77.0.1", prog, rxeIters, s),
+			Host: func(t *testing.T, ctx context.Context) error {
+				return weftPingpong(ctx, "listen:10.77.0.1:18515?"+params, s, false)
+			}})
+	}
+	return steps
+}
+
+// weftPingpong plays ibv_*_pingpong's protocol with Weft's engine.
 func weftPingpong(ctx context.Context, addr string, size int, client bool) error {
-	return weftPingpongIdle(ctx, addr, size, client, 0)
-}
-
-// weftPingpongIdle is weftPingpong with an idle pause after connecting.
-func weftPingpongIdle(ctx context.Context, addr string, size int, client bool, idle time.Duration) error {
-	ep, err := fabric.Open(ctx, "roce", addr, &fabric.Options{})
-	if err != nil {
-		return err
-	}
-	defer ep.Close()
-	if idle > 0 {
-		time.Sleep(idle)
-		if st := ep.Stats(); st.RxPackets == 0 {
-			return fmt.Errorf("no keep-alive acknowledgement from the peer while idle")
-		}
-	}
-	sbuf, _ := ep.Alloc(size, 0)
-	rbuf, _ := ep.Alloc(size+64, fabric.AccessLocalWrite)
-	for i := range sbuf.Bytes() {
-		sbuf.Bytes()[i] = 0x7b
-	}
-	send := func(i int) error {
-		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sbuf)}, Flags: fabric.FlagSignal, Context: uint64(i)}}
-		if _, err := ep.SendWait(ctx, msgs); err != nil {
-			return err
-		}
-		out := make([]fabric.Completion, 1)
-		if _, err := ep.CQ().Wait(ctx, out); err != nil {
-			return err
-		}
-		if err := out[0].Err(); err != nil {
-			return fmt.Errorf("send %d completed with %v", i, err)
-		}
-		return nil
-	}
-	recv := func(i int) error {
-		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rbuf)}}}
-		if _, err := ep.RecvWait(ctx, msgs); err != nil {
-			return fmt.Errorf("receive %d: %w", i, err)
-		}
-		got := rbuf.Bytes()[:msgs[0].Len]
-		if len(got) != size || bytes.IndexFunc(got, func(r rune) bool { return r != 0x7b }) >= 0 {
-			return fmt.Errorf("message %d: %d bytes, want %d bytes of 0x7b", i, len(got), size)
-		}
-		return nil
-	}
-	for i := 0; i < rxeIters; i++ {
-		if client {
-			if err := send(i); err != nil {
-				return err
-			}
-			if err := recv(i); err != nil {
-				return err
-			}
-		} else {
-			if err := recv(i); err != nil {
-				return err
-			}
-			if err := send(i); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func findHarness(t *testing.T) string {
-	if d := os.Getenv("WEFT_RXE_VM"); d != "" {
-		return d
-	}
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", "rxe-vm", "run.sh")
-		if _, err := os.Stat(p); err == nil {
-			return filepath.Dir(p)
-		}
-		p = filepath.Join(filepath.Dir(d), "shared", "rxe-vm", "run.sh")
-		if _, err := os.Stat(p); err == nil {
-			return filepath.Dir(p)
-		}
-	}
-	testenv.SkipOrFail(t, "no rxe-vm harness (set WEFT_RXE_VM)")
-	return ""
+	return ibvpp.Run(ctx, ibvpp.Config{Backend: "roce", Addr: addr, Size: size, Iters: rxeIters, Client: client})
 }
 
 // TestRxeInterop runs every step: the rdma-core and perftest programs in
 // a Soft-RoCE guest, Weft's engine on the host.
 func TestRxeInterop(t *testing.T) {
 	testenv.RequireRoot(t)
-	harness := findHarness(t)
+	harness := testenv.RxeHarness(t)
 	dir := t.TempDir()
 	var gs strings.Builder
 	gs.WriteString("#!/bin/sh\n# Generated by roce/rxe_test.go.\nfail=0\n")

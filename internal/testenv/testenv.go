@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -31,4 +32,24 @@ func RequireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		SkipOrFail(t, "needs root")
 	}
+}
+
+// RxeHarness returns the directory of the Soft-RoCE VM harness (rxe-vm):
+// $WEFT_RXE_VM, or shared/rxe-vm beside a directory above the working
+// directory. It skips (or fails under CI) if there is none.
+func RxeHarness(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("WEFT_RXE_VM"); d != "" {
+		return d
+	}
+	dir, _ := os.Getwd()
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		for _, p := range []string{filepath.Join(d, "shared", "rxe-vm"), filepath.Join(filepath.Dir(d), "shared", "rxe-vm")} {
+			if _, err := os.Stat(filepath.Join(p, "run.sh")); err == nil {
+				return p
+			}
+		}
+	}
+	SkipOrFail(t, "no rxe-vm harness (set WEFT_RXE_VM)")
+	return ""
 }

@@ -7,7 +7,6 @@ package verbs
 // inside the Soft-RoCE VMs, where rxe0 is, with CI=true.
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/ibvpp"
 	"github.com/weft-io/weft/internal/testenv"
 	_ "github.com/weft-io/weft/roce" // the user-space engine, for the mixed tests
 )
@@ -303,66 +303,7 @@ func TestGuestPingpong(t *testing.T) {
 	size, _ := strconv.Atoi(guestEnv(t, "WEFT_PP_SIZE"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := Pingpong(ctx, "verbs", addr, size, 50, os.Getenv("WEFT_PP_CLIENT") == "1"); err != nil {
+	if err := ibvpp.Run(ctx, ibvpp.Config{Backend: "verbs", Addr: addr, Size: size, Iters: 50, Client: os.Getenv("WEFT_PP_CLIENT") == "1"}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// Pingpong plays ibv_*_pingpong's protocol over backend: n strictly
-// alternating messages of size bytes of 0x7b each way, the client first.
-func Pingpong(ctx context.Context, backend, addr string, size, n int, client bool) error {
-	ep, err := fabric.Open(ctx, backend, addr, nil)
-	if err != nil {
-		return err
-	}
-	defer ep.Close()
-	sbuf, err := ep.Alloc(size, 0)
-	if err != nil {
-		return err
-	}
-	rbuf, err := ep.Alloc(size+64, fabric.AccessLocalWrite)
-	if err != nil {
-		return err
-	}
-	for i := range sbuf.Bytes() {
-		sbuf.Bytes()[i] = 0x7b
-	}
-	send := func(i int) error {
-		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sbuf)}, Flags: fabric.FlagSignal, Context: uint64(i)}}
-		if _, err := ep.SendWait(ctx, msgs); err != nil {
-			return err
-		}
-		out := make([]fabric.Completion, 1)
-		if _, err := ep.CQ().Wait(ctx, out); err != nil {
-			return err
-		}
-		if err := out[0].Err(); err != nil {
-			return fmt.Errorf("send %d completed with %v", i, err)
-		}
-		return nil
-	}
-	recv := func(i int) error {
-		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rbuf)}}}
-		if _, err := ep.RecvWait(ctx, msgs); err != nil {
-			return fmt.Errorf("receive %d: %w", i, err)
-		}
-		got := rbuf.Bytes()[:msgs[0].Len]
-		if len(got) != size || bytes.IndexFunc(got, func(r rune) bool { return r != 0x7b }) >= 0 {
-			return fmt.Errorf("message %d: %d bytes, want %d bytes of 0x7b", i, len(got), size)
-		}
-		return nil
-	}
-	for i := 0; i < n; i++ {
-		first, second := send, recv
-		if !client {
-			first, second = recv, send
-		}
-		if err := first(i); err != nil {
-			return err
-		}
-		if err := second(i); err != nil {
-			return err
-		}
-	}
-	return nil
 }

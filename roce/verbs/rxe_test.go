@@ -37,22 +37,6 @@ import (
 	_ "github.com/weft-io/weft/roce"
 )
 
-func findHarness(t *testing.T) string {
-	if d := os.Getenv("WEFT_RXE_VM"); d != "" {
-		return d
-	}
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		for _, p := range []string{filepath.Join(d, "shared", "rxe-vm"), filepath.Join(filepath.Dir(d), "shared", "rxe-vm")} {
-			if _, err := os.Stat(filepath.Join(p, "run.sh")); err == nil {
-				return p
-			}
-		}
-	}
-	testenv.SkipOrFail(t, "no rxe-vm harness (set WEFT_RXE_VM)")
-	return ""
-}
-
 var (
 	rcSizes = []int{1, 64, 1024, 4096, 65536}
 	udSizes = []int{64, 1024}
@@ -72,28 +56,26 @@ func guestScript() string {
 	run(&g1, "fabrictest-guest-B", "WEFT_SIDE=B WEFT_ADDR='10.77.0.2:18515' "+T+" -test.timeout 20m -test.run '^TestGuestSide$'")
 	// 2. rdma-core's pingpongs. Their queue pairs grant no remote access,
 	// so Weft's keep-alive (a zero-length WRITE) is off.
-	pp := func(b *strings.Builder, name, addr string, size int, client bool) {
+	weft := func(b *strings.Builder, name, addr string, size int, client bool) {
 		c := ""
 		if client {
 			c = "WEFT_PP_CLIENT=1 "
 		}
 		run(b, name, fmt.Sprintf("%sWEFT_PP_ADDR='%s' WEFT_PP_SIZE=%d %s -test.timeout 5m -test.run '^TestGuestPingpong$'", c, addr, size, T))
 	}
-	for _, s := range rcSizes {
-		run(&g0, fmt.Sprintf("ibv_rc_pingpong-server-%d", s), fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s %d", s))
-		pp(&g1, fmt.Sprintf("weft-rc-client-%d", s), "10.77.0.2:18515?keepalive=0", s, true)
-	}
-	for _, s := range rcSizes {
-		pp(&g1, fmt.Sprintf("weft-rc-server-%d", s), "listen:10.77.0.3:18515?keepalive=0", s, false)
-		run(&g0, fmt.Sprintf("ibv_rc_pingpong-client-%d", s), fmt.Sprintf("retry ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s %d 10.77.0.3", s))
-	}
-	for _, s := range udSizes {
-		run(&g0, fmt.Sprintf("ibv_ud_pingpong-server-%d", s), fmt.Sprintf("ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s %d", s))
-		pp(&g1, fmt.Sprintf("weft-ud-client-%d", s), "10.77.0.2:18515?type=ud", s, true)
-	}
-	for _, s := range udSizes {
-		pp(&g1, fmt.Sprintf("weft-ud-server-%d", s), "listen:10.77.0.3:18515?type=ud", s, false)
-		run(&g0, fmt.Sprintf("ibv_ud_pingpong-client-%d", s), fmt.Sprintf("retry ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s %d 10.77.0.3", s))
+	for _, pp := range []struct {
+		qp, params string
+		sizes      []int
+	}{{"rc", "keepalive=0", rcSizes}, {"ud", "type=ud", udSizes}} {
+		prog := "ibv_" + pp.qp + "_pingpong"
+		for _, s := range pp.sizes {
+			run(&g0, fmt.Sprintf("%s-server-%d", prog, s), fmt.Sprintf("%s -d rxe0 -g 1 -n 50 -s %d", prog, s))
+			weft(&g1, fmt.Sprintf("weft-%s-client-%d", pp.qp, s), "10.77.0.2:18515?"+pp.params, s, true)
+		}
+		for _, s := range pp.sizes {
+			weft(&g1, fmt.Sprintf("weft-%s-server-%d", pp.qp, s), "listen:10.77.0.3:18515?"+pp.params, s, false)
+			run(&g0, fmt.Sprintf("%s-client-%d", prog, s), fmt.Sprintf("retry %s -d rxe0 -g 1 -n 50 -s %d 10.77.0.3", prog, s))
+		}
 	}
 	// 3. The suite against the user-space engine on the host.
 	run(&g0, "fabrictest-engine-B", "WEFT_SIDE=B WEFT_ADDR='10.77.0.1:18515' "+T+" -test.timeout 20m -test.run '^TestGuestSide$'")
@@ -106,7 +88,7 @@ func guestScript() string {
 // every step passed, with no test skipped for a missing device.
 func TestVerbsInterop(t *testing.T) {
 	testenv.RequireRoot(t)
-	harness := findHarness(t)
+	harness := testenv.RxeHarness(t)
 	dir := t.TempDir()
 	// The tests run with the race detector; the benchmarks without.
 	bin := filepath.Join(dir, "verbs.test")

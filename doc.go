@@ -14,13 +14,16 @@
 //     bursts or waited on with a context, capabilities, statistics, typed
 //     errors and a registry of backends, so a program opens an endpoint by
 //     backend name and address string, like database/sql drivers.
+//     Backends that can hand out their receive memory in place also
+//     implement ViewReceiver (zero-copy receive, released in order).
 //   - fabric/fabrictest is the conformance suite that every backend
 //     passes, in one process and across two.
 //   - ntb is the NTB backend: a device model that follows the Linux NTB
 //     client API (memory windows with translation, doorbells,
 //     scratchpads, link events), an emulated bridge over a shared-memory
 //     file so two processes on one host are the two sides, and a ring
-//     transport in the spirit of ntb_transport on top.
+//     transport in the spirit of ntb_transport on top, with zero-copy
+//     receive.
 //   - roce is RoCEv2: the wire format, a user-space engine that speaks
 //     RoCEv2 to Linux Soft-RoCE and RDMA NICs, and (roce/verbs, built
 //     with -tags rdma) the libibverbs path for RDMA NICs.
@@ -28,7 +31,7 @@
 //     XDP program that steers frames to the sockets, link discovery.
 //   - batch coalesces small packets into one fabric message with SGEs,
 //     the technique that lets a RoCE back-plane beat Ethernet on small
-//     packets, over any backend.
+//     packets, over any backend; on ntb its splitter copies nothing.
 //   - examples holds runnable programs: pingpong (latency), perf
 //     (bandwidth and message rate).
 //

@@ -307,3 +307,63 @@ func TestHostileRegionTable(t *testing.T) {
 		t.Fatal("refused writes changed the target")
 	}
 }
+
+// TestViewsAcrossRestart holds views while the peer restarts: they are
+// void in the new session but still released without error, and views
+// work again once the link is back.
+func TestViewsAcrossRestart(t *testing.T) {
+	a, b := pair(t, ShmConfig{}, Config{})
+	path := b.t.dev.(*ShmDevice).Path()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	send := func(ep *Endpoint, p string) {
+		t.Helper()
+		src, err := ep.Alloc(64, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(src.Bytes(), p)
+		if _, err := ep.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: src, Length: len(p)}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"one", "two", "three"} {
+		send(b, p)
+	}
+	views := make([]fabric.View, 8)
+	for got := 0; got < 3; {
+		n, err := a.RecvViewsWait(ctx, views[got:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if string(views[2].Data) != "three" {
+		t.Fatalf("third view %q", views[2].Data)
+	}
+	b.Close()
+	waitEvent(t, a, fabric.EventLinkDown)
+	nb, err := DialShm(ctx, path, ShmConfig{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	waitEvent(t, a, fabric.EventLinkUp)
+	if n := a.OutstandingViews(); n != 3 {
+		t.Fatalf("OutstandingViews = %d after the restart, want the 3 void ones", n)
+	}
+	if err := a.ReleaseViews(3); err != nil {
+		t.Fatalf("releasing the void views: %v", err)
+	}
+	if err := a.ReleaseViews(1); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("releasing one view too many: %v", err)
+	}
+	send(nb, "after")
+	n, err := a.RecvViewsWait(ctx, views)
+	if err != nil || n != 1 || string(views[0].Data) != "after" {
+		t.Fatalf("after the restart: %d views, %v", n, err)
+	}
+	if err := a.ReleaseViews(1); err != nil || a.OutstandingViews() != 0 {
+		t.Fatalf("ReleaseViews: %v, %d outstanding", err, a.OutstandingViews())
+	}
+}

@@ -33,7 +33,10 @@ type Endpoint struct {
 	err     error
 }
 
-var _ fabric.Endpoint = (*Endpoint)(nil)
+var (
+	_ fabric.Endpoint     = (*Endpoint)(nil)
+	_ fabric.ViewReceiver = (*Endpoint)(nil)
+)
 
 // QP returns the endpoint's queue pair, for verbs-level operations such
 // as atomics.
@@ -44,6 +47,20 @@ func (ep *Endpoint) Send(msgs []fabric.Message) (int, error) { return ep.qp.Send
 
 // Recv implements fabric.Endpoint.
 func (ep *Endpoint) Recv(msgs []fabric.Message) (int, error) { return ep.qp.Recv(msgs) }
+
+// RecvViews implements fabric.ViewReceiver.
+func (ep *Endpoint) RecvViews(views []fabric.View) (int, error) { return ep.qp.RecvViews(views) }
+
+// RecvViewsWait implements fabric.ViewReceiver.
+func (ep *Endpoint) RecvViewsWait(ctx context.Context, views []fabric.View) (int, error) {
+	return ep.qp.RecvViewsWait(ctx, views)
+}
+
+// ReleaseViews implements fabric.ViewReceiver.
+func (ep *Endpoint) ReleaseViews(n int) error { return ep.qp.ReleaseViews(n) }
+
+// OutstandingViews implements fabric.ViewReceiver.
+func (ep *Endpoint) OutstandingViews() int { return ep.qp.OutstandingViews() }
 
 // SendWait implements fabric.Endpoint.
 func (ep *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {

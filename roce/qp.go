@@ -260,9 +260,13 @@ type QP struct {
 
 	// receive buffer: a ring of records {len, imm, flags, 0} + payload
 	rq       []byte
-	rqHead   uint64 // oldest unconsumed record
-	rqTail   uint64 // end of committed records
-	rqCur    uint64 // start of the record being filled (RC multi-packet SEND)
+	rqHead   uint64   // oldest undelivered record
+	rqRel    uint64   // end of what the application gave back: room starts here
+	rqTail   uint64   // end of committed records
+	vq       []uint64 // ring positions of views not yet released, a queue
+	vHead    uint64   // oldest outstanding view in vq
+	vTail    uint64   // next free slot in vq
+	rqCur    uint64   // start of the record being filled (RC multi-packet SEND)
 	rqCurLen int
 
 	recvWaiters atomic.Int32
@@ -493,7 +497,8 @@ func (qp *QP) resetLocked() {
 	qp.sqHead, qp.sqNext, qp.sqTail, qp.nextPkt = 0, 0, 0, 0
 	qp.rdOut, qp.inSend, qp.inWrite, qp.nakSent, qp.ackDirty = 0, false, false, false, false
 	qp.deadline, qp.rnrUntil = time.Time{}, time.Time{}
-	qp.rqHead, qp.rqTail, qp.rqCur, qp.rqCurLen = 0, 0, 0, 0
+	qp.rqHead, qp.rqRel, qp.rqTail, qp.rqCur, qp.rqCurLen = 0, 0, 0, 0, 0
+	qp.vHead, qp.vTail = 0, 0
 	qp.msn = 0
 	qp.atomics = [16]atomicResult{}
 }
@@ -709,7 +714,7 @@ func (qp *QP) recvRoom(n int) bool {
 	if off+rec > size {
 		need += size - off // padding to the end
 	}
-	return qp.rqTail+need+recHdr-qp.rqHead <= size
+	return qp.rqTail+need+recHdr-qp.rqRel <= size
 }
 
 // beginRecord starts a record for a message of at most n bytes (room
@@ -769,10 +774,95 @@ func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 	qp.e.poll()
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	return qp.deliverLocked(len(msgs), func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error {
+		m := &msgs[i]
+		if flags&fabric.FlagRemoteWrite != 0 {
+			m.Len, m.Imm, m.Flags = ln, imm, flags
+			return nil
+		}
+		capacity, err := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, fabric.AccessLocalWrite)
+		if err != nil {
+			return &fabric.OpError{Op: "recv", Backend: "roce", Err: err}
+		}
+		m.Flags, m.Imm = flags, imm
+		m.Len = fabric.Scatter(m.SGEs, payload)
+		if ln > capacity {
+			m.Flags |= fabric.FlagTruncated
+			qp.ctr.Drop(fabric.DropTruncated, 1)
+		}
+		return nil
+	})
+}
+
+// maxViews bounds the views a QP hands out before they are released.
+const maxViews = 4096
+
+// RecvViews hands out arrived messages as views of the receive ring
+// (fabric.ViewReceiver). Their records stay in the ring, and count
+// against its room (a full ring answers the peer with RNR NAKs), until
+// ReleaseViews.
+func (qp *QP) RecvViews(views []fabric.View) (int, error) {
+	if qp.closed.Load() {
+		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+	}
+	qp.e.poll()
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.vq == nil {
+		qp.vq = make([]uint64, maxViews)
+	}
+	want := min(len(views), maxViews-int(qp.vTail-qp.vHead))
+	if want == 0 && len(views) > 0 {
+		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fmt.Errorf("%d views outstanding, release some first: %w", maxViews, fabric.ErrInvalid)}
+	}
+	return qp.deliverLocked(want, func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error {
+		views[i] = fabric.View{Data: payload, Imm: imm, Flags: flags, Len: ln}
+		qp.vq[qp.vTail%maxViews] = qp.rqHead
+		qp.vTail++
+		return nil
+	})
+}
+
+// ReleaseViews gives the oldest n views back (fabric.ViewReceiver).
+func (qp *QP) ReleaseViews(n int) error {
+	if qp.closed.Load() {
+		return &fabric.OpError{Op: "release", Backend: "roce", Err: fabric.ErrClosed}
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if out := int(qp.vTail - qp.vHead); n < 0 || n > out {
+		return &fabric.OpError{Op: "release", Backend: "roce", Err: fmt.Errorf("%d views, %d outstanding: %w", n, out, fabric.ErrInvalid)}
+	}
+	qp.vHead += uint64(n)
+	qp.releaseLocked()
+	return nil
+}
+
+// OutstandingViews returns the views not yet released.
+func (qp *QP) OutstandingViews() int {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return int(qp.vTail - qp.vHead)
+}
+
+// releaseLocked moves the room mark to the oldest outstanding view, or to
+// everything delivered.
+func (qp *QP) releaseLocked() {
+	qp.rqRel = qp.rqHead
+	if qp.vHead != qp.vTail {
+		qp.rqRel = qp.vq[qp.vHead%maxViews]
+	}
+}
+
+// deliverLocked walks up to max arrived records, stepping over padding,
+// and hands each to deliver with its index; deliver may fail, leaving the
+// record for the next call.
+func (qp *QP) deliverLocked(max int, deliver func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error) (int, error) {
 	size := uint64(len(qp.rq))
 	n := 0
 	var bytes uint64
-	for n < len(msgs) && qp.rqHead < qp.rqTail {
+	var err error
+	for n < max && qp.rqHead < qp.rqTail {
 		off := qp.rqHead % size
 		ln := int(getU32(qp.rq[off:]))
 		imm := getU32(qp.rq[off+4:])
@@ -781,31 +871,31 @@ func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 			qp.rqHead += uint64(ln + recHdr)
 			continue
 		}
-		m := &msgs[n]
 		if fl&recFlagWrite != 0 {
-			m.Len, m.Imm, m.Flags = ln, imm, fabric.FlagRemoteWrite|fabric.FlagImm
+			if err = deliver(n, ln, imm, fabric.FlagRemoteWrite|fabric.FlagImm, nil); err != nil {
+				break
+			}
 			qp.rqHead += recHdr
 			n++
 			continue
 		}
-		capacity, err := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, fabric.AccessLocalWrite)
-		if err != nil {
-			return n, &fabric.OpError{Op: "recv", Backend: "roce", Err: err}
-		}
-		m.Flags, m.Imm = 0, 0
+		var flags fabric.MsgFlags
 		if fl&recFlagImm != 0 {
-			m.Flags, m.Imm = fabric.FlagImm, imm
+			flags = fabric.FlagImm
 		}
-		m.Len = fabric.Scatter(m.SGEs, qp.rq[off+recHdr:off+recHdr+uint64(ln)])
-		if ln > capacity {
-			m.Flags |= fabric.FlagTruncated
-			qp.ctr.Drop(fabric.DropTruncated, 1)
+		end := off + recHdr + uint64(ln)
+		if err = deliver(n, ln, imm, flags, qp.rq[off+recHdr:end:end]); err != nil {
+			break
 		}
 		bytes += uint64(ln)
 		qp.rqHead += uint64((recHdr + ln + 15) &^ 15)
 		n++
 	}
+	qp.releaseLocked()
 	qp.ctr.RxBytes.Add(bytes)
+	if err != nil {
+		return n, err
+	}
 	if n == 0 && qp.state == StateErr {
 		return 0, qp.stateErr("recv")
 	}
@@ -874,9 +964,18 @@ func (qp *QP) recvReady() bool {
 
 // RecvWait is Recv that blocks until a message arrives.
 func (qp *QP) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	return qp.recvWait(ctx, len(msgs), func() (int, error) { return qp.Recv(msgs) })
+}
+
+// RecvViewsWait is RecvViews that blocks until a message arrives.
+func (qp *QP) RecvViewsWait(ctx context.Context, views []fabric.View) (int, error) {
+	return qp.recvWait(ctx, len(views), func() (int, error) { return qp.RecvViews(views) })
+}
+
+func (qp *QP) recvWait(ctx context.Context, want int, poll func() (int, error)) (int, error) {
 	for {
-		n, err := qp.Recv(msgs)
-		if n > 0 || err != nil || len(msgs) == 0 {
+		n, err := poll()
+		if n > 0 || err != nil || want == 0 {
 			return n, err
 		}
 		if err := qp.wait(ctx, qp.recvReady, &qp.recvWaiters, qp.recvCh); err != nil {

@@ -397,7 +397,10 @@ func TestStateMachine(t *testing.T) {
 func TestRNR(t *testing.T) {
 	ea, eb, _ := enginePair(t, 4791, LossConfig{})
 	cfg := QPConfig{RecvBuffer: 64 << 10, MaxMsgSize: 4096}
-	a, b, pa, pb := connect(t, ea, eb, cfg, QPAttr{Timeout: 8, RetryCnt: 2, RNRRetry: 7, MinRNRTimer: 1})
+	// The transport timeout is generous (67 ms, 7 retries): the test is
+	// about RNR, and a 1 ms timeout fails the requester for real on a
+	// loaded machine, where a starved responder acknowledges late.
+	a, b, pa, pb := connect(t, ea, eb, cfg, QPAttr{Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
 	const n = 200
 	src, _ := pa.RegMR(make([]byte, 1024), 0)
 	msgs := make([]fabric.Message, n)
@@ -418,7 +421,7 @@ func TestRNR(t *testing.T) {
 	rm := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(dst)}}}
 	for i := 0; i < n; i++ {
 		if _, err := b.RecvWait(ctx, rm); err != nil {
-			t.Fatalf("message %d: %v", i, err)
+			t.Fatalf("message %d: %v (requester %v)", i, err, a.State())
 		}
 		if rm[0].Imm != uint32(i) {
 			t.Fatalf("message %d carried %d", i, rm[0].Imm)

@@ -15,11 +15,16 @@ const viewsCount = 5000
 // receiver's memory several times while B holds views.
 func viewsSize(i, max int) int { return min(8+(i*997)%4000, max) }
 
-// viewsA streams numbered messages for viewsB.
+// viewsA streams numbered messages for viewsB, once B has said that its
+// endpoint takes views (the sender's own endpoint does not matter).
 func viewsA(t *testing.T, ep fabric.Endpoint) {
 	r := newRole(t, ep)
-	if _, ok := ep.(fabric.ViewReceiver); !ok || !r.caps.Reliable || r.caps.MaxMsgSize < 8 {
-		t.Skip("backend has no zero-copy receive (fabric.ViewReceiver) on a reliable endpoint")
+	if !r.caps.Reliable || r.caps.MaxMsgSize < 8 {
+		t.Skip("needs a reliable endpoint")
+	}
+	if got, _ := r.recv(); string(got) != "views-go" {
+		r.send([]byte("views-skip-ok"), 0, 0) // B closes only after this
+		t.Skipf("the receiver has no zero-copy receive (it said %q)", got)
 	}
 	sendNumbered(t, r, viewsCount, 16, 4096, func(i int) int { return viewsSize(i, r.caps.MaxMsgSize) })
 	r.expect("views-ok")
@@ -31,10 +36,16 @@ func viewsA(t *testing.T, ep fabric.Endpoint) {
 // reuse memory a view holds.
 func viewsB(t *testing.T, ep fabric.Endpoint) {
 	r := newRole(t, ep)
-	vr, ok := ep.(fabric.ViewReceiver)
-	if !ok || !r.caps.Reliable || r.caps.MaxMsgSize < 8 {
-		t.Skip("backend has no zero-copy receive (fabric.ViewReceiver) on a reliable endpoint")
+	if !r.caps.Reliable || r.caps.MaxMsgSize < 8 {
+		t.Skip("needs a reliable endpoint")
 	}
+	vr, ok := ep.(fabric.ViewReceiver)
+	if !ok {
+		r.send([]byte("views-skip"), 0, 0)
+		r.expect("views-skip-ok")
+		t.Skip("backend has no zero-copy receive (fabric.ViewReceiver)")
+	}
+	r.send([]byte("views-go"), 0, 0)
 	want := make([]byte, 4096)
 	check := func(how string, seq int, got []byte, imm uint32, flags fabric.MsgFlags) {
 		t.Helper()

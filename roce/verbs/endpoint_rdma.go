@@ -136,7 +136,11 @@ type Endpoint struct {
 	rbuf    []byte
 	rmr     *C.struct_ibv_mr
 	rslot   int
-	rposted uint32
+	rposted uint32 // receive work requests posted so far; the next repost starts at slot rposted%depth
+	rfree   []bool // slot completed and given back, waiting to be reposted in order
+	vq      []int  // slots of views not yet released, a queue
+	vHead   int    // oldest outstanding view (index into vq, mod depth)
+	vTail   int
 	rwait   waiter
 
 	failed  atomic.Bool
@@ -159,7 +163,10 @@ type mrec struct {
 	pin runtime.Pinner
 }
 
-var _ fabric.Endpoint = (*Endpoint)(nil)
+var (
+	_ fabric.Endpoint     = (*Endpoint)(nil)
+	_ fabric.ViewReceiver = (*Endpoint)(nil)
+)
 
 // Connect opens the device, creates the queue pair, runs the out-of-band
 // exchange (dialing or listening, as o says) and connects the queue pair
@@ -388,6 +395,8 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 		return nil, errnoErr("ibv_post_recv", nil, rc)
 	}
 	ep.rposted = uint32(ep.depth)
+	ep.rfree = make([]bool, ep.depth)
+	ep.vq = make([]int, ep.depth)
 
 	var b [4]byte
 	rand.Read(b[:])
@@ -1004,35 +1013,10 @@ func (ep *Endpoint) recv(msgs []fabric.Message) (int, error) {
 		return 0, verr
 	}
 	ep.recvMu.Lock()
-	k := int(C.weft_poll_recv(ep.q, C.int(min(limit, 64))))
-	if debug && k != 0 {
-		fmt.Fprintf(os.Stderr, "verbs %p recv k=%d status0=%d len0=%d\n", ep, k, ep.rout[0].status, ep.rout[0].byte_len)
-	}
-	out, bytes, flushed := 0, 0, false
-	for i := 0; i < k; i++ {
-		wc := &ep.rout[i]
-		if wc.status != C.IBV_WC_SUCCESS {
-			flushed = true
-			if st := mapStatus(uint32(wc.status)); st != fabric.StatusFlushed {
-				ep.fail(st)
-			}
-			continue
-		}
-		slot := int(wc.wr_id)
-		n := int(wc.byte_len)
-		off := 0
-		if ep.ud {
-			off = udGRH
-		}
-		if slot >= ep.depth || n > ep.rslot || n < off {
-			ep.stats.Drops[fabric.DropMalformed].Add(1)
-			continue
-		}
-		data := ep.rbuf[slot*ep.rslot+off : slot*ep.rslot+n]
-		m := &msgs[out]
-		m.Flags, m.Imm = 0, 0
-		if wc.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
-			m.Flags = fabric.FlagRemoteWrite | fabric.FlagImm
+	out, bytes, flushed := ep.pollRecvLocked(limit, func(i, slot int, data []byte, flags fabric.MsgFlags, imm uint32) {
+		m := &msgs[i]
+		m.Flags, m.Imm = flags, imm
+		if flags&fabric.FlagRemoteWrite != 0 {
 			m.Len = len(data)
 		} else {
 			m.Len = fabric.Scatter(m.SGEs, data)
@@ -1041,21 +1025,159 @@ func (ep *Endpoint) recv(msgs []fabric.Message) (int, error) {
 				ep.stats.Drops[fabric.DropTruncated].Add(1)
 			}
 		}
-		if wc.wc_flags&C.IBV_WC_WITH_IMM != 0 {
-			m.Flags |= fabric.FlagImm
-			m.Imm = uint32(wc.imm)
+		ep.rfree[slot] = true
+	})
+	ep.recvMu.Unlock()
+	return ep.endRecv(out, bytes, flushed, verr)
+}
+
+// RecvViews implements fabric.ViewReceiver: each view is a receive slot,
+// held (not reposted) until it is released. Held slots are missing from
+// the receive queue, so a peer that outruns the releases meets RNR.
+func (ep *Endpoint) RecvViews(views []fabric.View) (int, error) {
+	ep.life.RLock()
+	defer ep.life.RUnlock()
+	return ep.recvViews(views)
+}
+
+// RecvViewsWait implements fabric.ViewReceiver.
+func (ep *Endpoint) RecvViewsWait(ctx context.Context, views []fabric.View) (int, error) {
+	ep.life.RLock()
+	defer ep.life.RUnlock()
+	if len(views) == 0 {
+		return 0, nil
+	}
+	return ep.block(ctx, &ep.rwait, func() (int, error) { return ep.recvViews(views) })
+}
+
+func (ep *Endpoint) recvViews(views []fabric.View) (int, error) {
+	if ep.closed.Load() {
+		return 0, opErr("recv", fabric.ErrClosed)
+	}
+	ep.recvMu.Lock()
+	want := min(len(views), ep.depth-(ep.vTail-ep.vHead))
+	if want == 0 && len(views) > 0 {
+		ep.recvMu.Unlock()
+		return 0, opErr("recv", fmt.Errorf("all %d receive slots are held by views, release some first: %w", ep.depth, fabric.ErrInvalid))
+	}
+	out, bytes, flushed := ep.pollRecvLocked(want, func(i, slot int, data []byte, flags fabric.MsgFlags, imm uint32) {
+		views[i] = fabric.View{Data: data, Len: len(data), Flags: flags, Imm: imm}
+		if flags&fabric.FlagRemoteWrite != 0 {
+			views[i].Data = nil
 		}
+		ep.vq[ep.vTail%ep.depth] = slot
+		ep.vTail++
+	})
+	ep.recvMu.Unlock()
+	return ep.endRecv(out, bytes, flushed, nil)
+}
+
+// ReleaseViews implements fabric.ViewReceiver: the slots go back to the
+// receive queue, in order.
+func (ep *Endpoint) ReleaseViews(n int) error {
+	if ep.closed.Load() {
+		return opErr("release", fabric.ErrClosed)
+	}
+	ep.recvMu.Lock()
+	defer ep.recvMu.Unlock()
+	if held := ep.vTail - ep.vHead; n < 0 || n > held {
+		return opErr("release", fmt.Errorf("%d views, %d outstanding: %w", n, held, fabric.ErrInvalid))
+	}
+	for ; n > 0; n-- {
+		ep.rfree[ep.vq[ep.vHead%ep.depth]] = true
+		ep.vHead++
+	}
+	ep.repostLocked()
+	return nil
+}
+
+// OutstandingViews implements fabric.ViewReceiver.
+func (ep *Endpoint) OutstandingViews() int {
+	ep.recvMu.Lock()
+	defer ep.recvMu.Unlock()
+	return ep.vTail - ep.vHead
+}
+
+// pollRecvLocked polls up to max receive completions and hands each
+// successful one to deliver (with its index among the delivered, its
+// slot, payload and flags); deliver marks the slot free or holds it.
+// Slots given back so far are then reposted.
+func (ep *Endpoint) pollRecvLocked(max int, deliver func(i, slot int, data []byte, flags fabric.MsgFlags, imm uint32)) (out, bytes int, flushed bool) {
+	k := int(C.weft_poll_recv(ep.q, C.int(min(max, 64))))
+	if debug && k != 0 {
+		fmt.Fprintf(os.Stderr, "verbs %p recv k=%d status0=%d len0=%d\n", ep, k, ep.rout[0].status, ep.rout[0].byte_len)
+	}
+	for i := 0; i < k; i++ {
+		wc := &ep.rout[i]
+		slot := int(wc.wr_id)
+		if wc.status != C.IBV_WC_SUCCESS {
+			flushed = true
+			if st := mapStatus(uint32(wc.status)); st != fabric.StatusFlushed {
+				ep.fail(st)
+			}
+			if slot < ep.depth {
+				ep.rfree[slot] = true
+			}
+			continue
+		}
+		n := int(wc.byte_len)
+		off := 0
+		if ep.ud {
+			off = udGRH
+		}
+		if slot >= ep.depth || n > ep.rslot || n < off {
+			ep.stats.Drops[fabric.DropMalformed].Add(1)
+			if slot < ep.depth {
+				ep.rfree[slot] = true
+			}
+			continue
+		}
+		end := slot*ep.rslot + n
+		data := ep.rbuf[slot*ep.rslot+off : end : end]
+		var flags fabric.MsgFlags
+		if wc.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
+			flags = fabric.FlagRemoteWrite
+		}
+		if wc.wc_flags&C.IBV_WC_WITH_IMM != 0 {
+			flags |= fabric.FlagImm
+		}
+		deliver(out, slot, data, flags, uint32(wc.imm))
 		bytes += len(data)
 		out++
 	}
-	if k > 0 && !ep.failed.Load() && !flushed {
-		// The receive queue completes in order, so the slots just
-		// consumed are the oldest posted: repost them as one chain.
-		if rc := C.weft_post_recv(ep.q, C.uint32_t(ep.rposted%uint32(ep.depth)), C.int(k)); rc == 0 {
-			ep.rposted += uint32(k)
-		}
+	if k > 0 && !flushed {
+		ep.repostLocked()
 	}
-	ep.recvMu.Unlock()
+	return out, bytes, flushed
+}
+
+// repostLocked reposts, as one chain, the run of given-back slots that
+// starts at the oldest consumed one: the receive queue completes in
+// order, so that is where the next post must start.
+func (ep *Endpoint) repostLocked() {
+	if ep.failed.Load() {
+		return
+	}
+	d := uint32(ep.depth)
+	first := ep.rposted % d
+	n := 0
+	for n < ep.depth && ep.rfree[(first+uint32(n))%d] {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	if rc := C.weft_post_recv(ep.q, C.uint32_t(first), C.int(n)); rc == 0 {
+		for i := 0; i < n; i++ {
+			ep.rfree[(first+uint32(i))%d] = false
+		}
+		ep.rposted += uint32(n)
+	}
+}
+
+// endRecv counts a receive burst and turns a flushed queue into the
+// endpoint's failure.
+func (ep *Endpoint) endRecv(out, bytes int, flushed bool, verr error) (int, error) {
 	if out > 0 {
 		ep.stats.RxMessages.Add(uint64(out))
 		ep.stats.RxPackets.Add(uint64(out))

@@ -225,6 +225,28 @@ func TestZeroAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%v allocations per Send+Recv+Write+Poll burst, want 0", allocs)
 	}
+	views := make([]fabric.View, 8)
+	vr := b.(fabric.ViewReceiver)
+	allocs = testing.AllocsPerRun(200, func() {
+		n, err := a.Send(smsgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < n; {
+			k, err := vr.RecvViews(views)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := vr.ReleaseViews(k); err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+		a.CQ().Poll(comps)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per Send+RecvViews+ReleaseViews burst, want 0", allocs)
+	}
 }
 
 // TestPeerGone: when the peer closes, the keep-alive notices and the

@@ -31,7 +31,8 @@
 //     XDP program that steers frames to the sockets, link discovery.
 //   - batch coalesces small packets into one fabric message with SGEs,
 //     the technique that lets a RoCE back-plane beat Ethernet on small
-//     packets, over any backend; on ntb its splitter copies nothing.
+//     packets, over any backend; where the backend has zero-copy receive
+//     (ntb, the RoCE engine, verbs) its splitter copies nothing.
 //   - examples holds runnable programs: pingpong (latency), perf
 //     (bandwidth and message rate).
 //

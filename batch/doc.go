@@ -42,7 +42,7 @@
 // malformed batch is dropped and counted, and Recv returns a *HeaderError
 // matching fabric.ErrMalformed; no input can make it read out of bounds or
 // panic. On an endpoint that can hand out its receive memory in place
-// (fabric.ViewReceiver: ntb), the splitter takes views instead and copies
+// (fabric.ViewReceiver: ntb, roce, verbs), the splitter takes views and copies
 // nothing at all: a slot then stands for one held view, given back to the
 // endpoint, in order, once its packets are released; lengths are
 // re-checked as packets are cut, since the peer can still write that

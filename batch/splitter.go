@@ -29,7 +29,7 @@ type SplitterOptions struct {
 	SlotSize int
 	// Copy makes the splitter receive into slots of its own with Recv even
 	// when the endpoint can hand out its receive memory in place
-	// (fabric.ViewReceiver, the ntb backend): by default it then takes
+	// (fabric.ViewReceiver: ntb, roce, verbs): by default it then takes
 	// views and copies nothing, and each slot stands for one held view.
 	Copy bool
 }

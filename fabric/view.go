@@ -4,8 +4,11 @@ import "context"
 
 // A View is a received message left where the backend received it: Data
 // aliases the backend's receive memory (an NTB ring in the peer-written
-// window, an AF_XDP frame) instead of being copied into caller SGEs. It
-// stays valid until the view is released.
+// window, a queue pair's receive ring or slot) instead of being copied
+// into caller SGEs. It stays valid until the view is released, and no
+// longer than its endpoint: after Close, backends whose receive memory is
+// a mapping leave the range mapped but zeroed, so a stale view reads
+// zeros rather than crashing the process.
 //
 // The memory a view aliases is memory the peer can write: a hostile or
 // broken peer may change Data while the caller reads it. Backends check

@@ -1384,7 +1384,14 @@ func (ep *Endpoint) destroy() {
 		ep.bounceMR = nil
 	}
 	if ep.rbuf != nil {
-		unix.Munmap(ep.rbuf)
+		if ep.vTail > 0 {
+			// Views may still point here: leave the range mapped, as
+			// private anonymous memory, so a stale one reads zeros
+			// instead of faulting.
+			retire(ep.rbuf)
+		} else {
+			unix.Munmap(ep.rbuf)
+		}
 		ep.rbuf = nil
 	}
 	if ep.bounce != nil {
@@ -1427,6 +1434,16 @@ func (ep *Endpoint) destroy() {
 }
 
 // nop crosses into C and back, for the binding benchmark.
+// retire replaces a mapping in place with private anonymous memory that
+// reserves nothing; it unmaps b if that fails.
+func retire(b []byte) {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	if err != nil {
+		unix.Munmap(b)
+	}
+}
+
 func (ep *Endpoint) nop() int { return int(C.weft_nop(ep.q)) }
 
 // cgoNop crosses into C and back with no endpoint: the bare cost of a cgo

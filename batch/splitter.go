@@ -113,8 +113,7 @@ type Splitter struct {
 	// go back to the endpoint in order, as their slots finish.
 	vr       fabric.ViewReceiver
 	views    []fabric.View
-	vt       uint64        // views received (rxMu)
-	vtA      atomic.Uint64 // vt, for finish
+	vt       atomic.Uint64 // views received (written under rxMu)
 	vh       atomic.Uint64 // views released to the endpoint
 	done     []atomic.Bool // slot's packets all released, its view not yet
 	relMu    sync.Mutex
@@ -267,9 +266,7 @@ func (s *Splitter) recvLocked(ctx context.Context, pkts []Packet) (int, error) {
 			sl := &s.slots[idx]
 			var e error
 			if m.Flags&fabric.FlagTruncated != 0 || (m.Flags&fabric.FlagRemoteWrite == 0 && m.Len > len(sl.buf)) {
-				s.ctr.drops[DropTruncated].Add(1)
-				s.dropped = append(s.dropped, idx)
-				e = errTruncated
+				e = s.dropTruncated(idx)
 			} else {
 				var data []byte
 				if m.Flags&fabric.FlagRemoteWrite == 0 {
@@ -304,7 +301,8 @@ func (s *Splitter) recvViewsLocked(ctx context.Context, pkts []Packet) (int, err
 	nslots := uint64(len(s.slots))
 	for n < len(pkts) {
 		want := (len(pkts) - n + s.perMsg - 1) / s.perMsg
-		k := min(want, len(s.slots)-int(s.vt-s.vh.Load()))
+		base := s.vt.Load()
+		k := min(want, len(s.slots)-int(base-s.vh.Load()))
 		if k <= 0 {
 			s.ctr.full.Add(1)
 			break
@@ -318,18 +316,14 @@ func (s *Splitter) recvViewsLocked(ctx context.Context, pkts []Packet) (int, err
 			r, err = s.vr.RecvViews(views)
 		}
 		r = min(max(r, 0), k)
-		base := s.vt
-		s.vt += uint64(r)
-		s.vtA.Store(s.vt)
+		s.vt.Store(base + uint64(r))
 		s.inUse.Add(int32(r))
 		for i := 0; i < r; i++ {
 			v := &views[i]
 			idx := int32((base + uint64(i)) % nslots)
 			var e error
 			if v.Flags&fabric.FlagRemoteWrite == 0 && len(v.Data) > s.slotSize {
-				s.ctr.drops[DropTruncated].Add(1)
-				s.dropped = append(s.dropped, idx)
-				e = errTruncated
+				e = s.dropTruncated(idx)
 			} else {
 				e = s.accept(idx, v.Flags, v.Imm, v.Data)
 			}
@@ -352,6 +346,14 @@ func (s *Splitter) recvViewsLocked(ctx context.Context, pkts []Packet) (int, err
 	return n, first
 }
 
+// dropTruncated counts a message longer than a slot and queues its slot
+// to be freed.
+func (s *Splitter) dropTruncated(idx int32) error {
+	s.ctr.drops[DropTruncated].Add(1)
+	s.dropped = append(s.dropped, idx)
+	return errTruncated
+}
+
 // finish marks the view in slot idx done and gives the endpoint back every
 // done view at the head of the line. Any goroutine may call it.
 func (s *Splitter) finish(idx int32) {
@@ -359,7 +361,7 @@ func (s *Splitter) finish(idx int32) {
 	s.done[idx].Store(true)
 	s.relMu.Lock()
 	nslots := uint64(len(s.slots))
-	h, t := s.vh.Load(), s.vtA.Load()
+	h, t := s.vh.Load(), s.vt.Load()
 	q := h
 	for q < t && s.done[q%nslots].Load() {
 		s.done[q%nslots].Store(false)

@@ -276,28 +276,12 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 const maxSGEs = 64
 
 // Recv implements fabric.Endpoint.
-func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) {
-	if e.closed.Load() {
-		return 0, e.opErr("recv", fabric.ErrClosed)
-	}
-	e.rxMu.Lock()
-	n, err := e.recvLocked(msgs)
-	e.rxMu.Unlock()
-	return n, err
-}
+func (e *Endpoint) Recv(msgs []fabric.Message) (int, error) { return e.poll(msgs, nil) }
 
 // RecvViews implements fabric.ViewReceiver: the views alias the records
 // in the receive ring, which stay unconsumed (and count against the
 // sender's room) until they are released.
-func (e *Endpoint) RecvViews(views []fabric.View) (int, error) {
-	if e.closed.Load() {
-		return 0, e.opErr("recv", fabric.ErrClosed)
-	}
-	e.rxMu.Lock()
-	n, err := e.recvViewsLocked(views)
-	e.rxMu.Unlock()
-	return n, err
-}
+func (e *Endpoint) RecvViews(views []fabric.View) (int, error) { return e.poll(nil, views) }
 
 // ReleaseViews implements fabric.ViewReceiver.
 func (e *Endpoint) ReleaseViews(n int) error {
@@ -561,7 +545,7 @@ func (e *Endpoint) RecvViewsWait(ctx context.Context, views []fabric.View) (int,
 	return e.recvWait(ctx, nil, views)
 }
 
-// poll is Recv (msgs) or RecvViews (views).
+// poll is Recv (msgs) or, with views non-nil, RecvViews.
 func (e *Endpoint) poll(msgs []fabric.Message, views []fabric.View) (int, error) {
 	if e.closed.Load() {
 		return 0, e.opErr("recv", fabric.ErrClosed)

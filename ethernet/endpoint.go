@@ -1194,6 +1194,28 @@ func (e *Endpoint) Stats() fabric.Stats {
 // peer-gone.
 func (e *Endpoint) Events() <-chan fabric.Event { return e.evs }
 
+// LocalAddr implements fabric.Endpoint: the interface, and with UDP
+// framing the local IP and port.
+func (e *Endpoint) LocalAddr() string {
+	if e.cfg.UDP {
+		return fmt.Sprintf("%s:local=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.LocalIP, e.cfg.LocalPort))
+	}
+	return e.cfg.Interface
+}
+
+// RemoteAddr implements fabric.Endpoint: an address that reaches the peer
+// from this host (the interface and the peer's MAC, or its IP and port
+// with UDP framing).
+func (e *Endpoint) RemoteAddr() string {
+	if e.cfg.UDP {
+		return fmt.Sprintf("%s:udp=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.PeerIP, e.cfg.PeerPort))
+	}
+	e.mu.Lock()
+	mac := net.HardwareAddr(e.peerMAC[:])
+	e.mu.Unlock()
+	return fmt.Sprintf("%s:peer=%s", e.cfg.Interface, mac)
+}
+
 // Link returns the interface's information as of Dial.
 func (e *Endpoint) Link() LinkInfo { return e.link }
 

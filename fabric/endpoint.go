@@ -65,6 +65,13 @@ type Endpoint interface {
 	// Events returns a channel of link and peer events. It is buffered;
 	// events that find it full are dropped (and counted in Stats).
 	Events() <-chan Event
+	// LocalAddr returns this side's address in the backend's syntax.
+	LocalAddr() string
+	// RemoteAddr returns the peer's address in the backend's syntax: the
+	// address that was dialled, or for an accepted endpoint the peer as
+	// the backend sees it, in a form Open can dial where the peer listens
+	// there.
+	RemoteAddr() string
 	// Close releases the endpoint. It is idempotent.
 	Close() error
 }
@@ -108,6 +115,14 @@ type Options struct {
 	// DefaultSpin, a negative value means sleep at once. Spinning is what
 	// keeps latency low; sleeping costs a wake-up (tens of µs).
 	Spin time.Duration
+	// Backlog bounds, for Listen, the connections that are in a handshake
+	// or wait for Accept (0: DefaultBacklog); more are refused. Open
+	// ignores it.
+	Backlog int
+	// HandshakeTimeout bounds, for Listen, how long one connecting peer
+	// may take to complete its handshake (0: DefaultHandshakeTimeout).
+	// Open's handshake is bounded by its context instead.
+	HandshakeTimeout time.Duration
 }
 
 // DefaultSpin is the busy-poll budget of blocking calls when Options.Spin

@@ -50,6 +50,11 @@ var (
 	// to register it.
 	ErrUnknownBackend = errors.New("unknown backend")
 
+	// ErrRefused reports a connection that the peer refused: nobody
+	// listens at the address, the listener's backlog is full, or the
+	// listener rejected it.
+	ErrRefused = errors.New("connection refused")
+
 	// ErrMalformed reports a packet, header or shared-memory record that
 	// failed validation. Receivers drop and count such input; they return
 	// ErrMalformed only from parsing functions.

@@ -65,12 +65,9 @@ func Usage(backend string) (string, error) {
 
 // Open opens an endpoint of the named backend at addr. opts may be nil.
 func Open(ctx context.Context, backend, addr string, opts *Options) (Endpoint, error) {
-	driversMu.RLock()
-	d, ok := drivers[backend]
-	driversMu.RUnlock()
-	if !ok {
-		return nil, &OpError{Op: "open", Backend: backend, Addr: addr,
-			Err: fmt.Errorf("%w %q (registered: %v)", ErrUnknownBackend, backend, Backends())}
+	d, err := driver("open", backend, addr)
+	if err != nil {
+		return nil, err
 	}
 	var o Options
 	if opts != nil {

@@ -58,7 +58,7 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 		return nil, err
 	}
 	ep := t.eps[0]
-	ep.owner = true
+	ep.owner, ep.addr = true, path
 	return ep, nil
 }
 

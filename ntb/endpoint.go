@@ -41,7 +41,8 @@ type Endpoint struct {
 
 	closed atomic.Bool
 	once   sync.Once
-	owner  bool // Close closes the transport (endpoints from fabric.Open)
+	owner  bool   // Close closes the transport (endpoints from fabric.Open)
+	addr   string // LocalAddr and RemoteAddr: both sides name the bridge
 
 	txMu       sync.Mutex
 	txUp       bool
@@ -774,6 +775,14 @@ func (e *Endpoint) Stats() fabric.Stats {
 
 // Events implements fabric.Endpoint.
 func (e *Endpoint) Events() <-chan fabric.Event { return e.evs }
+
+// LocalAddr implements fabric.Endpoint: the bridge's address, which both
+// sides share.
+func (e *Endpoint) LocalAddr() string { return e.addr }
+
+// RemoteAddr implements fabric.Endpoint: the bridge's address, which both
+// sides share.
+func (e *Endpoint) RemoteAddr() string { return e.addr }
 
 // Close implements fabric.Endpoint. It closes the queue; the transport
 // stays up for its other queues (Transport.Close ends it), except for an

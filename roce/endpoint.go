@@ -27,6 +27,8 @@ func init() {
 type Endpoint struct {
 	qp      *QP
 	pd      *PD
+	laddr   string // LocalAddr
+	raddr   string // RemoteAddr
 	release func()
 	once    sync.Once
 	closed  bool
@@ -123,6 +125,14 @@ func (ep *Endpoint) Stats() fabric.Stats {
 
 // Events implements fabric.Endpoint.
 func (ep *Endpoint) Events() <-chan fabric.Event { return ep.qp.evs }
+
+// LocalAddr implements fabric.Endpoint: the local end of the exchange
+// that set the endpoint up.
+func (ep *Endpoint) LocalAddr() string { return ep.laddr }
+
+// RemoteAddr implements fabric.Endpoint: the exchange address dialled, or
+// the peer's end of an accepted exchange.
+func (ep *Endpoint) RemoteAddr() string { return ep.raddr }
 
 // Close implements fabric.Endpoint: it waits (at most two seconds) until
 // the messages already sent are acknowledged, then destroys the QP and
@@ -362,7 +372,10 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 		release()
 		return nil, err
 	}
-	ep := &Endpoint{qp: qp, pd: pd, release: release}
+	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: conn.LocalAddr().String(), raddr: o.Bootstrap}
+	if o.Listen {
+		ep.raddr = conn.RemoteAddr().String()
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}

@@ -110,6 +110,8 @@ type Endpoint struct {
 	inlineHW int // device inline limit
 	signal   int
 	spin     time.Duration
+	laddr    string // LocalAddr
+	raddr    string // RemoteAddr
 
 	// life is held shared by every call that touches the device and
 	// exclusively by Close, which destroys it.
@@ -183,6 +185,10 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	ep, err := newEndpoint(o)
 	if err != nil {
 		return nil, err
+	}
+	ep.laddr, ep.raddr = conn.LocalAddr().String(), o.Bootstrap
+	if o.Listen {
+		ep.raddr = conn.RemoteAddr().String()
 	}
 	if o.Listen {
 		ep.peer, err = roce.ExchangeServer(ctx, conn, ep.local, ep.connect)
@@ -1305,6 +1311,14 @@ func (ep *Endpoint) Stats() fabric.Stats {
 
 // Events implements fabric.Endpoint.
 func (ep *Endpoint) Events() <-chan fabric.Event { return ep.evs }
+
+// LocalAddr implements fabric.Endpoint: the local end of the exchange
+// that set the endpoint up.
+func (ep *Endpoint) LocalAddr() string { return ep.laddr }
+
+// RemoteAddr implements fabric.Endpoint: the exchange address dialled, or
+// the peer's end of an accepted exchange.
+func (ep *Endpoint) RemoteAddr() string { return ep.raddr }
 
 // Close implements fabric.Endpoint. An RC endpoint first waits (at most
 // two seconds) until what it sent is acknowledged, as a TCP close

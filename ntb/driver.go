@@ -18,16 +18,26 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "PATH[?mem=16M&queues=1&ring=1M&maxmsg=64K]: emulated NTB in shared-memory file PATH (both sides name the same file)"
+	return "PATH[?mem=16M&queues=1&ring=1M&maxmsg=64K&listener=1&queue=N]: emulated NTB in shared-memory file PATH (both sides name the same file); listener=1 dials a fabric.Listen listener on a free queue (or queue N)"
 }
 
 // Open implements fabric.Driver: addr names the emulated bridge's file,
 // with optional geometry and transport parameters as a query string.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
-	path, sc, tc, err := ParseAddr(addr)
+	a, err := parseAddr(addr)
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: err}
 	}
+	applyOptions(&a.tc, o)
+	if a.listener {
+		return dialListener(ctx, addr, a.path, a.sc, a.tc, a.queue)
+	}
+	return DialShm(ctx, a.path, a.sc, a.tc)
+}
+
+// applyOptions applies the fabric options to a transport configuration
+// that the address left at its defaults.
+func applyOptions(tc *Config, o fabric.Options) {
 	if o.MaxMsgSize > 0 && tc.MaxMsgSize == 0 {
 		tc.MaxMsgSize = o.MaxMsgSize
 		if tc.RingSize == 0 && 4*(o.MaxMsgSize+64) > 1<<20 {
@@ -35,7 +45,6 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 		}
 	}
 	tc.Spin, tc.CQSize = o.Spin, o.CQSize
-	return DialShm(ctx, path, sc, tc)
 }
 
 // DialShm opens (or creates) the emulated bridge at path and brings up a
@@ -65,42 +74,66 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 // ParseAddr parses an ntb address: a file path with an optional query of
 // mem, mws, spads, dbbits (device geometry, used when the file is
 // created) and queues, ring, maxmsg, window (transport). Sizes take K, M
-// and G suffixes.
+// and G suffixes. The parameters listener and queue, which select how
+// fabric.Open connects, are accepted and not returned.
 func ParseAddr(addr string) (path string, sc ShmConfig, tc Config, err error) {
+	a, err := parseAddr(addr)
+	return a.path, a.sc, a.tc, err
+}
+
+// ntbAddr is a parsed ntb address.
+type ntbAddr struct {
+	path     string
+	sc       ShmConfig
+	tc       Config
+	listener bool // dial a listener
+	queue    int  // the queue to dial it on (-1: any free one)
+}
+
+func parseAddr(addr string) (ntbAddr, error) {
+	a := ntbAddr{queue: -1}
 	path, query, _ := strings.Cut(addr, "?")
 	if path == "" {
-		return "", sc, tc, fmt.Errorf("empty path")
+		return a, fmt.Errorf("empty path: %w", fabric.ErrInvalid)
 	}
+	a.path = path
 	vals, err := url.ParseQuery(query)
 	if err != nil {
-		return "", sc, tc, err
+		return a, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
 	}
 	for k, vs := range vals {
 		v := vs[len(vs)-1]
 		n, perr := units.ParseSize(v, 1<<40)
 		if perr != nil {
-			return "", sc, tc, fmt.Errorf("%s=%q: %w", k, v, perr)
+			return a, fmt.Errorf("%s=%q: %w: %w", k, v, fabric.ErrInvalid, perr)
 		}
 		switch k {
 		case "mem":
-			sc.MemSize = n
+			a.sc.MemSize = n
 		case "mws":
-			sc.MWs = n
+			a.sc.MWs = n
 		case "spads":
-			sc.Spads = n
+			a.sc.Spads = n
 		case "dbbits":
-			sc.DoorbellBits = n
+			a.sc.DoorbellBits = n
 		case "queues":
-			tc.Queues = n
+			a.tc.Queues = n
 		case "ring":
-			tc.RingSize = n
+			a.tc.RingSize = n
 		case "maxmsg":
-			tc.MaxMsgSize = n
+			a.tc.MaxMsgSize = n
 		case "window":
-			tc.WindowSize = n
+			a.tc.WindowSize = n
+		case "listener":
+			a.listener = n != 0
+		case "queue":
+			if n >= maxQueues {
+				return a, fmt.Errorf("queue=%d: at most %d queues: %w", n, maxQueues, fabric.ErrInvalid)
+			}
+			a.queue, a.listener = n, true
 		default:
-			return "", sc, tc, fmt.Errorf("unknown parameter %q", k)
+			return a, fmt.Errorf("unknown parameter %q: %w", k, fabric.ErrInvalid)
 		}
 	}
-	return path, sc, tc, nil
+	return a, nil
 }

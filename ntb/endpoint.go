@@ -39,10 +39,14 @@ type Endpoint struct {
 	ctr   fabric.Counters
 	evs   chan fabric.Event
 
-	closed atomic.Bool
-	once   sync.Once
-	owner  bool   // Close closes the transport (endpoints from fabric.Open)
-	addr   string // LocalAddr and RemoteAddr: both sides name the bridge
+	closed  atomic.Bool
+	once    sync.Once
+	relOnce sync.Once
+	owner   bool   // Close closes the transport (endpoints from fabric.Open)
+	addr    string // LocalAddr and RemoteAddr: both sides name the bridge
+	// release, if set, lets go of a bridge shared with other endpoints
+	// (listeners and their dialers): Close calls it once.
+	release func()
 
 	txMu       sync.Mutex
 	txUp       bool
@@ -792,6 +796,9 @@ func (e *Endpoint) Close() error {
 		return e.t.Close()
 	}
 	e.close()
+	if e.release != nil {
+		e.relOnce.Do(e.release)
+	}
 	return nil
 }
 

@@ -65,6 +65,10 @@ func (q *Queue) Fail() {
 	<-q.slots
 }
 
+// Malformed counts a handshake message that failed validation before any
+// slot was taken.
+func (q *Queue) Malformed() { q.failed.Add(1) }
+
 // Refuse counts a refused connection that took no slot (a backend that
 // refuses for its own reasons, such as no free queue).
 func (q *Queue) Refuse() { q.refused.Add(1) }

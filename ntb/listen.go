@@ -1,0 +1,372 @@
+package ntb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/acceptq"
+)
+
+// A bridge has one peer, so a listener on a bridge accepts one endpoint
+// per transport queue: one bridge then carries several independent
+// endpoints, for example one per core. The listener brings the bridge up
+// with maxQueues queues and waits on each for a connect request, the
+// first message a dialer sends on a queue it has picked:
+//
+//	connect: "WEFTNTBC" nonce[8]
+//	answer:  "WEFTNTBA" nonce[8]   accepted
+//	         "WEFTNTBR" nonce[8]   refused (backlog full)
+//
+// The nonce ties the answer to the request, so a stale answer left on a
+// queue by an earlier dialer is not taken for the current one. Dialers in
+// one process share their side of the bridge and take free queues in
+// turn; the address parameter listener=1 selects this (Listener.Addr
+// includes it), queue=N picks a queue.
+//
+// A queue serves one connection per session of the bridge: once its
+// endpoint is closed the queue is not offered again until the bridge
+// restarts.
+
+const (
+	connMsgLen = 16
+	connMagic  = "WEFTNTB"
+	connReq    = 'C'
+	connAcc    = 'A'
+	connRef    = 'R'
+	// listenPoll is how often the listener looks for connect requests.
+	listenPoll = time.Millisecond
+)
+
+// sharedBridge is one side of a bridge shared by the endpoints of a
+// listener or by a process's dialers: the transport stays open until the
+// last user lets go.
+type sharedBridge struct {
+	path string
+	t    *Transport
+	mu   sync.Mutex
+	refs int
+	used [maxQueues]bool
+}
+
+func (b *sharedBridge) acquire() { b.mu.Lock(); b.refs++; b.mu.Unlock() }
+
+// release drops one reference, closing the transport with the last one.
+func (b *sharedBridge) release() {
+	dialers.Lock() // before b.mu, as dialListener takes them
+	b.mu.Lock()
+	b.refs--
+	last := b.refs == 0
+	b.mu.Unlock()
+	if last && dialers.m[b.path] == b {
+		delete(dialers.m, b.path)
+	}
+	dialers.Unlock()
+	if last {
+		b.t.Close()
+	}
+}
+
+// dialers are the bridges this process dials listeners over, by path.
+var dialers struct {
+	sync.Mutex
+	m map[string]*sharedBridge
+}
+
+// openBridge opens this side of the bridge at path with a transport of
+// (by default) the most queues it allows. With wait it waits for the peer
+// (a dialer); without, the transport comes up whenever the peer appears
+// (a listener).
+func openBridge(ctx context.Context, path string, sc ShmConfig, tc Config, wait bool) (*Transport, error) {
+	if tc.Queues == 0 {
+		tc.Queues = maxQueues
+	}
+	if sc.MemSize == 0 {
+		sc.MemSize = max(16<<20, (tc.Queues+2)*max(tc.RingSize, 1<<20))
+	}
+	dev, err := OpenShm(path, sc)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: path, Err: err}
+	}
+	t, err := newTransport(dev, tc)
+	if err == nil && wait {
+		if err = t.waitUp(ctx); err != nil {
+			t.shutdown(false)
+		}
+	}
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func connMsg(kind byte, nonce uint64) [connMsgLen]byte {
+	var m [connMsgLen]byte
+	copy(m[:], connMagic)
+	m[7] = kind
+	binary.LittleEndian.PutUint64(m[8:], nonce)
+	return m
+}
+
+// parseConnMsg returns the kind and nonce of a connect message.
+func parseConnMsg(b []byte) (byte, uint64, error) {
+	if len(b) != connMsgLen || string(b[:7]) != connMagic {
+		return 0, 0, fmt.Errorf("ntb: connect message of %d bytes: %w", len(b), fabric.ErrMalformed)
+	}
+	switch b[7] {
+	case connReq, connAcc, connRef:
+	default:
+		return 0, 0, fmt.Errorf("ntb: connect message kind %q: %w", b[7], fabric.ErrMalformed)
+	}
+	return b[7], binary.LittleEndian.Uint64(b[8:]), nil
+}
+
+// connIO sends and receives connect messages on one queue.
+type connIO struct {
+	ep   *Endpoint
+	sbuf *fabric.Region
+	rbuf *fabric.Region
+	msg  [1]fabric.Message
+}
+
+func newConnIO(ep *Endpoint) (*connIO, error) {
+	s, err := ep.Register(make([]byte, connMsgLen), 0)
+	if err != nil {
+		return nil, err
+	}
+	r, err := ep.Register(make([]byte, connMsgLen+1), fabric.AccessLocalWrite)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &connIO{ep: ep, sbuf: s, rbuf: r}, nil
+}
+
+func (c *connIO) close() { c.sbuf.Close(); c.rbuf.Close() }
+
+func (c *connIO) send(ctx context.Context, m [connMsgLen]byte) error {
+	copy(c.sbuf.Bytes(), m[:])
+	c.msg[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(c.sbuf)}}
+	_, err := c.ep.SendWait(ctx, c.msg[:])
+	return err
+}
+
+// poll returns a received message (nil if none arrived).
+func (c *connIO) poll() ([]byte, error) {
+	c.msg[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(c.rbuf)}}
+	n, err := c.ep.Recv(c.msg[:])
+	if n == 0 || err != nil {
+		return nil, err
+	}
+	return c.rbuf.Bytes()[:c.msg[0].Len], nil
+}
+
+// Listener is a fabric.Listener on one side of a bridge: it accepts one
+// endpoint per transport queue (see Listen).
+type Listener struct {
+	b    *sharedBridge
+	addr string
+	q    *acceptq.Queue
+	io   []*connIO // per queue; nil once accepted
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var _ fabric.Listener = (*Listener)(nil)
+
+// Listen implements fabric.ListenDriver: it opens the bridge at addr with
+// (by default) the most queues it allows and accepts one endpoint per
+// queue that a peer connects on.
+func (driver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric.Listener, error) {
+	path, sc, tc, err := ParseAddr(addr)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "listen", Backend: "ntb", Addr: addr, Err: err}
+	}
+	applyOptions(&tc, o)
+	t, err := openBridge(ctx, path, sc, tc, false)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{b: &sharedBridge{path: path, t: t, refs: 1}, stop: make(chan struct{}), done: make(chan struct{})}
+	q := url.Values{"listener": {"1"}, "queues": {strconv.Itoa(len(t.eps))}}
+	l.addr = path + "?" + q.Encode()
+	l.q = acceptq.New("ntb", l.addr, o.BacklogSize())
+	for _, ep := range t.eps {
+		c, err := newConnIO(ep)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		l.io = append(l.io, c)
+	}
+	go l.run()
+	return l, nil
+}
+
+func (l *Listener) run() {
+	defer close(l.done)
+	tick := time.NewTicker(listenPoll)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for {
+		for i, c := range l.io {
+			if c != nil && l.b.t.Up() {
+				l.serve(ctx, i, c)
+			}
+		}
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// serve handles what arrived on queue i, which has no endpoint yet.
+func (l *Listener) serve(ctx context.Context, i int, c *connIO) {
+	b, err := c.poll()
+	if b == nil || err != nil {
+		return
+	}
+	kind, nonce, err := parseConnMsg(b)
+	if err != nil || kind != connReq {
+		l.q.Malformed() // counted; the queue keeps listening
+		return
+	}
+	if !l.q.Reserve() {
+		c.send(ctx, connMsg(connRef, nonce))
+		return
+	}
+	if err := c.send(ctx, connMsg(connAcc, nonce)); err != nil {
+		l.q.Fail()
+		return
+	}
+	ep := c.ep
+	c.close()
+	l.io[i] = nil
+	l.b.acquire()
+	ep.addr, ep.release = l.b.path, l.b.release
+	l.q.Offer(ep)
+}
+
+// Accept implements fabric.Listener.
+func (l *Listener) Accept(ctx context.Context) (fabric.Endpoint, error) { return l.q.Accept(ctx) }
+
+// Addr implements fabric.Listener: the bridge's path with listener=1 and
+// the queue count, which fabric.Open dials.
+func (l *Listener) Addr() string { return l.addr }
+
+// Stats implements fabric.Listener. Malformed connect requests count as
+// failed handshakes.
+func (l *Listener) Stats() fabric.ListenerStats { return l.q.Stats() }
+
+// Close implements fabric.Listener: the bridge stays up until the
+// endpoints already accepted are closed.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.q.Close()
+		for _, c := range l.io {
+			if c != nil {
+				c.close()
+			}
+		}
+		l.b.release()
+	})
+	return nil
+}
+
+// dialListener connects to a listener across the bridge at path: it
+// shares this process's side of the bridge with its other dialers, takes
+// a free queue (or the one asked for) and exchanges connect messages on
+// it.
+func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Config, queue int) (*Endpoint, error) {
+	opErr := func(err error) error { return &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: err} }
+	dialers.Lock()
+	if dialers.m == nil {
+		dialers.m = map[string]*sharedBridge{}
+	}
+	b := dialers.m[path]
+	if b == nil {
+		t, err := openBridge(ctx, path, sc, tc, true)
+		if err != nil {
+			dialers.Unlock()
+			return nil, err
+		}
+		b = &sharedBridge{path: path, t: t}
+		dialers.m[path] = b
+	}
+	b.acquire()
+	dialers.Unlock()
+
+	b.mu.Lock()
+	if queue < 0 {
+		for i := range b.t.eps {
+			if !b.used[i] {
+				queue = i
+				break
+			}
+		}
+	}
+	if queue < 0 || queue >= len(b.t.eps) || b.used[queue] {
+		b.mu.Unlock()
+		b.release()
+		return nil, opErr(fmt.Errorf("no free queue on the bridge (%d in use): %w", len(b.t.eps), fabric.ErrRefused))
+	}
+	b.used[queue] = true
+	b.mu.Unlock()
+
+	ep := b.t.eps[queue]
+	fail := func(err error) (*Endpoint, error) {
+		ep.close()
+		b.release()
+		return nil, opErr(err)
+	}
+	c, err := newConnIO(ep)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.close()
+	var nb [8]byte
+	rand.Read(nb[:])
+	nonce := binary.LittleEndian.Uint64(nb[:])
+	if err := c.send(ctx, connMsg(connReq, nonce)); err != nil {
+		return fail(err)
+	}
+	for {
+		m, err := c.poll()
+		if err != nil {
+			return fail(err)
+		}
+		if m != nil {
+			kind, got, err := parseConnMsg(m)
+			switch {
+			case err != nil:
+				return fail(err)
+			case got != nonce:
+				continue // an answer to an earlier dialer of this queue
+			case kind == connRef:
+				return fail(fmt.Errorf("queue %d: the listener's backlog is full: %w", queue, fabric.ErrRefused))
+			case kind != connAcc:
+				return fail(fmt.Errorf("queue %d: answer %q: %w", queue, kind, fabric.ErrMalformed))
+			}
+			ep.addr, ep.release = addr, b.release
+			return ep, nil
+		}
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("no answer from a listener on queue %d: %w", queue, ctx.Err()))
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package ntb
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+)
+
+func TestListener(t *testing.T) {
+	fabrictest.TestListener(t, fabrictest.ListenSetup{
+		Backend: "ntb",
+		Addr:    filepath.Join(t.TempDir(), "bridge"),
+		Clients: maxQueues, // one endpoint per queue of the bridge
+	})
+}
+
+// TestListenerConformance runs the conformance cases over endpoints that
+// a listener accepted and a dialer connected on a shared bridge.
+func TestListenerConformance(t *testing.T) {
+	dir := t.TempDir()
+	n := 0
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		n++
+		return fabrictest.ListenPair(t, "ntb", filepath.Join(dir, "bridge"+string(rune('a'+n))), nil)
+	})
+}
+
+func TestConnMsgParse(t *testing.T) {
+	m := connMsg(connAcc, 42)
+	if k, n, err := parseConnMsg(m[:]); err != nil || k != connAcc || n != 42 {
+		t.Fatalf("parse = %q %d %v", k, n, err)
+	}
+	bad := m
+	bad[7] = 'X'
+	for _, b := range [][]byte{m[:15], append(m[:], 0), bad[:], []byte("WEFTNTXC01234567")} {
+		if _, _, err := parseConnMsg(b); !errors.Is(err, fabric.ErrMalformed) {
+			t.Errorf("parse(%q) = %v, want ErrMalformed", b, err)
+		}
+	}
+}
+
+func FuzzConnMsg(f *testing.F) {
+	m := connMsg(connReq, 7)
+	f.Add(m[:])
+	f.Add([]byte("WEFTNTBZ"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, n, err := parseConnMsg(b)
+		if err == nil {
+			if again := connMsg(k, n); string(again[:]) != string(b) {
+				t.Fatalf("accepted %q, which does not re-encode to itself", b)
+			}
+		}
+	})
+}

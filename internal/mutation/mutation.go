@@ -91,6 +91,14 @@ var List = []Mutation{
 		Why: "zero allocations per message on the reliable Ethernet endpoint",
 	},
 	{
+		Name: "xsk-forced-zerocopy-binds-copy",
+		File: "ethernet/xsk/socket.go",
+		Old:  "\t\tflags |= unix.XDP_ZEROCOPY\n",
+		New:  "\t\tflags |= 0\n",
+		Pkg:  "./ethernet/", Run: "^TestZeroCopyProbe$",
+		Why: "forced zero-copy fails with ErrNotSupported where the driver has none, rather than binding in copy mode",
+	},
+	{
 		Name: "batch-header-past-end",
 		File: "batch/header.go",
 		Old:  "h.Len < HeaderSize(h.Count) || h.Len > len(msg)",

@@ -28,14 +28,23 @@ func BenchmarkLoop(b *testing.B) {
 		rm[i] = fabric.Message{SGEs: []fabric.SGE{{Region: dst, Offset: 64 * i, Length: 64}}}
 	}
 	b.ReportAllocs()
+	msgs := 0
 	for b.Loop() {
-		n, _ := x.Send(sm)
+		n, err := x.Send(sm)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for got := 0; got < n; {
-			k, _ := y.Recv(rm[:n-got])
+			k, err := y.Recv(rm[:n-got])
+			if err != nil {
+				b.Fatal(err)
+			}
 			got += k
 		}
+		msgs += n
 	}
-	b.ReportMetric(float64(b.N*32)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+	// Send may take fewer than the burst: count what went through.
+	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
 }
 
 // TestZeroAllocs checks that the message paths, copying and zero-copy,

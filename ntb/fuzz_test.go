@@ -31,8 +31,11 @@ func inside(b, mem []byte) bool {
 // each header's sequence word valid (unless the input's first byte says
 // otherwise), so the parser gets past it. Whatever the peer wrote, Recv
 // must not panic, must not report more bytes than the buffers hold, and
-// may only fail with ErrMalformed. With bit 1 of the first byte it
-// receives views instead, which must lie inside the ring.
+// may only fail with ErrMalformed; a data record longer than the maximum
+// message size (2048 here) must be refused as malformed even when it fits
+// the ring and the buffers would take it truncated. With bit 1 of the
+// first byte it receives views instead, which must lie inside the ring
+// and be no longer than the maximum message size.
 func FuzzRecvRing(f *testing.F) {
 	rec := func(n int, flags uint32, imm uint32) []byte {
 		b := make([]byte, align16(recHdr+n))
@@ -50,6 +53,10 @@ func FuzzRecvRing(f *testing.F) {
 	f.Add(byte(1), rec(8, recFlagPad, 0))
 	f.Add(byte(0), []byte{})
 	f.Add(byte(2), seed)
+	// A record over the maximum message size that fits the ring, on the
+	// copy path and on the view path.
+	f.Add(byte(0), rec(3000, 0, 0))
+	f.Add(byte(2), rec(3000, recFlagImm, 1))
 	f.Fuzz(func(t *testing.T, mode byte, data []byte) {
 		const ring = 8192
 		tr := &Transport{cfg: Config{MaxMsgSize: 2048}, kick: make(chan struct{}, 1)}
@@ -66,6 +73,11 @@ func FuzzRecvRing(f *testing.F) {
 			if mode&1 == 0 {
 				shm.U32(e.rxRing, int(e.rxHead%ring)).Store(seqOf(e.rxHead, e.rxSalt))
 			}
+			// What the record at the head says, if it is a data record.
+			off := int(e.rxHead % ring)
+			fl := shm.Get32(e.rxRing, off+12)
+			ln := int(shm.Get32(e.rxRing, off+4))
+			oversize := mode&1 == 0 && fl&^recFlagImm == 0 && ln > tr.cfg.MaxMsgSize
 			var n int
 			var err error
 			if mode&2 != 0 {
@@ -83,6 +95,9 @@ func FuzzRecvRing(f *testing.F) {
 				msgs[0].Len, msgs[0].Flags = 0, 0 // the buffer check below is for copies
 			} else {
 				n, err = e.Recv(msgs)
+			}
+			if oversize && (n != 0 || !errors.Is(err, fabric.ErrMalformed)) {
+				t.Fatalf("a %d-byte record (max %d): %d messages, %v; want ErrMalformed", ln, tr.cfg.MaxMsgSize, n, err)
 			}
 			if err != nil {
 				if !errors.Is(err, fabric.ErrMalformed) {

@@ -2,11 +2,13 @@ package ntb
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func TestProbeHardwareFake(t *testing.T) {
@@ -32,11 +34,18 @@ func TestProbeHardwareFake(t *testing.T) {
 func TestProbeHardwareHere(t *testing.T) {
 	hw, err := ProbeHardware()
 	if errors.Is(err, fabric.ErrNotSupported) {
-		t.Logf("no NTB hardware on this machine: %v", err)
-		return
+		testenv.SkipNoHardware(t, "ntb", fmt.Sprintf("no NTB hardware on this machine: %v", err))
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(hw) == 0 {
+		t.Fatal("ProbeHardware found nothing and said nothing")
+	}
+	for _, h := range hw {
+		if h.Addr == "" || h.Vendor == 0 || h.Family == "" {
+			t.Errorf("incomplete probe result %+v", h)
+		}
 	}
 	t.Logf("NTB hardware: %+v", hw)
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,17 +225,20 @@ func TestLossySoak(t *testing.T) {
 	}
 }
 
-func itoa(n int) string { return string(binary.AppendUvarint(nil, uint64(n))) }
+func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestLossyRMA writes and reads large buffers over lossy links and checks
-// every byte, including multi-packet reads whose responses are lost.
+// every byte, including multi-packet reads whose responses are lost: the
+// links must have dropped datagrams both ways, and the requester must have
+// retransmitted, both writes and reads.
 func TestLossyRMA(t *testing.T) {
-	ea, eb, _ := enginePair(t, 4791, LossConfig{Drop: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7})
+	ea, eb, lossy := enginePair(t, 4791, LossConfig{Drop: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7})
 	a, _, pa, pb := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 11, RetryCnt: 7, RNRRetry: 7})
 	const size = 256 << 10
 	target, _ := pb.RegMR(make([]byte, size), fabric.AccessLocalWrite|fabric.AccessRemoteWrite|fabric.AccessRemoteRead)
 	src, _ := pa.RegMR(make([]byte, size), 0)
 	back, _ := pa.RegMR(make([]byte, size), fabric.AccessLocalWrite)
+	var readRetx uint64
 	for round := 0; round < 8; round++ {
 		for i := range src.Bytes() {
 			src.Bytes()[i] = byte(i*7 + round*13)
@@ -248,6 +252,7 @@ func TestLossyRMA(t *testing.T) {
 			t.Fatalf("round %d: written bytes differ", round)
 		}
 		clear(back.Bytes())
+		before := a.Stats().Retransmits
 		r := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(back)}, Remote: target.Remote(), Flags: fabric.FlagSignal, Context: 2}}
 		if _, err := a.Read(r); err != nil {
 			t.Fatal(err)
@@ -256,8 +261,22 @@ func TestLossyRMA(t *testing.T) {
 		if !bytes.Equal(back.Bytes(), src.Bytes()) {
 			t.Fatalf("round %d: read bytes differ", round)
 		}
+		readRetx += a.Stats().Retransmits - before
 	}
-	t.Logf("retransmitted packets: %d", a.Stats().Retransmits)
+	retx := a.Stats().Retransmits
+	t.Logf("retransmitted packets: %d (%d for reads); retransmissions by cause %+v", retx, readRetx, a.retransmissions())
+	for i, l := range lossy {
+		l.mu.Lock()
+		d, r, u := l.Dropped, l.Reordered, l.Duplicated
+		l.mu.Unlock()
+		t.Logf("link %d: %d drops, %d reorders, %d duplicates", i, d, r, u)
+		if d == 0 {
+			t.Errorf("link %d dropped nothing: the test proves nothing", i)
+		}
+	}
+	if retx == 0 || readRetx == 0 || retx == readRetx {
+		t.Errorf("%d packets retransmitted, %d of them for reads: the losses did not exercise both writes and reads", retx, readRetx)
+	}
 }
 
 func waitCompletion(t testing.TB, qp *QP, ctx uint64) {
@@ -369,8 +388,9 @@ func TestStateMachine(t *testing.T) {
 	if err := qp.Modify(StateRTR, &QPAttr{PathMTU: 1024, Dest: netip.MustParseAddr("127.0.0.2"), DestQPN: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := qp.Send(nil); err == nil {
-		t.Log("empty post in RTR")
+	// Posting needs RTS: even an empty post is refused in RTR.
+	if n, err := qp.Send(nil); n != 0 || !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("empty post in RTR: %d, %v; want ErrInvalid", n, err)
 	}
 	if err := qp.Modify(StateRTS, &QPAttr{RetryCnt: 8}); err == nil {
 		t.Fatal("retry count 8 accepted")

@@ -228,7 +228,8 @@ type QP struct {
 	rnrUntil   time.Time
 	rdOut      int
 	gapNAKed   bool // a read response gap was already answered
-	cwnd       int  // packets the requester may have unacknowledged
+	retx       [numRetxCauses]retxCount
+	cwnd       int // packets the requester may have unacknowledged
 	cwndAcc    int
 	sinceAck   int // packets sent since the last one with AckReq
 	lastActive time.Time

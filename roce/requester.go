@@ -406,7 +406,7 @@ func (qp *QP) ackTo(p wire.PSN) {
 			next = resume
 			if !qp.gapNAKed {
 				qp.gapNAKed = true
-				defer qp.rewind(resume)
+				defer qp.rewind(resume, retxGap)
 			}
 		}
 	}
@@ -431,16 +431,41 @@ func (qp *QP) ackTo(p wire.PSN) {
 	qp.armTimer()
 }
 
+// retxCause says why the requester went back to resend.
+type retxCause int
+
+const (
+	retxNAK     retxCause = iota // a PSN-sequence NAK (go-back-N)
+	retxTimeout                  // the retransmission timer
+	retxRNR                      // an RNR NAK, once its delay is over
+	retxGap                      // read responses missing before the one that came
+	numRetxCauses
+)
+
+// retxCount counts the rewinds of one cause and the packets they queued
+// for retransmission.
+type retxCount struct{ rewinds, packets uint64 }
+
 // rewind goes back to PSN p for retransmission (go-back-N), and halves
 // the window: every packet after a loss is sent again, so a window much
-// larger than the path holds only multiplies the retransmissions.
-func (qp *QP) rewind(p wire.PSN) {
+// larger than the path holds only multiplies the retransmissions. The
+// rewind and its packets are counted under cause.
+func (qp *QP) rewind(p wire.PSN, cause retxCause) {
 	qp.cwnd = max(minWindow, qp.cwnd/2)
 	qp.cwndAcc = 0
 	qp.seek(p)
+	qp.retx[cause].rewinds++
 	if d := qp.maxPSN.Sub(qp.txPSN); d > 0 {
 		qp.ctr.Retransmits.Add(uint64(d))
+		qp.retx[cause].packets += uint64(d)
 	}
+}
+
+// retransmissions returns the rewinds and retransmitted packets by cause.
+func (qp *QP) retransmissions() [numRetxCauses]retxCount {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.retx
 }
 
 // seek points the transmitter at PSN p: the work request that holds it,
@@ -494,7 +519,7 @@ func (qp *QP) onTimeout(now time.Time) {
 		return
 	}
 	qp.retries--
-	qp.rewind(qp.una)
+	qp.rewind(qp.una, retxTimeout)
 	qp.deadline = time.Time{}
 	qp.transmit()
 	qp.armTimer()
@@ -527,7 +552,7 @@ func (qp *QP) response(p *wire.Packet) {
 				}
 				qp.rnrRetries--
 			}
-			qp.rewind(psn)
+			qp.rewind(psn, retxRNR)
 			qp.rnrUntil = time.Now().Add(syn.RNRTimer().Duration())
 			// The peer answered: no timeout while we wait out its RNR
 			// delay (transmit re-arms the timer).
@@ -541,7 +566,7 @@ func (qp *QP) response(p *wire.Packet) {
 				// way the transmitter runs below: the ACK part of the
 				// NAK may have opened the window.
 				if !psn.Less(qp.una) && psn.Less(qp.txPSN) {
-					qp.rewind(psn)
+					qp.rewind(psn, retxNAK)
 				}
 			case wire.NAKRemoteAccessError:
 				qp.failAt(psn, fabric.StatusRemoteAccess)
@@ -607,7 +632,7 @@ func (qp *QP) readResponse(p *wire.Packet, psn wire.PSN) {
 		qp.ctr.Drop(fabric.DropSequence, 1)
 		if !qp.gapNAKed {
 			qp.gapNAKed = true
-			qp.rewind(want)
+			qp.rewind(want, retxGap)
 		}
 		return
 	}

@@ -1,10 +1,13 @@
 package mmsg
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func fdOf(t testing.TB, c *net.UDPConn) int {
@@ -21,7 +24,7 @@ func TestSendRecvBatch(t *testing.T) {
 	for _, network := range []string{"127.0.0.1:0", "[::1]:0"} {
 		a, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(network)))
 		if err != nil {
-			t.Skipf("%s: %v", network, err)
+			testenv.SkipOrFail(t, fmt.Sprintf("no loopback UDP on %s: %v", network, err))
 		}
 		defer a.Close()
 		b, _ := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(network)))

@@ -7,7 +7,9 @@ package testenv
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -22,6 +24,20 @@ func SkipOrFail(t testing.TB, reason string) {
 	t.Helper()
 	if InCI() {
 		t.Fatalf("CI=true: cannot skip: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// SkipNoHardware skips a test that needs hardware this machine does not
+// have (kind names it: "ntb", "rdma"), with reason. Such hardware is rare
+// and CI machines have none, so this skip is not a failure under CI; a
+// machine that has the hardware declares it in WEFT_HW (a comma-separated
+// list of kinds), and there the skip is a failure, so that losing the
+// hardware or its driver cannot pass unnoticed.
+func SkipNoHardware(t testing.TB, kind, reason string) {
+	t.Helper()
+	if slices.Contains(strings.Split(os.Getenv("WEFT_HW"), ","), kind) {
+		t.Fatalf("WEFT_HW declares %s, but: %s", kind, reason)
 	}
 	t.Skip(reason)
 }

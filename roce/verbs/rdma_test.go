@@ -30,7 +30,9 @@ import (
 func TestDevicesNoRDMA(t *testing.T) {
 	devs, err := Devices()
 	if err == nil {
-		t.Skipf("this host has RDMA devices (%d)", len(devs))
+		// CI runs this test on its host without RDMA to check the mapping;
+		// a host that grew a device would no longer check it.
+		testenv.SkipOrFail(t, fmt.Sprintf("this host has RDMA devices (%d): the no-RDMA mapping cannot be checked", len(devs)))
 	}
 	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, fabric.ErrNotSupported) {
 		t.Fatalf("Devices: %v; want ErrNoDevice (and ErrNotSupported)", err)

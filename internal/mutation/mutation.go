@@ -1,0 +1,257 @@
+// Package mutation keeps the one-line breaks that Weft's tests must catch.
+// Each Mutation breaks one promise the README makes (a protocol rule, a
+// bounds check, zero allocations, the CI skip rule) and names the test
+// that guards it. TestMutations copies the module to a temporary
+// directory, applies each break there, runs the guarding test and expects
+// it to fail: a mutation that survives is a promise no test holds.
+//
+// Run them all (a few seconds each; needs root, as the suite does):
+//
+//	WEFT_MUTATION=1 go test -count=1 -v -run TestMutations ./internal/mutation/
+//
+// WEFT_MUTATION may also be a regular expression over mutation names.
+// Without it, TestTable only checks that every mutation still applies to
+// the code as it is. To add one, append to List.
+package mutation
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Mutation is one break of the code and the test that must catch it.
+type Mutation struct {
+	// Name identifies the mutation (lower case, dashes).
+	Name string
+	// File is the file to change, relative to the module root.
+	File string
+	// Old is text that occurs exactly once in File; New replaces it.
+	Old, New string
+	// Pkg is the package of the guarding test, as go test takes it
+	// ("./roce/").
+	Pkg string
+	// Run is the -run pattern that selects the guarding test.
+	Run string
+	// Why says which promise the mutation breaks.
+	Why string
+}
+
+// List is the mutations, from the table of issue 17 and after.
+var List = []Mutation{
+	{
+		Name: "roce-nak-no-rewind",
+		File: "roce/requester.go",
+		Old:  "\t\t\t\t\tqp.rewind(psn, retxNAK)\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestGoBackNOnNAK$",
+		Why: "go-back-N on a PSN-sequence NAK; timeouts alone still deliver, 7.5x slower",
+	},
+	{
+		Name: "roce-alloc-per-post",
+		File: "roce/requester.go",
+		Old:  "\tdefer qp.mu.Unlock()\n\tif qp.state != StateRTS {\n",
+		New:  "\tdefer qp.mu.Unlock()\n\t_ = fmt.Sprint(len(msgs) + 1000)\n\tif qp.state != StateRTS {\n",
+		Pkg:  "./roce/", Run: "^TestZeroAllocs$",
+		Why: "zero allocations per message on the RoCE post path",
+	},
+	{
+		Name: "roce-post-in-rtr",
+		File: "roce/requester.go",
+		Old:  "\tif qp.state != StateRTS {\n\t\tif qp.state == StateErr {\n\t\t\treturn 0, qp.stateErr(name)",
+		New:  "\tif qp.state != StateRTS && qp.state != StateRTR {\n\t\tif qp.state == StateErr {\n\t\t\treturn 0, qp.stateErr(name)",
+		Pkg:  "./roce/", Run: "^TestStateMachine$",
+		Why: "work requests are posted only in RTS",
+	},
+	{
+		Name: "roce-lossy-link-drops-nothing",
+		File: "roce/link.go",
+		Old:  "\t\tcase r < l.cfg.Drop:\n",
+		New:  "\t\tcase false && r < l.cfg.Drop:\n",
+		Pkg:  "./roce/", Run: "^TestLossyRMA$",
+		Why: "the lossy RMA test really loses packets",
+	},
+	{
+		Name: "ethernet-alloc-per-queue-send",
+		File: "ethernet/port.go",
+		Old:  "\tq.reapLocked()\n\ttx := q.s.TX()\n",
+		New:  "\tq.reapLocked()\n\t_ = fmt.Sprint(len(frames) + 1000)\n\ttx := q.s.TX()\n",
+		Pkg:  "./ethernet/", Run: "^TestZeroAllocsQueue$",
+		Why: "zero allocations per frame on the raw burst path",
+	},
+	{
+		Name: "ethernet-alloc-per-endpoint-send",
+		File: "ethernet/endpoint.go",
+		Old:  "\tdefer e.mu.Unlock()\n\tif e.closed.Load() {\n\t\treturn 0, e.errClosed(\"send\")",
+		New:  "\tdefer e.mu.Unlock()\n\t_ = fmt.Sprint(len(msgs) + 1000)\n\tif e.closed.Load() {\n\t\treturn 0, e.errClosed(\"send\")",
+		Pkg:  "./ethernet/", Run: "^TestZeroAllocsEndpoint$",
+		Why: "zero allocations per message on the reliable Ethernet endpoint",
+	},
+	{
+		Name: "xsk-forced-zerocopy-binds-copy",
+		File: "ethernet/xsk/socket.go",
+		Old:  "\t\tflags |= unix.XDP_ZEROCOPY\n",
+		New:  "\t\tflags |= 0\n",
+		Pkg:  "./ethernet/", Run: "^TestZeroCopyProbe$",
+		Why: "forced zero-copy fails with ErrNotSupported where the driver has none, rather than binding in copy mode",
+	},
+	{
+		Name: "batch-header-past-end",
+		File: "batch/header.go",
+		Old:  "h.Len < HeaderSize(h.Count) || h.Len > len(msg)",
+		New:  "h.Len < HeaderSize(h.Count)",
+		Pkg:  "./batch/", Run: "^TestHeaderRules$",
+		Why: "a header longer than its message is refused (a 12-byte batch panicked Split)",
+	},
+	{
+		Name: "batch-header-shorter-than-table",
+		File: "batch/header.go",
+		Old:  "h.Len < HeaderSize(h.Count) || h.Len > len(msg)",
+		New:  "h.Len > len(msg)",
+		Pkg:  "./batch/", Run: "^TestHeaderRules$",
+		Why: "a header shorter than its length table is refused",
+	},
+	{
+		Name: "batch-zero-length-packet",
+		File: "batch/header.go",
+		Old:  "\t\tif n == 0 {\n",
+		New:  "\t\tif false && n == 0 {\n",
+		Pkg:  "./batch/", Run: "^TestHeaderRules$",
+		Why: "zero-length packets are refused",
+	},
+	{
+		Name: "ntb-maxmsg-copy-hostile",
+		File: "ntb/endpoint.go",
+		Old:  "\t\tif ln > maxMsg || off+recHdr+ln > int(ring) {\n",
+		New:  "\t\tif false && ln > maxMsg || off+recHdr+ln > int(ring) {\n",
+		Pkg:  "./ntb/", Run: "^TestHostilePeer$/^OverMaxMsgSize$",
+		Why: "MaxMsgSize holds for lengths the peer wrote (copy path)",
+	},
+	{
+		Name: "ntb-maxmsg-copy-fuzz",
+		File: "ntb/endpoint.go",
+		Old:  "\t\tif ln > maxMsg || off+recHdr+ln > int(ring) {\n",
+		New:  "\t\tif false && ln > maxMsg || off+recHdr+ln > int(ring) {\n",
+		Pkg:  "./ntb/", Run: "^FuzzRecvRing$",
+		Why: "MaxMsgSize holds for lengths the peer wrote (copy path, fuzz seeds)",
+	},
+	{
+		Name: "ntb-maxmsg-views-hostile",
+		File: "ntb/endpoint.go",
+		Old:  "\t\tcase ln > e.t.cfg.MaxMsgSize || off+recHdr+ln > int(ring):\n",
+		New:  "\t\tcase off+recHdr+ln > int(ring):\n",
+		Pkg:  "./ntb/", Run: "^TestHostilePeer$/^OverMaxMsgSizeViews$",
+		Why: "MaxMsgSize holds for lengths the peer wrote (view path)",
+	},
+	{
+		Name: "ntb-maxmsg-views-fuzz",
+		File: "ntb/endpoint.go",
+		Old:  "\t\tcase ln > e.t.cfg.MaxMsgSize || off+recHdr+ln > int(ring):\n",
+		New:  "\t\tcase off+recHdr+ln > int(ring):\n",
+		Pkg:  "./ntb/", Run: "^FuzzRecvRing$",
+		Why: "MaxMsgSize holds for lengths the peer wrote (view path, fuzz seeds)",
+	},
+	{
+		Name: "testenv-skip-never-fails",
+		File: "internal/testenv/testenv.go",
+		Old:  "\tif InCI() {\n\t\tt.Fatalf(\"CI=true: cannot skip: %s\", reason)",
+		New:  "\tif false && InCI() {\n\t\tt.Fatalf(\"CI=true: cannot skip: %s\", reason)",
+		Pkg:  "./internal/testenv/", Run: "^TestSkipOrFail$",
+		Why: "under CI=true a skip for a missing environment is a failure",
+	},
+}
+
+// ModuleRoot returns the directory of the go.mod above dir.
+func ModuleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("mutation: no go.mod above the working directory")
+		}
+		dir = up
+	}
+}
+
+// Check reports whether m applies to the module at root: its Old text
+// occurs exactly once in its file, and New differs from it.
+func (m Mutation) Check(root string) error {
+	b, err := os.ReadFile(filepath.Join(root, m.File))
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
+	}
+	if m.Old == m.New {
+		return fmt.Errorf("%s: New is Old", m.Name)
+	}
+	if n := strings.Count(string(b), m.Old); n != 1 {
+		return fmt.Errorf("%s: the text to replace occurs %d times in %s, want once", m.Name, n, m.File)
+	}
+	return nil
+}
+
+// Apply applies m to the module at root (a copy: it rewrites the file)
+// and returns a function that restores the file.
+func (m Mutation) Apply(root string) (restore func() error, err error) {
+	if err := m.Check(root); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(root, m.File)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), m.Old, m.New, 1)), 0o644); err != nil {
+		return nil, err
+	}
+	return func() error { return os.WriteFile(path, b, 0o644) }, nil
+}
+
+// CopyModule copies the module at root to dst (which must exist),
+// leaving out version control directories.
+func CopyModule(root, dst string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir() && d.Name() == ".git":
+			return filepath.SkipDir
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case !d.Type().IsRegular():
+			return nil
+		}
+		if rel == ".git" { // a worktree's .git file
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, info.Mode().Perm())
+	})
+}

@@ -276,7 +276,7 @@ func newEndpoint(c EndpointConfig) (*Endpoint, error) {
 	}
 	e.maxMsg = c.MaxMsgSize
 	e.cq = cq.New(c.CQSize, e.spin)
-	e.dom.Name = "ethernet " + c.Interface
+	e.dom.Name, e.dom.HostMemory = "ethernet "+c.Interface, true
 
 	// TX frames: the window plus control packets; RX frames: the deliver
 	// queue plus as many again for the fill ring.

@@ -159,6 +159,27 @@ func (r *Region) Domain() *Domain { return r.domain }
 type Domain struct {
 	// Name describes the domain, for messages.
 	Name string
+	// HostMemory reports that the backend moves the bytes of local SGEs
+	// with the CPU, so that it also accepts regions of HostDomain in the
+	// local SGEs of its operations.
+	HostMemory bool
+}
+
+// HostDomain is the domain of plain host memory registered with
+// NewHostRegion.
+var HostDomain = &Domain{Name: "host"}
+
+// NewHostRegion describes plain memory as a region of HostDomain: it can
+// be the local side of any operation (the source of Send and Write, the
+// destination of Recv and Read) on every endpoint whose backend moves
+// local bytes with the CPU (Domain.HostMemory: the RoCE engine, NTB,
+// AF_XDP), whichever endpoint or connection it goes to. That is what a
+// layer over many endpoints, such as fabric/rdm, needs. It has no keys,
+// so a peer cannot reach it, and a backend whose device reads memory
+// itself (verbs) refuses it with ErrInvalid. Only AccessLocalWrite of
+// access is kept.
+func NewHostRegion(buf []byte, access Access) *Region {
+	return NewRegion(RegionConfig{Buf: buf, Access: access & AccessLocalWrite, Domain: HostDomain})
 }
 
 // Remote returns the descriptor of the whole region that a peer needs for

@@ -71,7 +71,7 @@ func CheckSGEs(sges []SGE, dom *Domain, need Access) (int, error) {
 			return 0, ErrInvalid
 		case r.closed.Load():
 			return 0, ErrClosed
-		case dom != nil && r.domain != dom:
+		case dom != nil && r.domain != dom && !(dom.HostMemory && r.domain == HostDomain):
 			return 0, ErrInvalid
 		case s.Offset < 0 || s.Length < 0 || s.Offset > len(r.buf)-s.Length:
 			return 0, ErrBounds

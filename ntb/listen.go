@@ -48,11 +48,13 @@ const (
 // listener or by a process's dialers: the transport stays open until the
 // last user lets go.
 type sharedBridge struct {
-	path string
-	t    *Transport
-	mu   sync.Mutex
-	refs int
-	used [maxQueues]bool
+	path  string
+	t     *Transport
+	ready chan struct{} // dialers: closed once t is open, or failed to
+	err   error         // why it failed
+	mu    sync.Mutex
+	refs  int
+	used  [maxQueues]bool
 }
 
 func (b *sharedBridge) acquire() { b.mu.Lock(); b.refs++; b.mu.Unlock() }
@@ -68,7 +70,7 @@ func (b *sharedBridge) release() {
 		delete(dialers.m, b.path)
 	}
 	dialers.Unlock()
-	if last {
+	if last && b.t != nil {
 		b.t.Close()
 	}
 }
@@ -298,16 +300,32 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 	}
 	b := dialers.m[path]
 	if b == nil {
-		t, err := openBridge(ctx, path, sc, tc, true)
-		if err != nil {
-			dialers.Unlock()
-			return nil, err
-		}
-		b = &sharedBridge{path: path, t: t}
+		// The first dialer opens the bridge, outside the lock: a peer
+		// that never comes holds up only the dialers of its bridge.
+		b = &sharedBridge{path: path, ready: make(chan struct{})}
 		dialers.m[path] = b
+		b.refs++
+		dialers.Unlock()
+		b.t, b.err = openBridge(ctx, path, sc, tc, true)
+		if b.err != nil {
+			dialers.Lock()
+			delete(dialers.m, path)
+			dialers.Unlock()
+		}
+		close(b.ready)
+	} else {
+		b.acquire()
+		dialers.Unlock()
 	}
-	b.acquire()
-	dialers.Unlock()
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+		b.release()
+		return nil, opErr(ctx.Err())
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
 
 	b.mu.Lock()
 	if queue < 0 {

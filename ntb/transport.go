@@ -175,7 +175,7 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
 		return nil, err
 	}
-	t := &Transport{dev: dev, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay,
+	t := &Transport{dev: dev, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay, dom: fabric.Domain{Name: "ntb", HostMemory: true},
 		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.heap.init(lay.heapOff, lay.size)

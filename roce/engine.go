@@ -152,7 +152,7 @@ type PD struct {
 
 // AllocPD allocates a protection domain.
 func (e *Engine) AllocPD() *PD {
-	return &PD{e: e, dom: fabric.Domain{Name: "roce pd"}}
+	return &PD{e: e, dom: fabric.Domain{Name: "roce pd", HostMemory: true}}
 }
 
 // Domain returns the fabric domain of the PD: regions of this domain are

@@ -1,0 +1,329 @@
+package rdm_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/rdm"
+	_ "github.com/weft-io/weft/ntb"
+)
+
+// ntbMesh returns the listen addresses, name and resolver of rank i of an
+// n-rank mesh over emulated NTB bridges in dir: a bridge joins two hosts
+// only, so rank i listens on one bridge per peer (b-i-j, which rank j
+// dials to reach i).
+func ntbMesh(dir string, i, n int) (string, *rdm.Config) {
+	cfg := &rdm.Config{Name: "rank" + strconv.Itoa(i)}
+	for j := range n {
+		if j != i {
+			cfg.Listen = append(cfg.Listen, filepath.Join(dir, fmt.Sprintf("b-%d-%d", i, j)))
+		}
+	}
+	cfg.Resolve = func(name string) (string, error) {
+		j, err := strconv.Atoi(name[len("rank"):])
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)), nil
+	}
+	// Small rings: memory per connection is what grows with the peers.
+	cfg.Options.MaxMsgSize = 4096
+	return "", cfg
+}
+
+const msgSize = 64
+
+// rank runs one rank of the all-to-all exchange: it sends count numbered
+// messages to every other rank and checks that it receives count from
+// each, exactly once and in order. Ranks listed in dead are not expected
+// to finish: their loss must be reported as an event instead. heard, if
+// set, is called with each rank the first time a message from it
+// arrives; lost with each dead rank and the time its loss was reported.
+func rank(t testing.TB, e *rdm.Endpoint, me, n, count int, dead map[int]bool, heard func(int), lostAt func(int, time.Time)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	peers := make([]rdm.Peer, n)
+	byPeer := map[rdm.Peer]int{}
+	for j := range n {
+		if j == me {
+			continue
+		}
+		p, err := e.Insert("rank" + strconv.Itoa(j))
+		if err != nil {
+			t.Fatalf("rank %d: Insert %d: %v", me, j, err)
+		}
+		peers[j], byPeer[p] = p, j
+	}
+	sreg, err := e.Alloc(msgSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rreg, err := e.Alloc(32 * msgSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, n) // next seq expected from each rank
+	lost := map[int]time.Time{}
+	var mu sync.Mutex
+	var sendErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // sender: round robin over the peers, one message each
+		defer wg.Done()
+		msg := []fabric.Message{{SGEs: []fabric.SGE{{Region: sreg, Length: msgSize}}}}
+		buf := sreg.Bytes()
+		failed := map[int]bool{}
+		for seq := range count {
+			for j := range n {
+				if j == me || failed[j] {
+					continue
+				}
+				binary.LittleEndian.PutUint32(buf, uint32(me))
+				binary.LittleEndian.PutUint32(buf[4:], uint32(seq))
+				if _, err := e.SendWait(ctx, peers[j], msg); err != nil {
+					if dead[j] && errors.Is(err, fabric.ErrPeerGone) {
+						failed[j] = true // the dead rank: sends to it fail
+						continue
+					}
+					mu.Lock()
+					sendErr = fmt.Errorf("send %d to rank %d: %w", seq, j, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}
+	}()
+	msgs := make([]fabric.Message, 32)
+	from := make([]rdm.Peer, 32)
+	want := 0
+	for j := range n {
+		if j != me && !dead[j] {
+			want += count
+		}
+	}
+	for got := 0; got < want; {
+		for k := range msgs {
+			msgs[k] = fabric.Message{SGEs: []fabric.SGE{{Region: rreg, Offset: k * msgSize, Length: msgSize}}}
+		}
+		k, err := e.RecvWait(ctx, msgs, from)
+		mu.Lock()
+		if sendErr != nil {
+			err = sendErr
+		}
+		mu.Unlock()
+		if err != nil {
+			for len(e.Events()) > 0 {
+				ev := <-e.Events()
+				t.Logf("event: %v %d %s %v", ev.Kind, ev.Peer, ev.Name, ev.Err)
+			}
+			t.Fatalf("rank %d: RecvWait after %d of %d (per rank %v, %+v): %v", me, got, want, next, e.Stats(), err)
+		}
+		for m := range k {
+			b := rreg.Bytes()[m*msgSize:]
+			src, seq := int(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:]))
+			if byPeer[from[m]] != src || msgs[m].Len != msgSize {
+				t.Fatalf("rank %d: message from rank %d reported as peer %d (rank %d), %d bytes", me, src, from[m], byPeer[from[m]], msgs[m].Len)
+			}
+			if seq == 0 && heard != nil {
+				heard(src)
+			}
+			if seq != next[src] {
+				t.Fatalf("rank %d: from rank %d got #%d, want #%d", me, src, seq, next[src])
+			}
+			next[src]++
+			if !dead[src] {
+				got++
+			}
+		}
+	drain:
+		for {
+			select {
+			case ev := <-e.Events():
+				j := byPeer[ev.Peer]
+				if !dead[j] {
+					t.Fatalf("rank %d: rank %d reported gone: %v", me, j, ev.Err)
+				}
+				lost[j] = ev.Time
+			default:
+				break drain
+			}
+		}
+	}
+	wg.Wait()
+	if sendErr != nil {
+		t.Fatalf("rank %d: %v", me, sendErr)
+	}
+	// Wait for the loss of the dead ranks to be reported.
+	for j := range dead {
+		for lost[j].IsZero() {
+			select {
+			case ev := <-e.Events():
+				lost[byPeer[ev.Peer]] = ev.Time
+				if !errors.Is(ev.Err, fabric.ErrPeerGone) && !errors.Is(ev.Err, fabric.ErrClosed) {
+					t.Logf("rank %d: rank %d gone with %v", me, byPeer[ev.Peer], ev.Err)
+				}
+			case <-ctx.Done():
+				t.Fatalf("rank %d: the loss of rank %d was never reported", me, j)
+			}
+		}
+		if lostAt != nil {
+			lostAt(j, lost[j])
+		}
+	}
+}
+
+// TestAllToAll runs 4 ranks in this process over one emulated bridge per
+// pair and direction.
+func TestAllToAll(t *testing.T) {
+	const n, count = 4, 2000
+	dir := t.TempDir()
+	eps := make([]*rdm.Endpoint, n)
+	for i := range n {
+		listen, cfg := ntbMesh(dir, i, n)
+		e, err := rdm.Open(context.Background(), "ntb", listen, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		eps[i] = e
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(fmt.Sprintf("rank%d", i), func(t *testing.T) { rank(t, eps[i], i, n, count, nil, nil, nil) })
+		}()
+	}
+	wg.Wait()
+	for i, e := range eps {
+		st := e.Stats()
+		if st.Peers != n-1 || st.PeersGone != 0 || st.BadHellos != 0 {
+			t.Errorf("rank %d: %+v", i, st)
+		}
+	}
+}
+
+const envRank = "WEFT_RDM_RANK"
+
+// TestAllToAllProcesses runs 4 ranks as processes and kills one with
+// SIGKILL while the others exchange: they finish, and report the loss.
+func TestAllToAllProcesses(t *testing.T) {
+	const n, count, victim = 4, 3000, 3
+	if v := os.Getenv(envRank); v != "" {
+		i, _ := strconv.Atoi(v)
+		dir := os.Getenv(envRank + "_DIR")
+		listen, cfg := ntbMesh(dir, i, n)
+		e, err := rdm.Open(context.Background(), "ntb", listen, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if i == victim {
+			rank(t, e, i, n, 1<<30, nil, nil, nil) // exchanges until it is killed
+		}
+		heard := func(src int) {
+			if src == victim {
+				os.WriteFile(filepath.Join(dir, "heard-"+v), nil, 0o600)
+			}
+		}
+		lostAt := func(j int, at time.Time) {
+			b, err := os.ReadFile(filepath.Join(dir, "killed"))
+			ns, _ := strconv.ParseInt(string(b), 10, 64)
+			if err != nil || ns == 0 {
+				t.Fatalf("rank %d: loss of rank %d reported before the kill was recorded", i, j)
+			}
+			if d := at.Sub(time.Unix(0, ns)); d > time.Second {
+				t.Errorf("rank %d: the loss of rank %d was reported %v after the kill, want within 1s", i, j, d)
+			} else {
+				t.Logf("rank %d: loss of rank %d reported %v after the kill", i, j, d)
+			}
+		}
+		rank(t, e, i, n, count, map[int]bool{victim: true}, heard, lostAt)
+		// Stay until every survivor is done, so none sees us go early.
+		os.WriteFile(filepath.Join(dir, "done-"+v), nil, 0o600)
+		for j := range n {
+			for j != victim {
+				if _, err := os.Stat(filepath.Join(dir, "done-"+strconv.Itoa(j))); err == nil {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		return
+	}
+	dir := t.TempDir()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*lockedBuf, n)
+	for i := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAllToAllProcesses$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(i), envRank+"_DIR="+dir)
+		outs[i] = &lockedBuf{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+		defer cmd.Process.Kill()
+	}
+	// Kill the victim mid-run, once every survivor has heard from it, and
+	// record when, for the survivors to time their report of the loss.
+	for j := 0; j < n; j++ {
+		for deadline := time.Now().Add(time.Minute); j != victim; time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "heard-"+strconv.Itoa(j))); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d never heard from rank %d", j, victim)
+			}
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "killed.tmp"), []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600)
+	os.Rename(filepath.Join(dir, "killed.tmp"), filepath.Join(dir, "killed"))
+	cmds[victim].Process.Signal(syscall.SIGKILL)
+	cmds[victim].Wait()
+	for i, cmd := range cmds {
+		if i == victim {
+			continue
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("rank %d: %v\n%s", i, err, outs[i].String())
+		} else {
+			for _, l := range strings.Split(outs[i].String(), "\n") {
+				if strings.Contains(l, "after the kill") {
+					t.Log(strings.TrimSpace(l))
+				}
+			}
+		}
+	}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}

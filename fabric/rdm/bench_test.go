@@ -1,0 +1,180 @@
+package rdm_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/fabric/rdm"
+)
+
+// star opens a receiver and senders rdm endpoints that each reach it over
+// an emulated bridge of their own, connected.
+func star(tb testing.TB, senders int) (*rdm.Endpoint, []*rdm.Endpoint, []rdm.Peer) {
+	tb.Helper()
+	dir := tb.TempDir()
+	rcfg := &rdm.Config{Name: "rx"}
+	for i := range senders {
+		rcfg.Listen = append(rcfg.Listen, filepath.Join(dir, "b"+strconv.Itoa(i)))
+	}
+	rx, err := rdm.Open(context.Background(), "ntb", "", rcfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { rx.Close() })
+	var txs []*rdm.Endpoint
+	var peers []rdm.Peer
+	for i := range senders {
+		cfg := &rdm.Config{Name: "tx" + strconv.Itoa(i), Resolve: func(string) (string, error) {
+			return filepath.Join(dir, "b"+strconv.Itoa(i)+"?listener=1"), nil
+		}}
+		tx, err := rdm.Open(context.Background(), "ntb", "", cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { tx.Close() })
+		p, _ := tx.Insert("rx")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := tx.Connect(ctx, p); err != nil {
+			tb.Fatal(err)
+		}
+		cancel()
+		txs, peers = append(txs, tx), append(peers, p)
+	}
+	return rx, txs, peers
+}
+
+// TestZeroAllocs: Send and Recv of the multi-peer endpoint allocate
+// nothing per message, one at a time or in bursts.
+func TestZeroAllocs(t *testing.T) {
+	rx, txs, peers := star(t, 2)
+	sreg, _ := txs[0].Alloc(64)
+	rreg, _ := rx.Alloc(64 * 8)
+	for _, burst := range []int{1, 8} {
+		smsgs := make([]fabric.Message, burst)
+		rmsgs := make([]fabric.Message, burst)
+		from := make([]rdm.Peer, burst)
+		ssges := make([]fabric.SGE, burst)
+		rsges := make([]fabric.SGE, burst)
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(200, func() {
+			for i := range smsgs {
+				ssges[i] = fabric.SGE{Region: sreg, Length: 64}
+				smsgs[i] = fabric.Message{SGEs: ssges[i : i+1]}
+			}
+			for sent := 0; sent < burst; {
+				n, err := txs[0].SendWait(ctx, peers[0], smsgs[sent:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent += n
+			}
+			for got := 0; got < burst; {
+				for i := range rmsgs {
+					rsges[i] = fabric.SGE{Region: rreg, Offset: 64 * i, Length: 64}
+					rmsgs[i] = fabric.Message{SGEs: rsges[i : i+1]}
+				}
+				n, err := rx.RecvWait(ctx, rmsgs[:burst-got], from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("burst of %d: %v allocations per send and receive", burst, allocs)
+		}
+	}
+}
+
+// BenchmarkRecv measures the message rate of one multi-peer endpoint
+// receiving 64-byte messages from 1 and 4 senders, beside one
+// point-to-point ntb endpoint in the same run.
+func BenchmarkRecv(b *testing.B) {
+	b.Run("p2p", func(b *testing.B) {
+		a, z := fabrictest.ListenPair(b, "ntb", filepath.Join(b.TempDir(), "p2p"), nil)
+		defer a.Close()
+		defer z.Close()
+		sreg, _ := z.Alloc(64, 0)
+		rreg, _ := a.Alloc(64*32, fabric.AccessLocalWrite)
+		stop := atomic.Bool{}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs := make([]fabric.Message, 16)
+			sges := make([]fabric.SGE, 16)
+			for !stop.Load() {
+				for i := range msgs {
+					sges[i] = fabric.SGE{Region: sreg, Length: 64}
+					msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
+				}
+				z.Send(msgs)
+			}
+		}()
+		msgs := make([]fabric.Message, 32)
+		sges := make([]fabric.SGE, 32)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for got := 0; got < b.N; {
+			for i := range msgs {
+				sges[i] = fabric.SGE{Region: rreg, Offset: 64 * i, Length: 64}
+				msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
+			}
+			n, _ := a.RecvWait(context.Background(), msgs)
+			got += n
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+		stop.Store(true)
+		wg.Wait()
+	})
+	for _, senders := range []int{1, 4} {
+		b.Run(fmt.Sprintf("rdm-%dsenders", senders), func(b *testing.B) {
+			rx, txs, peers := star(b, senders)
+			stop := atomic.Bool{}
+			var wg sync.WaitGroup
+			for i, tx := range txs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sreg, _ := tx.Alloc(64)
+					msgs := make([]fabric.Message, 16)
+					sges := make([]fabric.SGE, 16)
+					for !stop.Load() {
+						for i := range msgs {
+							sges[i] = fabric.SGE{Region: sreg, Length: 64}
+							msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
+						}
+						tx.Send(peers[i], msgs)
+					}
+				}()
+			}
+			rreg, _ := rx.Alloc(64 * 32)
+			msgs := make([]fabric.Message, 32)
+			sges := make([]fabric.SGE, 32)
+			from := make([]rdm.Peer, 32)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for got := 0; got < b.N; {
+				for i := range msgs {
+					sges[i] = fabric.SGE{Region: rreg, Offset: 64 * i, Length: 64}
+					msgs[i] = fabric.Message{SGEs: sges[i : i+1]}
+				}
+				n, _ := rx.RecvWait(context.Background(), msgs, from)
+				got += n
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+			stop.Store(true)
+			wg.Wait()
+		})
+	}
+}

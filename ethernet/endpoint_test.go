@@ -24,39 +24,18 @@ import (
 func dialPair(t testing.TB, c netns.PairConfig, addrA, addrB string) (a, b fabric.Endpoint) {
 	t.Helper()
 	p := newPair(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		ep  fabric.Endpoint
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		var ep fabric.Endpoint
-		err := p.B.Do(func() error {
+	return fabrictest.OpenPair(t, 10*time.Second, func(ctx context.Context, s fabrictest.Side) (ep fabric.Endpoint, err error) {
+		ns, addr := p.A, fmt.Sprintf(addrA, p.NameA)
+		if s == fabrictest.SideB {
+			ns, addr = p.B, fmt.Sprintf(addrB, p.NameB)
+		}
+		err = ns.Do(func() error {
 			var err error
-			ep, err = fabric.Open(ctx, "ethernet", fmt.Sprintf(addrB, p.NameB), nil)
+			ep, err = fabric.Open(ctx, "ethernet", addr, nil)
 			return err
 		})
-		ch <- res{ep, err}
-	}()
-	err := p.A.Do(func() error {
-		var err error
-		a, err = fabric.Open(ctx, "ethernet", fmt.Sprintf(addrA, p.NameA), nil)
-		return err
+		return ep, err
 	})
-	r := <-ch
-	if err != nil || r.err != nil {
-		if a != nil {
-			a.Close()
-		}
-		if r.ep != nil {
-			r.ep.Close()
-		}
-		t.Fatalf("dial pair: %v / %v", err, r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.ep.Close() })
-	return a, r.ep
 }
 
 func TestConformance(t *testing.T) {

@@ -1,5 +1,7 @@
-// Command pingpong measures message latency over a Weft backend, in the
-// style of perftest's ib_send_lat.
+// Command weft-pingpong measures message latency over a Weft backend, in
+// the style of perftest's ib_send_lat. It is the measuring tool behind
+// the README's main job; examples/pingpong is the same exchange cut down
+// to what a program copies.
 //
 // With no arguments it runs both ends itself: it starts a second process
 // of itself as the server, connects the two over an emulated NTB bridge in
@@ -7,12 +9,17 @@
 // floor for any cross-process message: a plain shared-memory spin
 // ping-pong measured in the same run.
 //
-//	go run ./examples/pingpong
+//	go run ./cmd/weft-pingpong
 //
 // With flags it runs one side on any registered backend:
 //
-//	pingpong -server -backend ntb -addr /dev/shm/weft0   # one process
-//	pingpong -backend ntb -addr /dev/shm/weft0           # the other
+//	weft-pingpong -server -backend ntb -addr /dev/shm/weft0   # one process
+//	weft-pingpong -backend ntb -addr /dev/shm/weft0           # the other
+//
+// Each side says what it waits for and gives up after -timeout (30s) if
+// the peer does not come. At the end the client sends a stop message and
+// waits for the server's reply before it closes, so both exit with
+// status 0.
 //
 // "-backend roce" with no address runs both ends as well, over two
 // user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2).
@@ -22,6 +29,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -55,6 +63,7 @@ func main() {
 	refServe := flag.String("shmref-serve", "", "internal: run the reference responder on this file")
 	helpAddr := flag.Bool("help-addr", false, "print the address syntax of every backend")
 	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for the peer to connect (0: forever)")
 	flag.Parse()
 	if *helpAddr {
 		for _, b := range fabric.Backends() {
@@ -80,12 +89,17 @@ func main() {
 		if *server {
 			fatal(fmt.Errorf("-server needs -addr"))
 		}
-		if err := runBoth(ctx, *backend, opts, sizes, *iters, *warmup, *refIters, *noRef); err != nil {
+		if err := runBoth(ctx, *backend, opts, sizes, *iters, *warmup, *refIters, *noRef, *timeout); err != nil {
 			fatal(err)
 		}
 		return
 	}
-	ep, err := fabric.Open(ctx, *backend, *addr, opts)
+	who := "a server at"
+	if *server {
+		who = "a client on"
+	}
+	fmt.Fprintf(os.Stderr, "pingpong: waiting for %s %s %s (-timeout %v)\n", who, *backend, *addr, *timeout)
+	ep, err := open(ctx, *backend, *addr, opts, *timeout)
 	if err != nil {
 		fatal(err)
 	}
@@ -98,6 +112,21 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+}
+
+// open opens an endpoint, giving up after timeout (0: never) with an
+// error that says what it waited for.
+func open(ctx context.Context, backend, addr string, opts *fabric.Options, timeout time.Duration) (fabric.Endpoint, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	ep, err := fabric.Open(ctx, backend, addr, opts)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("no peer at %s %s within %v: %w", backend, addr, timeout, err)
+	}
+	return ep, err
 }
 
 func fatal(err error) {
@@ -133,7 +162,7 @@ func shmDir() string {
 }
 
 // runBoth starts a server process of this binary and runs the client.
-func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool) error {
+func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool, timeout time.Duration) error {
 	if backend != "ntb" && backend != "roce" {
 		return fmt.Errorf("running both ends needs -backend ntb or roce; for %s start a -server and a client with -addr", backend)
 	}
@@ -172,15 +201,14 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 		os.Remove(path)
 		defer os.Remove(path)
 	}
-	cmd := exec.Command(self, "-server", "-backend", backend, "-addr", serverAddr, "-spin", opts.Spin.String())
+	cmd := exec.Command(self, "-server", "-backend", backend, "-addr", serverAddr, "-spin", opts.Spin.String(),
+		"-timeout", timeout.String())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	defer cmd.Wait()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ep, err := fabric.Open(ctx, backend, clientAddr, opts)
-	cancel()
+	ep, err := open(ctx, backend, clientAddr, opts, timeout)
 	if err != nil {
 		cmd.Process.Kill()
 		return err
@@ -204,8 +232,8 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
-// serve echoes every message until the client's stop message or the
-// client going away.
+// serve echoes every message until the client's stop message, which it
+// answers before it returns, or the client going away.
 func serve(ctx context.Context, ep fabric.Endpoint) error {
 	buf, err := ep.Alloc(ep.Caps().MaxMsgSize, fabric.AccessLocalWrite)
 	if err != nil {
@@ -215,13 +243,16 @@ func serve(ctx context.Context, ep fabric.Endpoint) error {
 	for {
 		msgs[0].SGEs[0].Length = buf.Len()
 		if _, err := ep.RecvWait(ctx, msgs); err != nil {
-			if errorsIsPeerGone(err) {
+			if errors.Is(err, fabric.ErrPeerGone) {
 				return nil
 			}
 			return err
 		}
 		if msgs[0].Flags&fabric.FlagImm != 0 && msgs[0].Imm == stopImm {
-			return nil
+			msgs[0].SGEs[0].Length = 1
+			msgs[0].Flags = 0
+			_, err := ep.SendWait(ctx, msgs) // the reply tells the client it may close
+			return err
 		}
 		msgs[0].SGEs[0].Length = msgs[0].Len
 		msgs[0].Flags = 0
@@ -229,20 +260,6 @@ func serve(ctx context.Context, ep fabric.Endpoint) error {
 			return err
 		}
 	}
-}
-
-func errorsIsPeerGone(err error) bool {
-	for e := err; e != nil; {
-		if e == fabric.ErrPeerGone {
-			return true
-		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		e = u.Unwrap()
-	}
-	return false
 }
 
 // client runs the ping-pong for every size and prints the table.
@@ -289,7 +306,13 @@ func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup 
 		fmt.Printf("%-10d %-12d %-12.3f %-12.3f %-12.3f %-12.3f\n", size, n,
 			us(s.Min/2), us(s.Median/2), us(s.P99/2), us(s.Max/2))
 	}
+	// Stop the server and wait for its reply: closing at once could lose
+	// the stop message, and the server would only see the peer go.
 	msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: 1}}, Flags: fabric.FlagImm, Imm: stopImm}
-	_, err = ep.SendWait(ctx, msgs)
+	if _, err := ep.SendWait(ctx, msgs); err != nil {
+		return err
+	}
+	msgs[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
+	_, err = ep.RecvWait(ctx, msgs)
 	return err
 }

@@ -227,6 +227,9 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 	if ref != nil {
 		fmt.Printf("\nreference round trip median: %d ns\n", ref.Median.Nanoseconds())
 	}
+	if err := cmd.Wait(); err != nil { // the server ends once it has answered the stop
+		return fmt.Errorf("server (pid %d): %w", cmd.Process.Pid, err)
+	}
 	return nil
 }
 

@@ -327,6 +327,9 @@ func (driver) Usage() string {
 
 // Open implements fabric.Driver.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
+	if IsCMAddr(addr) {
+		return openCM(ctx, addr, o) // rdmacm.go, rdmacm_fabric.go
+	}
 	opts, err := ParseAddr(addr)
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}

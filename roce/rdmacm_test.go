@@ -358,3 +358,54 @@ func TestCMConcurrent(t *testing.T) {
 		c.QP().Destroy()
 	}
 }
+
+// TestCMPeerVanishes: a peer that sends a REQ and then goes silent. The
+// REP is retried and Accept fails with cm.ErrTimeout; the QP is released.
+func TestCMPeerVanishes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, eb, l := cmPair(t, LossConfig{}, &ConnConfig{ResponseTimeout: 10, MaxRetries: 3})
+	ghost := netip.MustParseAddr("127.0.0.3") // no engine there
+	b := cm.MAD(make([]byte, cm.MADSize))
+	b.Init(cm.AttrREQ, 77)
+	r := cm.REQ(b.Data())
+	r.SetLocalCommID(0xabcd)
+	r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceTCP, 7471))
+	r.SetLocalQPN(0x42)
+	r.SetStartingPSN(5)
+	r.SetPathMTU(cm.MTU1024)
+	r.SetRemoteCMResponseTimeout(10)
+	r.SetMaxCMRetries(3)
+	r.Primary().SetLocalGID(ghost)
+	r.Primary().SetRemoteGID(eb.LocalAddr())
+	cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(ghost, 40000), eb.LocalAddr())
+	inject(eb, ghost, b)
+	req, err := l.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.RemoteAddr() != netip.AddrPortFrom(ghost, 40000) {
+		t.Errorf("request from %v", req.RemoteAddr())
+	}
+	// The same REQ again (the peer's retry) is a duplicate, not a second
+	// request.
+	inject(eb, ghost, b)
+	_, err = req.Accept(ctx, eb.AllocPD(), nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Accept with a vanished peer: %v", err)
+	}
+	if s := eb.CM().Stats(); s.Retransmits != 3 {
+		t.Errorf("stats %+v", s)
+	}
+	select {
+	case r2 := <-l.q:
+		t.Fatalf("duplicate REQ queued as a new request from %v", r2.RemoteAddr())
+	default:
+	}
+	eb.CM().mu.Lock()
+	n := len(eb.CM().conns)
+	eb.CM().mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d connections left", n)
+	}
+}

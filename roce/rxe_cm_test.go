@@ -74,11 +74,14 @@ func weftRdmaClient(t *testing.T, ctx context.Context, e *Engine) error {
 	var c *Conn
 	var err error
 	for {
-		c, err = e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7471"), &ConnConfig{PrivateData: []byte("weft")})
-		if err == nil || !errors.Is(err, fabric.ErrRefused) || ctx.Err() != nil {
+		// Refused until rdma_server listens; unanswered until the guest
+		// is up.
+		c, err = e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7471"),
+			&ConnConfig{PrivateData: []byte("weft"), ResponseTimeout: 16, MaxRetries: 3})
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // the server is not up yet
+		time.Sleep(200 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)

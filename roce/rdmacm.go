@@ -135,9 +135,13 @@ type cmConn struct {
 	cfg      ConnConfig
 
 	qp        *QP
-	psn       wire.PSN // our starting PSN
+	// The starting PSN of a REQ or REP is the PSN its sender expects to
+	// receive first, which its peer sends from (Linux: the active side's
+	// sq_psn comes from the REP, the passive side's from the REQ; see
+	// testdata/README.md of roce/cm).
+	psn       wire.PSN // the PSN we expect first (our RQPSN, sent in our REQ or REP)
 	remoteQPN uint32
-	remotePSN wire.PSN
+	remotePSN wire.PSN // the PSN the peer expects first (our SQPSN)
 	mtu       int
 	rr, depth uint8 // negotiated responder resources and initiator depth
 
@@ -494,7 +498,7 @@ func (m *CM) onREP(mad cm.MAD, rep cm.REP, src netip.Addr) bool {
 	c.rr = rep.InitiatorDepth()
 	c.peerData = append([]byte(nil), rep.PrivateData()...)
 	m.peers[peerKey{src, c.remoteID}] = c
-	attr := &QPAttr{PathMTU: c.mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.remotePSN, SQPSN: c.psn,
+	attr := &QPAttr{PathMTU: c.mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: c.cfg.ACKTimeout, RetryCnt: c.cfg.Retry, RNRRetry: rep.RNRRetryCount(), MinRNRTimer: 12,
 		MaxRDAtomic: int(c.depth), KeepAlive: c.cfg.KeepAlive}
 	if err := c.qp.Connect(attr); err != nil {
@@ -838,7 +842,7 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 	if !validMTU(mtu) {
 		mtu = 1024
 	}
-	attr := &QPAttr{PathMTU: mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.remotePSN, SQPSN: c.psn,
+	attr := &QPAttr{PathMTU: mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: max(c.remoteAck, c.cfg.ACKTimeout), RetryCnt: c.remoteRet, RNRRetry: c.remoteRNR, MinRNRTimer: 12,
 		MaxRDAtomic: max(1, int(c.depth)), KeepAlive: c.cfg.KeepAlive}
 	if err := qp.Connect(attr); err != nil {

@@ -98,6 +98,12 @@ func TestCMConnectDisconnect(t *testing.T) {
 	if ca.c.depth != 2 || cb.c.depth != 8 || cb.c.rr != 2 || ca.c.rr != 8 {
 		t.Errorf("negotiated: dialer depth %d rr %d, listener depth %d rr %d", ca.c.depth, ca.c.rr, cb.c.depth, cb.c.rr)
 	}
+	// Each side sends from the PSN the other advertised (Linux's reading
+	// of the REQ's and REP's starting PSN).
+	if ca.QP().attr.SQPSN != cb.c.psn || cb.QP().attr.SQPSN != ca.c.psn || ca.QP().attr.RQPSN != ca.c.psn {
+		t.Errorf("PSNs: dialer sends from %v and expects %v, listener sends from %v and expects %v",
+			ca.QP().attr.SQPSN, ca.c.psn, cb.QP().attr.SQPSN, cb.c.psn)
+	}
 	if ca.QP().State() != StateRTS || cb.QP().State() != StateRTS {
 		t.Fatalf("QP states %v %v", ca.QP().State(), cb.QP().State())
 	}

@@ -201,7 +201,10 @@ func (r REQ) EndToEndFlowControl() bool { return r[reqRemoteEECN+3]&1 != 0 }
 // SetEndToEndFlowControl sets the end-to-end flow control bit.
 func (r REQ) SetEndToEndFlowControl(v bool) { setFlag(&r[reqRemoteEECN+3], 1, v) }
 
-// StartingPSN returns the PSN of the sender's first packet.
+// StartingPSN returns the starting PSN. Linux (and so every rdma_cm peer
+// this package was tested against) treats it as the PSN the REQ's sender
+// expects to receive first: the receiver of the REQ sends from it, and the
+// sender sends from the REP's (see testdata/README.md).
 func (r REQ) StartingPSN() uint32 { return get24(r[reqStartPSN:]) }
 
 // SetStartingPSN sets the starting PSN (24 bits).
@@ -461,7 +464,8 @@ func (r REP) SetLocalQPN(v uint32) { put24(r[12:], v) }
 // LocalEECN returns the sender's EE context number (RD only).
 func (r REP) LocalEECN() uint32 { return get24(r[16:]) }
 
-// StartingPSN returns the PSN of the sender's first packet.
+// StartingPSN returns the starting PSN: the PSN the REP's sender expects
+// to receive first, which the REQ's sender sends from (see REQ.StartingPSN).
 func (r REP) StartingPSN() uint32 { return get24(r[20:]) }
 
 // SetStartingPSN sets the starting PSN (24 bits).

@@ -134,7 +134,7 @@ type cmConn struct {
 	peer     netip.Addr // the peer's IP address (its GID)
 	cfg      ConnConfig
 
-	qp        *QP
+	qp *QP
 	// The starting PSN of a REQ or REP is the PSN its sender expects to
 	// receive first, which its peer sends from (Linux: the active side's
 	// sq_psn comes from the REP, the passive side's from the REQ; see

@@ -302,3 +302,30 @@ func TestCaptureRpingUdaddy(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureWeftRxe decodes and rebuilds every CM MAD of a capture of
+// Weft's engine (10.77.0.1) against librdmacm in a Soft-RoCE guest
+// (10.77.0.2): rdma_server refusing until it listened, then accepting
+// Weft's REQ (REP, RTU, its DREQ, Weft's DREP); rdma_client connecting to
+// Weft's listener (REQ, Weft's REP, RTU, DREQ, DREP); and rping refused by
+// Weft (REJ, invalid service id). The MADs Weft built decode as Linux's do.
+func TestCaptureWeftRxe(t *testing.T) {
+	mads := captureMADs(t, "testdata/weft_rxe.pcap")
+	count := map[AttrID]int{}
+	for _, m := range mads {
+		if _, err := ParseMAD(m); err != nil {
+			t.Fatalf("%v: %v", m.AttrID(), err)
+		}
+		count[m.AttrID()]++
+		if got := rebuild(t, m); !bytes.Equal(got, m) {
+			t.Errorf("%v rebuilt differs:\n got %x\nwant %x", m.AttrID(), []byte(got), []byte(m))
+		}
+	}
+	if count[AttrREQ] < 3 || count[AttrREP] != 2 || count[AttrRTU] != 2 || count[AttrDREQ] != 2 || count[AttrDREP] != 2 || count[AttrREJ] < 2 {
+		t.Errorf("messages: %v", count)
+	}
+	last := REJ(mads[len(mads)-1].Data())
+	if mads[len(mads)-1].AttrID() != AttrREJ || last.Reason() != RejInvalidServiceID || last.LocalCommID() != 0 {
+		t.Error("the engine's REJ of rping decoded wrong")
+	}
+}

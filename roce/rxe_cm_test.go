@@ -49,6 +49,20 @@ func rxeCMSteps() []rxeCMStep {
 			Host:  weftRdmaServer,
 		},
 		{
+			// ucmatose's server takes 16 connections from Weft, sends
+			// 10 messages of 100 bytes on each, takes 10 back, and
+			// disconnects them all.
+			Name:  "ucmatose-server",
+			Guest: "ucmatose -c 16",
+			Host:  weftCmatoseClient,
+		},
+		{
+			// ucmatose's client opens 16 connections to Weft's listener.
+			Name:  "ucmatose-client",
+			Guest: "retry ucmatose -s 10.77.0.1 -c 16",
+			Host:  weftCmatoseServer,
+		},
+		{
 			// Nobody listens on port 9999 of the engine: rping must be
 			// rejected (RDMA_CM_EVENT_REJECTED, status 8), not time out.
 			Name:  "rping-refused",
@@ -126,6 +140,116 @@ func weftRdmaServer(t *testing.T, ctx context.Context, e *Engine) error {
 		return fmt.Errorf("no DREQ from rdma_client: %w", ctx.Err())
 	}
 	return nil
+}
+
+const (
+	cmatoseConns = 16
+	cmatoseCount = 10
+	cmatoseSize  = 100
+)
+
+// weftCmatoseClient plays ucmatose's client: 16 connections, then on
+// each 10 messages in and 10 replies out, then the server's DREQs.
+func weftCmatoseClient(t *testing.T, ctx context.Context, e *Engine) error {
+	pd := e.AllocPD()
+	conns := make([]*Conn, cmatoseConns)
+	for i := range conns {
+		for {
+			c, err := e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7471"), &ConnConfig{ResponderResources: 1, InitiatorDepth: 1,
+				ResponseTimeout: 16, MaxRetries: 3})
+			if err == nil {
+				conns[i] = c
+				defer c.QP().Destroy()
+				break
+			}
+			if ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
+				return fmt.Errorf("dial %d: %w", i, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for i, c := range conns {
+		if err := cmatoseTraffic(ctx, c, pd, false); err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+	}
+	for i, c := range conns {
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("connection %d: no DREQ: %w", i, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// weftCmatoseServer plays ucmatose's server for 16 connections.
+func weftCmatoseServer(t *testing.T, ctx context.Context, e *Engine) error {
+	l, err := e.CM().Listen(7471, 0, &ConnConfig{ResponderResources: 1, InitiatorDepth: 1})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	pd := e.AllocPD()
+	conns := make([]*Conn, cmatoseConns)
+	for i := range conns {
+		r, err := l.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if conns[i], err = r.Accept(ctx, pd, nil); err != nil {
+			return fmt.Errorf("accept %d: %w", i, err)
+		}
+		defer conns[i].QP().Destroy()
+	}
+	for i, c := range conns {
+		if err := cmatoseTraffic(ctx, c, pd, true); err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+	}
+	for i, c := range conns {
+		if err := c.Disconnect(ctx); err != nil {
+			return fmt.Errorf("disconnect %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// cmatoseTraffic sends then receives (server) or receives then sends
+// (client) cmatoseCount messages of cmatoseSize bytes.
+func cmatoseTraffic(ctx context.Context, c *Conn, pd *PD, sendFirst bool) error {
+	buf := make([]byte, cmatoseSize)
+	mr, _ := pd.RegMR(buf, fabric.AccessLocalWrite)
+	send := func() error {
+		for i := 0; i < cmatoseCount; i++ {
+			if _, err := c.QP().SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: cmatoseSize}}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	recv := func() error {
+		for i := 0; i < cmatoseCount; i++ {
+			m := []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: cmatoseSize}}}}
+			if _, err := c.QP().RecvWait(ctx, m); err != nil {
+				return err
+			}
+			if m[0].Len != cmatoseSize {
+				return fmt.Errorf("message of %d bytes", m[0].Len)
+			}
+		}
+		return nil
+	}
+	if sendFirst {
+		if err := send(); err != nil {
+			return err
+		}
+		return recv()
+	}
+	if err := recv(); err != nil {
+		return err
+	}
+	return send()
 }
 
 // cmExchange is rdma_client's (send first) or rdma_server's (receive

@@ -13,6 +13,7 @@ package roce
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -47,6 +48,20 @@ func rxeCMSteps() []rxeCMStep {
 			Name:  "rdma_client",
 			Guest: "retry rdma_client -s 10.77.0.1",
 			Host:  weftRdmaServer,
+		},
+		{
+			// rping's server: Weft plays rping's client for 100 pings
+			// (SEND of the source buffer, the server READs it; SEND of
+			// the sink, the server WRITEs it back), validating each.
+			Name:  "rping-server",
+			Guest: "rping -s -a 10.77.0.2 -C 100",
+			Host:  weftRpingClient,
+		},
+		{
+			// rping's client validates (-V) what Weft's server wrote back.
+			Name:  "rping-client",
+			Guest: "retry rping -c -a 10.77.0.1 -C 100 -V",
+			Host:  weftRpingServer,
 		},
 		{
 			// ucmatose's server takes 16 connections from Weft, sends
@@ -140,6 +155,195 @@ func weftRdmaServer(t *testing.T, ctx context.Context, e *Engine) error {
 		return fmt.Errorf("no DREQ from rdma_client: %w", ctx.Err())
 	}
 	return nil
+}
+
+// rpingSize is rping's default ping size.
+const rpingSize = 64
+
+// rpingInfo encodes rping's buffer advertisement: address, rkey and size,
+// big-endian.
+func rpingInfo(b []byte, mr *fabric.Region, size int) {
+	binary.BigEndian.PutUint64(b[0:], mr.Addr())
+	binary.BigEndian.PutUint32(b[8:], uint32(mr.RemoteKey()))
+	binary.BigEndian.PutUint32(b[12:], uint32(size))
+}
+
+// rpingConn holds the buffers of one side of rping.
+type rpingConn struct {
+	c         *Conn
+	info, in  []byte
+	infoMR    *fabric.Region
+	inMR      *fabric.Region
+	completed []fabric.Completion
+}
+
+func newRpingConn(c *Conn, pd *PD) *rpingConn {
+	r := &rpingConn{c: c, info: make([]byte, 16), in: make([]byte, 64), completed: make([]fabric.Completion, 1)}
+	r.infoMR, _ = pd.RegMR(r.info, fabric.AccessLocalWrite)
+	r.inMR, _ = pd.RegMR(r.in, fabric.AccessLocalWrite)
+	return r
+}
+
+// send sends the 16-byte advertisement (or go-ahead) in r.info.
+func (r *rpingConn) send(ctx context.Context) error {
+	_, err := r.c.QP().SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: r.infoMR, Length: 16}}}})
+	return err
+}
+
+// recv receives one 16-byte message into r.in.
+func (r *rpingConn) recv(ctx context.Context) error {
+	m := []fabric.Message{{SGEs: []fabric.SGE{{Region: r.inMR, Length: len(r.in)}}}}
+	if _, err := r.c.QP().RecvWait(ctx, m); err != nil {
+		return err
+	}
+	if m[0].Len != 16 {
+		return fmt.Errorf("rping message of %d bytes", m[0].Len)
+	}
+	return nil
+}
+
+// rma runs one signaled RDMA READ or WRITE and waits for it.
+func (r *rpingConn) rma(ctx context.Context, read bool, local *fabric.Region, n int, remote fabric.RemoteIOV) error {
+	qp := r.c.QP()
+	post := qp.Write
+	if read {
+		post = qp.Read
+	}
+	m := []fabric.Message{{SGEs: []fabric.SGE{{Region: local, Length: n}}, Remote: remote.Slice(0, uint64(n)), Flags: fabric.FlagSignal}}
+	if _, err := qp.postWait(ctx, m, post); err != nil {
+		return err
+	}
+	if _, err := qp.CQ().Wait(ctx, r.completed); err != nil {
+		return err
+	}
+	return r.completed[0].Err()
+}
+
+// weftRpingClient plays rping -c against the guest's rping -s.
+func weftRpingClient(t *testing.T, ctx context.Context, e *Engine) error {
+	pd := e.AllocPD()
+	var c *Conn
+	var err error
+	for {
+		c, err = e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7174"),
+			&ConnConfig{ResponderResources: 1, InitiatorDepth: 1, ResponseTimeout: 16, MaxRetries: 3})
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer c.QP().Destroy()
+	r := newRpingConn(c, pd)
+	start, sink := make([]byte, rpingSize), make([]byte, rpingSize)
+	rw := fabric.AccessLocalWrite | fabric.AccessRemoteRead | fabric.AccessRemoteWrite
+	startMR, _ := pd.RegMR(start, rw)
+	sinkMR, _ := pd.RegMR(sink, rw)
+	first := byte(65)
+	for ping := 0; ping < 100; ping++ {
+		n := copy(start, fmt.Sprintf("rdma-ping-%d: ", ping))
+		for i, ch := n, first; i < rpingSize; i++ {
+			start[i] = ch
+			if ch++; ch > 122 {
+				ch = 65
+			}
+		}
+		if first++; first > 122 {
+			first = 65
+		}
+		start[rpingSize-1] = 0
+		clear(sink)
+		rpingInfo(r.info, startMR, rpingSize)
+		if err := r.send(ctx); err != nil {
+			return fmt.Errorf("ping %d: %w", ping, err)
+		}
+		if err := r.recv(ctx); err != nil { // the server has READ the source
+			return fmt.Errorf("ping %d: %w", ping, err)
+		}
+		rpingInfo(r.info, sinkMR, rpingSize)
+		if err := r.send(ctx); err != nil {
+			return fmt.Errorf("ping %d: %w", ping, err)
+		}
+		if err := r.recv(ctx); err != nil { // the server has WRITTEN the sink
+			return fmt.Errorf("ping %d: %w", ping, err)
+		}
+		if !bytes.Equal(start, sink) {
+			return fmt.Errorf("ping %d: wrote back %q, want %q", ping, sink, start)
+		}
+	}
+	return c.Disconnect(ctx)
+}
+
+// weftRpingServer plays rping -s for the guest's rping -c -V.
+func weftRpingServer(t *testing.T, ctx context.Context, e *Engine) error {
+	l, err := e.CM().Listen(7174, 0, &ConnConfig{ResponderResources: 1, InitiatorDepth: 1})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	req, err := l.Next(ctx)
+	if err != nil {
+		return err
+	}
+	pd := e.AllocPD()
+	c, err := req.Accept(ctx, pd, nil)
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	defer c.QP().Destroy()
+	r := newRpingConn(c, pd)
+	buf := make([]byte, rpingSize)
+	bufMR, _ := pd.RegMR(buf, fabric.AccessLocalWrite)
+	remote := func() (fabric.RemoteIOV, error) {
+		n := binary.BigEndian.Uint32(r.in[12:])
+		if n == 0 || n > rpingSize {
+			return fabric.RemoteIOV{}, fmt.Errorf("advertised %d bytes", n)
+		}
+		return fabric.RemoteIOV{Addr: binary.BigEndian.Uint64(r.in), Len: uint64(n), Key: fabric.Key(binary.BigEndian.Uint32(r.in[8:]))}, nil
+	}
+	pings := 0
+	for ; ; pings++ {
+		if err := r.recv(ctx); err != nil {
+			select {
+			case <-c.Done(): // the client disconnected after its last ping
+				if pings == 100 {
+					return nil
+				}
+				return fmt.Errorf("client left after %d pings", pings)
+			default:
+				return err
+			}
+		}
+		src, err := remote()
+		if err != nil {
+			return err
+		}
+		if err := r.rma(ctx, true, bufMR, int(src.Len), src); err != nil {
+			return fmt.Errorf("ping %d: read: %w", pings, err)
+		}
+		if err := r.send(ctx); err != nil {
+			return err
+		}
+		if err := r.recv(ctx); err != nil {
+			return err
+		}
+		sink, err := remote()
+		if err != nil {
+			return err
+		}
+		n := bytes.IndexByte(buf, 0) + 1
+		if n == 0 {
+			n = len(buf)
+		}
+		if err := r.rma(ctx, false, bufMR, min(n, int(sink.Len)), sink); err != nil {
+			return fmt.Errorf("ping %d: write: %w", pings, err)
+		}
+		if err := r.send(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 const (

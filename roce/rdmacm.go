@@ -26,12 +26,13 @@ type CM struct {
 	tx  gsiTx
 	ctr gsiCounters
 
-	mu        sync.Mutex
-	conns     map[uint32]*cmConn   // by local communication id
-	peers     map[peerKey]*cmConn  // by the peer's address and communication id
-	listeners map[uint16]*Listener // by rdma_cm port (TCP port space)
-	guid      uint64
-	closed    bool
+	mu          sync.Mutex
+	conns       map[uint32]*cmConn   // by local communication id
+	peers       map[peerKey]*cmConn  // by the peer's address and communication id
+	listeners   map[uint16]*Listener // by rdma_cm port (TCP port space)
+	udListeners map[uint16]*Listener // by rdma_cm port (UDP port space, rdmacm_sidr.go)
+	guid        uint64
+	closed      bool
 }
 
 type peerKey struct {
@@ -47,7 +48,8 @@ func (e *Engine) CM() *CM {
 	if m := e.gsi.Load(); m != nil {
 		return m
 	}
-	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*Listener{}}
+	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*Listener{},
+		udListeners: map[uint16]*Listener{}}
 	m.tx.init()
 	// A channel adapter GUID: EUI-64 style, from the engine's address.
 	a := e.local.As16()
@@ -128,6 +130,8 @@ type cmConn struct {
 	m        *CM
 	state    cmState
 	active   bool
+	ud       bool   // a SIDR exchange (rdmacm_sidr.go), not a connection
+	qkey     uint32 // SIDR: the service's Q_Key
 	localID  uint32
 	remoteID uint32
 	tid      uint64
@@ -237,7 +241,11 @@ func (m *CM) fire(c *cmConn, gen uint64) {
 		c.expire()
 	case cmReqRcvd:
 		// Nobody accepted in time.
-		c.reject(cm.RejTimeout, cm.MsgREQ, nil)
+		if c.ud {
+			c.sidrReply(cm.SIDRReject, 0, 0, nil)
+		} else {
+			c.reject(cm.RejTimeout, cm.MsgREQ, nil)
+		}
 		c.fail(cm.ErrTimeout)
 	case cmTimewait:
 		c.finish()
@@ -248,7 +256,9 @@ func (m *CM) fire(c *cmConn, gen uint64) {
 func (c *cmConn) expire() {
 	switch c.state {
 	case cmReqSent:
-		c.reject(cm.RejTimeout, cm.MsgREQ, nil)
+		if !c.ud {
+			c.reject(cm.RejTimeout, cm.MsgREQ, nil)
+		}
 		c.fail(cm.ErrTimeout)
 	case cmRepSent:
 		c.reject(cm.RejTimeout, cm.MsgREP, nil)
@@ -379,8 +389,8 @@ func (m *CM) input(mad cm.MAD, src netip.Addr) {
 		}
 	case cm.AttrSIDRReq:
 		ok = m.onSIDRReq(mad, cm.SIDRReq(d), src)
-	default:
-		ok = false // SIDR_REP: this CM does not resolve UD services yet
+	case cm.AttrSIDRRep:
+		ok = m.onSIDRRep(cm.SIDRRep(d), src)
 	}
 	if !ok {
 		m.ctr.unmatched.Add(1)
@@ -412,7 +422,7 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 		return false // the REQ names another sender
 	}
 	// A REQ sent again because our REP or MRA was lost.
-	if c := m.peers[peerKey{src, req.LocalCommID()}]; c != nil {
+	if c := m.peers[peerKey{src, req.LocalCommID()}]; c != nil && !c.ud {
 		if c.state == cmRepSent {
 			m.ctr.retx.Add(1)
 			m.sendMAD(c.peer, c.last[:])
@@ -564,20 +574,6 @@ func (m *CM) onDREQ(mad cm.MAD, dreq cm.DREQ, src netip.Addr) bool {
 	return ok
 }
 
-// onSIDRReq answers service id resolution, which this CM does not offer
-// for UD yet, as an unsupported service.
-func (m *CM) onSIDRReq(mad cm.MAD, req cm.SIDRReq, src netip.Addr) bool {
-	var b [cm.MADSize]byte
-	out := cm.MAD(b[:])
-	out.Init(cm.AttrSIDRRep, mad.TID())
-	r := cm.SIDRRep(out.Data())
-	r.SetRequestID(req.RequestID())
-	r.SetStatus(cm.SIDRUnsupported)
-	r.SetServiceID(req.ServiceID())
-	m.sendMAD(src, b[:])
-	return true
-}
-
 // sendDREQ starts the disconnection of an established connection. The
 // caller holds m.mu.
 func (c *cmConn) sendDREQ() {
@@ -702,6 +698,7 @@ func (m *CM) Dial(ctx context.Context, pd *PD, raddr netip.AddrPort, cfg *ConnCo
 type Listener struct {
 	m       *CM
 	port    uint16
+	ud      bool
 	cfg     ConnConfig
 	q       chan *ConnRequest
 	done    chan struct{}
@@ -711,22 +708,30 @@ type Listener struct {
 // Listen starts taking connection requests for rdma_cm port port. backlog
 // bounds the requests waiting for Accept (0: 128); more are rejected.
 func (m *CM) Listen(port uint16, backlog int, cfg *ConnConfig) (*Listener, error) {
+	return m.listen(port, backlog, cfg, false)
+}
+
+func (m *CM) listen(port uint16, backlog int, cfg *ConnConfig, ud bool) (*Listener, error) {
 	if cfg == nil {
 		cfg = &ConnConfig{}
 	}
 	if backlog <= 0 {
 		backlog = 128
 	}
-	l := &Listener{m: m, port: port, cfg: cfg.withDefaults(), q: make(chan *ConnRequest, backlog), done: make(chan struct{})}
+	l := &Listener{m: m, port: port, ud: ud, cfg: cfg.withDefaults(), q: make(chan *ConnRequest, backlog), done: make(chan struct{})}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, os.ErrClosed
 	}
-	if _, used := m.listeners[port]; used {
+	tab := m.listeners
+	if ud {
+		tab = m.udListeners
+	}
+	if _, used := tab[port]; used {
 		return nil, fmt.Errorf("roce: rdma_cm port %d: address in use: %w", port, fabric.ErrInvalid)
 	}
-	m.listeners[port] = l
+	tab[port] = l
 	return l, nil
 }
 
@@ -769,15 +774,19 @@ func (l *Listener) Close() error {
 	l.closeMu.Do(func() {
 		m := l.m
 		m.mu.Lock()
-		if m.listeners[l.port] == l {
-			delete(m.listeners, l.port)
+		tab := m.listeners
+		if l.ud {
+			tab = m.udListeners
+		}
+		if tab[l.port] == l {
+			delete(tab, l.port)
 		}
 		close(l.done)
 		for {
 			select {
 			case r := <-l.q:
 				if r.c.state == cmReqRcvd {
-					r.c.reject(cm.RejConsumerDefined, cm.MsgREQ, nil)
+					r.c.refuse(nil)
 					r.c.fail(os.ErrClosed)
 				}
 				continue
@@ -812,9 +821,19 @@ func (r *ConnRequest) Reject(data []byte) error {
 	if r.c.state != cmReqRcvd {
 		return fmt.Errorf("roce: connection request no longer pending: %w", fabric.ErrInvalid)
 	}
-	r.c.reject(cm.RejConsumerDefined, cm.MsgREQ, data)
+	r.c.refuse(data)
 	r.c.fail(fabric.ErrRefused)
 	return nil
+}
+
+// refuse answers a pending request with a REJ, or a SIDR_REP with status
+// reject for a UD request. The caller holds m.mu.
+func (c *cmConn) refuse(data []byte) {
+	if c.ud {
+		c.sidrReply(cm.SIDRReject, 0, 0, data)
+		return
+	}
+	c.reject(cm.RejConsumerDefined, cm.MsgREQ, data)
 }
 
 // Accept accepts the request with an RC queue pair of pd, like
@@ -832,10 +851,10 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 		return nil, err
 	}
 	m.mu.Lock()
-	if c.state != cmReqRcvd {
+	if c.state != cmReqRcvd || c.ud {
 		m.mu.Unlock()
 		qp.Destroy()
-		return nil, fmt.Errorf("roce: connection request no longer pending: %w", fabric.ErrInvalid)
+		return nil, fmt.Errorf("roce: connection request no longer pending (or UD: see AcceptUD): %w", fabric.ErrInvalid)
 	}
 	c.stopTimer()
 	mtu := c.mtu

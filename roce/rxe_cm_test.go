@@ -78,6 +78,21 @@ func rxeCMSteps() []rxeCMStep {
 			Host:  weftCmatoseServer,
 		},
 		{
+			// udaddy's server (UD through SIDR): Weft resolves port 7174,
+			// sends 10 datagrams carrying its QPN as immediate data, and
+			// takes the 10 replies.
+			Name:  "udaddy-server",
+			Guest: "udaddy",
+			Host:  weftUdaddyClient,
+		},
+		{
+			// udaddy's client resolves Weft's UD service and exchanges
+			// 10 datagrams each way.
+			Name:  "udaddy-client",
+			Guest: "retry udaddy -s 10.77.0.1",
+			Host:  weftUdaddyServer,
+		},
+		{
 			// Nobody listens on port 9999 of the engine: rping must be
 			// rejected (RDMA_CM_EVENT_REJECTED, status 8), not time out.
 			Name:  "rping-refused",
@@ -344,6 +359,104 @@ func weftRpingServer(t *testing.T, ctx context.Context, e *Engine) error {
 			return err
 		}
 	}
+}
+
+// udaddy's defaults: 10 messages of 100 bytes.
+const (
+	udaddyCount = 10
+	udaddySize  = 100
+)
+
+// udaddyTraffic sends udaddyCount datagrams with imm as immediate data
+// (send) or receives as many and returns the immediate of the first.
+func udaddyTraffic(ctx context.Context, qp *QP, pd *PD, send bool, imm uint32) (uint32, error) {
+	buf := make([]byte, 512)
+	mr, _ := pd.RegMR(buf, fabric.AccessLocalWrite)
+	var first uint32
+	for i := 0; i < udaddyCount; i++ {
+		if send {
+			if _, err := qp.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: udaddySize}}, Imm: imm, Flags: fabric.FlagImm}}); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		m := []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: len(buf)}}}}
+		if _, err := qp.RecvWait(ctx, m); err != nil {
+			return 0, fmt.Errorf("datagram %d: %w", i, err)
+		}
+		if m[0].Len != udaddySize {
+			return 0, fmt.Errorf("datagram of %d bytes", m[0].Len)
+		}
+		if i == 0 {
+			first = m[0].Imm
+		}
+	}
+	return first, nil
+}
+
+// weftUdaddyClient plays udaddy -s against the guest's udaddy server.
+func weftUdaddyClient(t *testing.T, ctx context.Context, e *Engine) error {
+	pd := e.AllocPD()
+	var s *UDService
+	var err error
+	for {
+		s, err = e.CM().ResolveUD(ctx, pd, netip.MustParseAddrPort(guestIP+":7174"), &ConnConfig{ResponseTimeout: 16, MaxRetries: 3})
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("resolve: %w", err)
+	}
+	defer s.QP().Destroy()
+	t.Logf("udaddy service: QPN %#x Q_Key %#x", s.RemoteQPN(), s.QKey())
+	if _, err := udaddyTraffic(ctx, s.QP(), pd, true, s.QP().QPN()); err != nil {
+		return err
+	}
+	_, err = udaddyTraffic(ctx, s.QP(), pd, false, 0)
+	return err
+}
+
+// weftUdaddyServer plays udaddy's server for the guest's udaddy -s.
+func weftUdaddyServer(t *testing.T, ctx context.Context, e *Engine) error {
+	l, err := e.CM().ListenUD(7174, 0, nil)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	pd := e.AllocPD()
+	r, err := l.Next(ctx)
+	if err != nil {
+		return err
+	}
+	peer := r.RemoteAddr().Addr()
+	srv, err := pd.CreateQP(QPConfig{Type: UD})
+	if err != nil {
+		return err
+	}
+	defer srv.Destroy()
+	if err := srv.Connect(&QPAttr{PathMTU: 1024, Dest: peer, QKey: RDMACMUDPQKey}); err != nil {
+		return err
+	}
+	if err := r.AcceptUD(srv, RDMACMUDPQKey, nil); err != nil {
+		return err
+	}
+	qpn, err := udaddyTraffic(ctx, srv, pd, false, 0)
+	if err != nil {
+		return err
+	}
+	// Reply, as udaddy does, to the QPN the client sent as immediate data.
+	reply, err := pd.CreateQP(QPConfig{Type: UD})
+	if err != nil {
+		return err
+	}
+	defer reply.Destroy()
+	if err := reply.Connect(&QPAttr{PathMTU: 1024, Dest: peer, DestQPN: qpn, QKey: RDMACMUDPQKey}); err != nil {
+		return err
+	}
+	_, err = udaddyTraffic(ctx, reply, pd, true, srv.QPN())
+	return err
 }
 
 const (

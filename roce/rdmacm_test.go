@@ -224,13 +224,16 @@ func TestCMLossy(t *testing.T) {
 	}
 }
 
-// inject hands e a datagram for QP 1 from src, as its link would.
-func inject(e *Engine, src netip.Addr, mad []byte) {
-	b := make([]byte, gsiPacketSize)
-	wire.BTH(b).Encode(&wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: 1})
-	wire.DETH(b[wire.BTHSize:]).Encode(cm.GSIQKey, 1)
-	n := wire.BTHSize + wire.DETHSize + copy(b[wire.BTHSize+wire.DETHSize:], mad)
-	b = b[:n+wire.ICRCSize]
+// inject hands e a datagram for QP 1 from src carrying payload, as its
+// link would.
+func inject(e *Engine, src netip.Addr, payload []byte) {
+	b := make([]byte, wire.BTHSize+wire.DETHSize+len(payload)+3+wire.ICRCSize)
+	n, err := wire.Build(b, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: 1},
+		QKey: cm.GSIQKey, SrcQP: 1}, payload)
+	if err != nil {
+		panic(err)
+	}
+	b = b[:n]
 	e.sealICRCFrom(b, src, udSrcPort(1))
 	e.pollMu.Lock()
 	e.input(&Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(src, 55410), SrcPort: 55410})
@@ -414,4 +417,72 @@ func TestCMPeerVanishes(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d connections left", n)
 	}
+}
+
+// FuzzCMInput feeds arbitrary CM datagrams (the MAD) from a peer to an
+// engine whose CM listens on rdma_cm port 7471 (TCP) and 7174 (UDP), and
+// has a connection of its own pending. Nothing may panic, and every
+// datagram is either taken or counted.
+func FuzzCMInput(f *testing.F) {
+	e, err := NewEngine(EngineConfig{Link: discardLink{netip.MustParseAddrPort("127.0.0.1:4791")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer e.Close()
+	m := e.CM()
+	l, _ := m.Listen(7471, 4, &ConnConfig{ResponseTimeout: 4, MaxRetries: 1})
+	ul, _ := m.ListenUD(7174, 4, nil)
+	defer l.Close()
+	defer ul.Close()
+	peer := netip.MustParseAddr("127.0.0.2")
+	pd := e.AllocPD()
+	go m.Dial(context.Background(), pd, netip.AddrPortFrom(peer, 7471), &ConnConfig{ResponseTimeout: 20, MaxRetries: 1})
+	for _, s := range seedCMMADs(peer) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		before := m.Stats()
+		inject(e, peer, b)
+		after := m.Stats()
+		var mal uint64
+		for i := range after.Malformed {
+			mal += after.Malformed[i] - before.Malformed[i]
+		}
+		if len(b) == cm.MADSize && after.RxMADs == before.RxMADs && mal == 0 {
+			t.Fatal("a 256-byte datagram was neither taken nor counted as malformed")
+		}
+		// Drain requests so the backlogs never fill for good.
+		for _, q := range []chan *ConnRequest{l.q, ul.q} {
+			select {
+			case r := <-q:
+				r.Reject(nil)
+			default:
+			}
+		}
+	})
+}
+
+// seedCMMADs returns one plausible MAD of each kind from peer.
+func seedCMMADs(peer netip.Addr) [][]byte {
+	var out [][]byte
+	for a := cm.AttrREQ; a <= cm.AttrSIDRRep; a++ {
+		b := cm.MAD(make([]byte, cm.MADSize))
+		b.Init(a, 1)
+		switch a {
+		case cm.AttrREQ:
+			r := cm.REQ(b.Data())
+			r.SetLocalCommID(5)
+			r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceTCP, 7471))
+			r.SetPathMTU(cm.MTU1024)
+			r.Primary().SetLocalGID(peer)
+			cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(peer, 9), netip.MustParseAddr("127.0.0.1"))
+		case cm.AttrSIDRReq:
+			r := cm.SIDRReq(b.Data())
+			r.SetRequestID(6)
+			r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceUDP, 7174))
+			cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(peer, 9), netip.MustParseAddr("127.0.0.1"))
+		}
+		out = append(out, b)
+	}
+	return out
 }

@@ -109,6 +109,9 @@ func (c *ConnConfig) withDefaults() ConnConfig {
 	return o
 }
 
+// maxPendingRequest bounds how long a connection request waits for Accept.
+const maxPendingRequest = 10 * time.Second
+
 type cmState uint8
 
 const (
@@ -481,9 +484,11 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 		c.finish()
 		return true
 	}
-	// The peer waits this long for an answer before it sends the REQ
-	// again; an application that has not accepted by then loses it.
-	c.arm(cm.Timeout(req.RemoteCMResponseTimeout()) * time.Duration(req.MaxCMRetries()+1))
+	// The peer waits this long for an answer before it gives up; an
+	// application that has not accepted by then loses the request. The
+	// wait is the peer's to choose, so it is capped: a flood of REQs with
+	// huge timeouts must not hold the backlog for long.
+	c.arm(min(cm.Timeout(req.RemoteCMResponseTimeout())*time.Duration(req.MaxCMRetries()+1), maxPendingRequest))
 	return true
 }
 

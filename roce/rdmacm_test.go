@@ -486,3 +486,45 @@ func seedCMMADs(peer netip.Addr) [][]byte {
 	}
 	return out
 }
+
+// TestCMStaleConnection: a REQ from the QP of an established connection
+// (its peer restarted and reused the QPN) is rejected as stale, and the
+// old connection is disconnected.
+func TestCMStaleConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ea, eb, l := cmPair(t, LossConfig{}, nil)
+	pa, pb := ea.AllocPD(), eb.AllocPD()
+	accepted := acceptOne(t, ctx, l, pb, nil)
+	ca, err := ea.CM().Dial(ctx, pa, netip.MustParseAddrPort("127.0.0.2:7471"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := <-accepted
+	if cb == nil {
+		t.FailNow()
+	}
+	src := ea.LocalAddr()
+	b := cm.MAD(make([]byte, cm.MADSize))
+	b.Init(cm.AttrREQ, 99)
+	r := cm.REQ(b.Data())
+	r.SetLocalCommID(0x5ca1ab1e)
+	r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceTCP, 7471))
+	r.SetLocalQPN(ca.QP().QPN())
+	r.SetPathMTU(cm.MTU1024)
+	r.Primary().SetLocalGID(src)
+	cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(src, 1), eb.LocalAddr())
+	inject(eb, src, b)
+	for _, c := range []*Conn{ca, cb} {
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			t.Fatal("the stale connection was not disconnected")
+		}
+	}
+	select {
+	case r := <-l.q:
+		t.Fatalf("stale REQ queued from %v", r.RemoteAddr())
+	default:
+	}
+}

@@ -2,13 +2,17 @@ package roce
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/roce/cm"
 )
 
 // cmFabricPair opens two endpoints over rdma_cm through fabric.Open: a
@@ -122,4 +126,72 @@ func TestListenCM(t *testing.T) {
 	if s := l.Stats(); s.Accepted != n {
 		t.Errorf("stats %+v", s)
 	}
+}
+
+// cmTestDriver exposes the rdma_cm address forms as a backend of their
+// own for fabrictest.TestListener, which starts listeners through
+// fabric.Listen. (The "roce" driver's Listen dispatches to ListenCM once
+// the TCP-exchange listener lands; see IsCMAddr.)
+type cmTestDriver struct{}
+
+func (cmTestDriver) Usage() string { return "rdma_cm addresses of roce (tests)" }
+
+func (cmTestDriver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
+	return openCM(ctx, addr, o)
+}
+
+func (cmTestDriver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric.Listener, error) {
+	return ListenCM(ctx, addr, o)
+}
+
+func init() { fabric.RegisterBackend("roce-cm-test", cmTestDriver{}) }
+
+// TestListenerCM runs the fabric listener cases over rdma_cm: 64 clients
+// at once, Close waking Accept, the backlog refusing, addresses.
+func TestListenerCM(t *testing.T) {
+	port := freePort(t)
+	fabrictest.TestListener(t, fabrictest.ListenSetup{
+		Backend:  "roce-cm-test",
+		Addr:     fmt.Sprintf("rdmacm://127.0.0.1:%d?keepalive=0", port),
+		Dial:     func(l fabric.Listener, i int) string { return l.Addr() + "?local=127.0.0.2&keepalive=0" },
+		Messages: 200,
+		HalfOpen: cmHalfOpen,
+		// 64 handshakes at once on two shared cores under the race
+		// detector can take longer than the default 5 s.
+		Options: &fabric.Options{HandshakeTimeout: 30 * time.Second},
+	})
+}
+
+// cmHalfOpen sends the listener at addr a REQ from an address where
+// nobody answers (127.0.0.3): the listener's REP goes unanswered, as if
+// the peer vanished after its REQ.
+func cmHalfOpen(t testing.TB, addr string) func() {
+	_, ap, err := parseCMAddr(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines.Lock()
+	s := engines.m[netip.AddrPortFrom(ap.Addr(), 0)]
+	engines.Unlock()
+	if s == nil {
+		t.Fatalf("no engine listens at %s", addr)
+	}
+	ghost := netip.MustParseAddr("127.0.0.3")
+	var b [cm.MADSize]byte
+	m := cm.MAD(b[:])
+	m.Init(cm.AttrREQ, 1)
+	r := cm.REQ(m.Data())
+	var id [4]byte
+	rand.Read(id[:])
+	r.SetLocalCommID(binary.LittleEndian.Uint32(id[:]) | 1)
+	r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceTCP, ap.Port()))
+	r.SetLocalQPN(0x77)
+	r.SetPathMTU(cm.MTU1024)
+	r.SetRemoteCMResponseTimeout(14)
+	r.SetMaxCMRetries(2)
+	r.Primary().SetLocalGID(ghost)
+	r.Primary().SetRemoteGID(ap.Addr())
+	cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(ghost, 1), ap.Addr())
+	inject(s.e, ghost, b[:])
+	return func() {}
 }

@@ -178,8 +178,9 @@ func listenMany(t *testing.T, s *ListenSetup) {
 		count = 10000
 	}
 	l := Listen(t, s.Backend, s.Addr, s.options(max(clients, fabric.DefaultBacklog)))
+	// The subtests are parallel: they run after this function returns.
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
+	t.Cleanup(cancel)
 
 	// The server side: accept every client and check its stream in a
 	// subtest of its own. A client's first message names it.

@@ -5,7 +5,7 @@ package roce
 // rdma_cm interop with Linux Soft-RoCE: librdmacm's programs in a guest of
 // ../shared/rxe-vm, the engine's CM on the host side of the bridge.
 //
-//	go test -tags rxe -run TestRxeCM -v ./roce/
+//	go test -tags rxe -run TestRxeInteropCM -v ./roce/
 //
 // Like TestRxeInterop, the test starts the harness with this binary as
 // the host command (TestRxeCMHost); guest and host walk the same steps.
@@ -596,9 +596,9 @@ func cmExchange(ctx context.Context, c *Conn, pd *PD, sendFirst bool) error {
 	return nil
 }
 
-// TestRxeCM runs librdmacm's programs in a Soft-RoCE guest against the
+// TestRxeInteropCM runs librdmacm's programs in a Soft-RoCE guest against the
 // engine's CM.
-func TestRxeCM(t *testing.T) {
+func TestRxeInteropCM(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness := testenv.RxeHarness(t)
 	dir := t.TempDir()
@@ -633,7 +633,7 @@ func TestRxeCM(t *testing.T) {
 // TestRxeCMHost is the host side, run by the harness in its namespace.
 func TestRxeCMHost(t *testing.T) {
 	if os.Getenv("WEFT_RXE_HOST") != "1" {
-		t.Skip("run by TestRxeCM inside the harness")
+		t.Skip("run by TestRxeInteropCM inside the harness")
 	}
 	e, err := NewEngine(EngineConfig{Addr: netip.MustParseAddrPort("10.77.0.1:4791")})
 	if err != nil {

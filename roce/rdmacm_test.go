@@ -528,3 +528,38 @@ func TestCMStaleConnection(t *testing.T) {
 	default:
 	}
 }
+
+// TestGSIDropAllocs: dropping a malformed or unmatched MAD allocates
+// nothing, so a flood of them costs no garbage.
+func TestGSIDropAllocs(t *testing.T) {
+	e, err := NewEngine(EngineConfig{Link: discardLink{netip.MustParseAddrPort("127.0.0.1:4791")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	m := e.CM()
+	src := netip.MustParseAddr("127.0.0.2")
+	mk := func(payload []byte) wire.Packet {
+		b := make([]byte, 512)
+		n, _ := wire.Build(b, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: 1}, QKey: cm.GSIQKey, SrcQP: 1}, payload)
+		p, err := wire.Parse(b[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bad := mk(make([]byte, 100))
+	rtu := cm.MAD(make([]byte, cm.MADSize))
+	rtu.Init(cm.AttrRTU, 1)
+	unmatched := mk(rtu)
+	n := testing.AllocsPerRun(200, func() {
+		e.gsiInput(&bad, src)
+		e.gsiInput(&unmatched, src)
+	})
+	if n != 0 {
+		t.Errorf("%v allocations per dropped MAD pair", n)
+	}
+	if s := m.Stats(); s.Malformed[cm.ReasonSize] < 200 || s.Unmatched < 200 {
+		t.Errorf("stats %+v", s)
+	}
+}

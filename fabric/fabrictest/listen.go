@@ -179,7 +179,7 @@ func listenMany(t *testing.T, s *ListenSetup) {
 	}
 	l := Listen(t, s.Backend, s.Addr, s.options(max(clients, fabric.DefaultBacklog)))
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
+	t.Cleanup(cancel) // not defer: the parallel subtests run after this function returns
 
 	// The server side: accept every client and check its stream in a
 	// subtest of its own. A client's first message names it.

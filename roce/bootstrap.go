@@ -68,6 +68,7 @@ type RefusedError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *RefusedError) Error() string {
 	return "roce: connection refused by the peer: " + e.Reason
 }

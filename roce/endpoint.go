@@ -227,7 +227,8 @@ const DefaultDialRetry = 5 * time.Second
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
-// connection there, otherwise the endpoint dials it. The RoCE traffic
+// connection there, otherwise the endpoint dials it (fabric.Listen
+// accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
@@ -337,7 +338,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515)"
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&dialretry=5s]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any)"
 }
 
 // Open implements fabric.Driver.

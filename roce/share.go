@@ -126,6 +126,7 @@ type SharedPortError struct {
 	Err error
 }
 
+// Error implements error.
 func (e *SharedPortError) Error() string {
 	return fmt.Sprintf("roce: UDP %v is held by another process and cannot be shared (%v; sharing needs CAP_BPF): give each process its own address (local=IP)", e.Addr, e.Err)
 }

@@ -74,6 +74,9 @@ func openLockFile() (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: QPN lock file: %w", err)
 	}
+	// Whatever the creator's umask, every user's engines must be able to
+	// lock it (a no-op, or refused, for those who do not own it).
+	f.Chmod(0o666)
 	return f, nil
 }
 
@@ -231,6 +234,9 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 // registers it as the owner of block and attaches the steering program.
 // It returns the bound socket and the objects to close with it.
 func joinSteering(addr netip.AddrPort, block uint32) (*net.UDPConn, *steering, error) {
+	if noSteering != nil {
+		return nil, nil, noSteering
+	}
 	f, err := openLockFile()
 	if err != nil {
 		return nil, nil, err
@@ -271,6 +277,10 @@ func joinSteering(addr netip.AddrPort, block uint32) (*net.UDPConn, *steering, e
 	}
 	return conn, s, nil
 }
+
+// noSteering, if set, is the error of every attempt to set up steering:
+// tests use it to act as a process without CAP_BPF.
+var noSteering error
 
 // privilegeError reports whether err says the process may not use BPF.
 func privilegeError(err error) bool {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
 )
@@ -271,21 +273,48 @@ func exchangeNumbered(ctx context.Context, ep fabric.Endpoint, rank, peer int) (
 	return got, nil
 }
 
-// TestSharedPortUnprivileged: without the steering program an engine
-// binds its port alone, and a second process on the same port gets a
-// SharedPortError, not a silent share.
-func TestSharedPortUnprivileged(t *testing.T) {
+// TestSharedPortHeldAlone: a port bound by a socket that does not share
+// it gives a SharedPortError, not a silent share.
+func TestSharedPortHeldAlone(t *testing.T) {
 	host, _ := testHosts()
-	addr := host + ":4791"
-	// Simulate the unprivileged fallback: the first link binds alone.
-	c, err := listenUDP(netip.MustParseAddrPort(addr), bindExclusive)
+	addr := netip.MustParseAddrPort(host + ":4791")
+	c, err := listenUDP(addr, bindExclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = NewEngine(EngineConfig{Addr: netip.MustParseAddrPort(addr), NoRaw: true})
+	_, err = NewEngine(EngineConfig{Addr: addr, NoRaw: true})
 	var se *SharedPortError
 	if !errors.As(err, &se) || !errors.Is(err, fabric.ErrNotSupported) || !strings.Contains(err.Error(), "local=IP") {
 		t.Fatalf("engine on a port held alone elsewhere: %v, want a SharedPortError", err)
 	}
+}
+
+// TestSharedPortUnprivileged: without the privileges for the steering
+// program (simulated: the kernel's EPERM), an engine binds its port alone,
+// and the next engine on that port gets a SharedPortError naming the
+// cause; on another address it works.
+func TestSharedPortUnprivileged(t *testing.T) {
+	noSteering = fmt.Errorf("simulated: %w", unix.EPERM)
+	defer func() { noSteering = nil }()
+	host, other := testHosts()
+	addr := netip.MustParseAddrPort(host + ":4791")
+	e1, err := NewEngine(EngineConfig{Addr: addr, NoRaw: true})
+	if err != nil {
+		t.Fatalf("first engine without steering: %v", err)
+	}
+	defer e1.Close()
+	if e1.link.(*UDPLink).Shared() {
+		t.Fatal("a link without steering reports itself shared")
+	}
+	_, err = NewEngine(EngineConfig{Addr: addr, NoRaw: true})
+	var se *SharedPortError
+	if !errors.As(err, &se) || !errors.Is(err, fabric.ErrNotSupported) || !errors.Is(err, unix.EPERM) {
+		t.Fatalf("second engine on the port without steering: %v, want a SharedPortError (EPERM)", err)
+	}
+	e2, err := NewEngine(EngineConfig{Addr: netip.MustParseAddrPort(other + ":4791"), NoRaw: true})
+	if err != nil {
+		t.Fatalf("engine on its own address: %v", err)
+	}
+	e2.Close()
 }

@@ -370,30 +370,50 @@ func (opts *Options) apply(o fabric.Options) {
 }
 
 // Connect sets up an endpoint: the TCP exchange with the peer (dialing or
-// listening), then a queue pair connected to the peer's.
+// listening), then a queue pair connected to the peer's. A dialer makes its
+// queue pair before it connects, so that the peer's handshake timer does
+// not run while this side allocates.
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
-	conn, err := DialBootstrapRetry(ctx, o.Listen, o.Bootstrap, o.Local, o.DialRetry)
+	if o.Listen {
+		conn, err := DialBootstrapRetry(ctx, true, o.Bootstrap, o.Local, o.DialRetry)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		ep, mine, err := newEndpoint(o, localOf(conn, o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ExchangeServer(ctx, conn, mine, func(peer Dest) error { return ep.connect(o, mine, peer) }); err != nil {
+			ep.Close()
+			return nil, err
+		}
+		return ep, nil
+	}
+	local := o.Local
+	if !local.IsValid() {
+		// The address the exchange will leave from: the engine's.
+		c, err := net.Dial("udp", o.Bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("roce: no route to %s: %w", o.Bootstrap, err)
+		}
+		local = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}
+	ep, mine, err := newEndpoint(o, local, "", o.Bootstrap)
 	if err != nil {
+		return nil, err
+	}
+	conn, err := DialBootstrapRetry(ctx, false, o.Bootstrap, local, o.DialRetry)
+	if err != nil {
+		ep.Close()
 		return nil, err
 	}
 	defer conn.Close()
-	raddr := o.Bootstrap
-	if o.Listen {
-		raddr = conn.RemoteAddr().String()
-	}
-	ep, mine, err := newEndpoint(o, conn, raddr)
-	if err != nil {
-		return nil, err
-	}
-	connect := func(peer Dest) error { return ep.connect(o, mine, peer) }
-	if o.Listen {
-		_, err = ExchangeServer(ctx, conn, mine, connect)
-	} else {
-		var peer Dest
-		peer, err = ExchangeClient(ctx, conn, mine)
-		if err == nil {
-			err = connect(peer)
-		}
+	ep.laddr = conn.LocalAddr().String()
+	peer, err := ExchangeClient(ctx, conn, mine)
+	if err == nil {
+		err = ep.connect(o, mine, peer)
 	}
 	if err != nil {
 		ep.Close()
@@ -402,13 +422,18 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	return ep, nil
 }
 
-// newEndpoint creates a queue pair on the engine of the exchange's local
-// address (or o.Local) and returns it with the address to tell the peer.
-func newEndpoint(o Options, conn net.Conn, raddr string) (*Endpoint, Dest, error) {
-	local := o.Local
-	if !local.IsValid() {
-		local = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+// localOf is the engine address of an exchange connection: o.Local if
+// set, else the connection's local address.
+func localOf(conn net.Conn, local netip.Addr) netip.Addr {
+	if local.IsValid() {
+		return local
 	}
+	return conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+}
+
+// newEndpoint creates a queue pair on the engine of local and returns it
+// with the address to tell the peer.
+func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, Dest, error) {
 	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
 	if err != nil {
 		return nil, Dest{}, err
@@ -421,7 +446,7 @@ func newEndpoint(o Options, conn net.Conn, raddr string) (*Endpoint, Dest, error
 		release()
 		return nil, Dest{}, err
 	}
-	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: conn.LocalAddr().String(), raddr: raddr}
+	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
 	var b [4]byte
 	rand.Read(b[:])
 	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}

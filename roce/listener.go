@@ -201,7 +201,7 @@ func (l *Listener) exchange(ctx context.Context, conn net.Conn) (*Endpoint, erro
 	if err := checkPeer(peer); err != nil {
 		return nil, err
 	}
-	ep, mine, err := newEndpoint(l.o, conn, conn.RemoteAddr().String())
+	ep, mine, err := newEndpoint(l.o, localOf(conn, l.o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())
 	if err != nil {
 		return nil, err
 	}

@@ -29,8 +29,9 @@ import (
 //   - The engines' UDP sockets on one address form a SO_REUSEPORT group,
 //     and an SK_REUSEPORT eBPF program (built with cilium/ebpf's asm)
 //     reads the BTH's destination QP and picks the socket of the block's
-//     owner from a REUSEPORT_SOCKARRAY indexed by block. The map is
-//     shared through its ID, recorded in a file beside the lock file.
+//     owner from a REUSEPORT_SOCKARRAY indexed by block: one map for the
+//     host, shared through its ID, recorded in a file beside the lock
+//     file.
 //   - A raw receive socket (see UDPLink) sees every packet to the port,
 //     so its BPF filter also keeps only its own block.
 //
@@ -141,10 +142,12 @@ func (e *SharedPortError) Unwrap() []error { return []error{fabric.ErrNotSupport
 // is checked to still be ours.
 const steerMapName = "weft_roce_qpn"
 
-// steerIDPath is where the ID of the steering map of addr is recorded.
-func steerIDPath(addr netip.AddrPort) string {
-	return QPNLockPath + "-steer-" + strings.NewReplacer(":", "_", "[", "", "]", "").Replace(addr.String())
-}
+// steerIDPath is where the ID of the host's steering map is recorded.
+// One map serves every address and port (and network namespace): blocks
+// are unique on the host, and the kernel refuses to select a socket of
+// another SO_REUSEPORT group, so a packet for a block whose owner is not
+// in the packet's group is dropped, as it should be.
+func steerIDPath() string { return QPNLockPath + "-steer" }
 
 // steering is a link's part in the steering of its port.
 type steering struct {
@@ -160,10 +163,10 @@ func (s *steering) close() {
 	s.m.Close()
 }
 
-// steerMap returns the steering map of addr: the one recorded, if it is
+// steerMap returns the host's steering map: the one recorded, if it is
 // still alive, or a new one.
-func steerMap(addr netip.AddrPort) (*ebpf.Map, error) {
-	path := steerIDPath(addr)
+func steerMap() (*ebpf.Map, error) {
+	path := steerIDPath()
 	if b, err := os.ReadFile(path); err == nil {
 		if id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err == nil {
 			if m, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
@@ -246,7 +249,7 @@ func joinSteering(addr netip.AddrPort, block uint32) (*net.UDPConn, *steering, e
 		return nil, nil, fmt.Errorf("roce: steering lock: %w", err)
 	}
 	defer unlockByte(f, 0)
-	m, err := steerMap(addr)
+	m, err := steerMap()
 	if err != nil {
 		return nil, nil, err
 	}

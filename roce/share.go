@@ -35,7 +35,8 @@ import (
 //   - A raw receive socket (see UDPLink) sees every packet to the port,
 //     so its BPF filter also keeps only its own block.
 //
-// Loading the program needs CAP_BPF (or root). Without it, an engine binds
+// Loading the program needs CAP_BPF, and opening the map another process made
+// needs CAP_SYS_ADMIN (root has both). Without it, an engine binds
 // its port alone; if another process holds it, NewEngine fails with a
 // *SharedPortError (matching fabric.ErrNotSupported): give each process
 // its own address ("local=IP" in the fabric address).
@@ -132,7 +133,7 @@ type SharedPortError struct {
 
 // Error implements error.
 func (e *SharedPortError) Error() string {
-	return fmt.Sprintf("roce: UDP %v is held by another process and cannot be shared (%v; sharing needs CAP_BPF): give each process its own address (local=IP)", e.Addr, e.Err)
+	return fmt.Sprintf("roce: UDP %v is held by another process and cannot be shared (%v; sharing needs CAP_BPF and CAP_SYS_ADMIN): give each process its own address (local=IP)", e.Addr, e.Err)
 }
 
 // Unwrap returns fabric.ErrNotSupported and the cause.

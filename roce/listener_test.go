@@ -49,9 +49,15 @@ func TestListener(t *testing.T) {
 	}
 	host, peer := testHosts()
 	fabrictest.TestListener(t, fabrictest.ListenSetup{
-		Backend:  "roce",
-		Addr:     host + ":0",
-		Dial:     func(l fabric.Listener, i int) string { return l.Addr() + "?local=" + peer },
+		Backend: "roce",
+		// 128 endpoints in one process on two shared cores: a QP's
+		// retry budget (timeout=14: 67 ms doubling over 7 retries, 8.5 s)
+		// outlasts the process's stalls under -race on a loaded host,
+		// and waiting callers sleep at once rather than all busy-poll the
+		// two engines.
+		Addr:     host + ":0?timeout=14",
+		Options:  &fabric.Options{Spin: -1},
+		Dial:     func(l fabric.Listener, i int) string { return l.Addr() + "?timeout=14&local=" + peer },
 		HalfOpen: halfOpen,
 	})
 }

@@ -36,7 +36,7 @@ import (
 //     so its BPF filter also keeps only its own block.
 //
 // Loading the program needs CAP_BPF, and opening the map another process made
-// needs CAP_SYS_ADMIN (root has both). Without it, an engine binds
+// needs CAP_SYS_ADMIN (root has both). Without them, an engine binds
 // its port alone; if another process holds it, NewEngine fails with a
 // *SharedPortError (matching fabric.ErrNotSupported): give each process
 // its own address ("local=IP" in the fabric address).

@@ -445,16 +445,9 @@ func (e *Endpoint) handshake(ctx context.Context) error {
 	}
 }
 
-// sleep waits up to d for a frame: on the shared socket, or handed to
-// this endpoint by whoever drained the socket.
-func (e *Endpoint) sleep(d time.Duration) {
-	select {
-	case <-e.in.wake:
-		return
-	default:
-	}
-	e.m.wait(d)
-}
+// sleep waits up to d for the shared queue to hand this endpoint a
+// frame.
+func (e *Endpoint) sleep(d time.Duration) { e.in.sleep(d) }
 
 // run is the background goroutine: timers, acknowledgements, keepalives,
 // and for a connection a listener accepts, the end of its handshake.
@@ -550,7 +543,7 @@ func (e *Endpoint) failLocked(err error) {
 	if e.gone != nil {
 		return
 	}
-	if !errors.Is(err, fabric.ErrPeerGone) {
+	if !errors.Is(err, fabric.ErrPeerGone) && !errors.Is(err, fabric.ErrRefused) {
 		err = fmt.Errorf("%w: %w", fabric.ErrPeerGone, err)
 	}
 	e.gone = err
@@ -731,7 +724,7 @@ func (e *Endpoint) helloLocked(b []byte, off int) {
 			e.refuseHelloLocked()
 			return
 		}
-		e.failLocked(fmt.Errorf("the listener's backlog is full: %w", fabric.ErrRefused))
+		e.failLocked(&RefusedError{Addr: net.HardwareAddr(b[6:12:12]).String()})
 		return
 	}
 	if e.peerSession == 0 {

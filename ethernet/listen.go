@@ -39,7 +39,7 @@ type Listener struct {
 	id    uint32 // the connection id of refusals
 	nonce uint64
 
-	hellos chan helloFrame
+	hellos chan *helloFrame
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
@@ -102,7 +102,7 @@ func Listen(cfg EndpointConfig, backlog int, handshake time.Duration) (*Listener
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{cfg: cfg, m: m, limit: handshake, hellos: make(chan helloFrame, 64),
+	l := &Listener{cfg: cfg, m: m, limit: handshake, hellos: make(chan *helloFrame, 64),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		byPeer: map[peerKey]*Endpoint{}, pending: map[*Endpoint]bool{}, seen: map[replayKey]struct{}{}}
 	if cfg.UDP {
@@ -188,30 +188,15 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// run takes hellos to connection id 0 off the shared queue and starts
-// their handshakes.
+// run starts the handshakes of the hellos the shared queue hands over.
 func (l *Listener) run() {
 	defer close(l.done)
 	for {
 		select {
 		case <-l.stop:
 			return
-		default:
-		}
-		l.m.poll()
-		busy := false
-	drain:
-		for {
-			select {
-			case h := <-l.hellos:
-				l.hello(&h)
-				busy = true
-			default:
-				break drain
-			}
-		}
-		if !busy {
-			l.m.wait(2 * time.Millisecond)
+		case h := <-l.hellos:
+			l.hello(h)
 		}
 	}
 }
@@ -219,12 +204,12 @@ func (l *Listener) run() {
 // onHello queues a hello to connection id 0 for run. It runs under the
 // mux's locks, which handshakes cannot take.
 func (l *Listener) onHello(b []byte, off int) {
-	var h helloFrame
-	if len(b) > len(h.b) || len(b) < off+hdrLen {
+	if len(b) > len(helloFrame{}.b) || len(b) < off+hdrLen {
 		l.badHellos.Add(1)
 		return
 	}
-	h.n, h.off = copy(h.b[:], b), off
+	h := &helloFrame{off: off}
+	h.n = copy(h.b[:], b)
 	select {
 	case l.hellos <- h:
 	default:
@@ -367,3 +352,15 @@ func (l *Listener) forget(e *Endpoint) {
 	}
 	l.mu.Unlock()
 }
+
+// RefusedError is a dial's failure when the listener refused it because
+// its backlog was full. It matches fabric.ErrRefused.
+type RefusedError struct {
+	// Addr is the listener's MAC address.
+	Addr string
+}
+
+func (e *RefusedError) Error() string { return "refused by " + e.Addr + ": backlog full" }
+
+// Unwrap returns fabric.ErrRefused.
+func (e *RefusedError) Unwrap() error { return fabric.ErrRefused }

@@ -36,6 +36,8 @@ type mux struct {
 	lport   uint16
 	refs    int // under muxesMu
 	watcher *LinkWatcher
+	stop    chan struct{}
+	done    chan struct{}
 
 	rxMu  sync.Mutex // one drainer at a time
 	rxBuf [64]uint64
@@ -118,8 +120,31 @@ func acquireMux(li LinkInfo, c *EndpointConfig, frameSize int) (*mux, error) {
 		return nil, err
 	}
 	m.watcher = w
+	m.stop, m.done = make(chan struct{}), make(chan struct{})
+	go m.run()
 	muxes[key] = m
 	return m, nil
+}
+
+// run is the queue's receive goroutine: it sleeps in poll(2) on the
+// socket and demultiplexes what arrives, so that endpoints and the
+// listener can sleep on their own inboxes. Callers that busy-poll drain
+// the socket themselves in between.
+func (m *mux) run() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		if _, err := m.s.PollFor(unix.POLLIN, 5*time.Millisecond); err != nil {
+			return
+		}
+		m.rxMu.Lock()
+		m.pollLocked()
+		m.rxMu.Unlock()
+	}
 }
 
 // release drops one reference and closes the queue with the last.
@@ -135,6 +160,8 @@ func (m *mux) release() error {
 		return nil
 	}
 	m.watcher.Close()
+	close(m.stop)
+	<-m.done
 	m.rxMu.Lock()
 	m.txMu.Lock()
 	err := m.port.Close()
@@ -389,12 +416,6 @@ func (m *mux) reapLocked() {
 	}
 }
 
-// wait sleeps until the socket has something to receive or d passes.
-func (m *mux) wait(d time.Duration) error {
-	_, err := m.s.PollFor(unix.POLLIN, d)
-	return err
-}
-
 // drops returns the frames dropped before they reached an endpoint.
 func (m *mux) drops() (unknown, malformed, noBuffer uint64) {
 	return m.unknown.Load(), m.malformed.Load(), m.noBuffer.Load()
@@ -411,6 +432,25 @@ type inbox struct {
 	free  spsc // frame indexes the endpoint gives
 	ready spsc // frame index << 32 | length
 	wake  chan struct{}
+}
+
+var timers = sync.Pool{New: func() any { t := time.NewTimer(time.Hour); t.Stop(); return t }}
+
+// sleep waits up to d for a frame to be delivered.
+func (in *inbox) sleep(d time.Duration) {
+	select {
+	case <-in.wake:
+		return
+	default:
+	}
+	t := timers.Get().(*time.Timer)
+	t.Reset(d)
+	select {
+	case <-in.wake:
+	case <-t.C:
+	}
+	t.Stop()
+	timers.Put(t)
 }
 
 func (in *inbox) init(mem []byte, fsize uint64, frames int) {

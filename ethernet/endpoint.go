@@ -221,7 +221,7 @@ func Dial(ctx context.Context, cfg EndpointConfig) (*Endpoint, error) {
 
 // prepare validates c, fills its defaults and returns the link and the
 // frame size of the interface.
-func prepare(c *EndpointConfig) (LinkInfo, int, error) {
+func prepare(c *EndpointConfig, listen bool) (LinkInfo, int, error) {
 	oerr := func(err error) error {
 		return &fabric.OpError{Op: "open", Backend: "ethernet", Addr: c.Interface, Err: err}
 	}
@@ -247,7 +247,15 @@ func prepare(c *EndpointConfig) (LinkInfo, int, error) {
 	if c.PeerMAC != nil && len(c.PeerMAC) != 6 {
 		return li, 0, oerr(fmt.Errorf("peer MAC %v: %w", c.PeerMAC, fabric.ErrInvalid))
 	}
-	if c.UDP {
+	switch {
+	case c.UDP && listen:
+		if c.LocalPort == 0 {
+			c.LocalPort = DefaultUDPPort
+		}
+		if err := localIPv4(c, li); err != nil {
+			return li, 0, oerr(err)
+		}
+	case c.UDP:
 		if err := resolveUDP(c, li); err != nil {
 			return li, 0, oerr(err)
 		}
@@ -273,7 +281,7 @@ func newEndpoint(c EndpointConfig, lis *Listener) (*Endpoint, error) {
 		err       error
 	)
 	if lis == nil {
-		if li, frameSize, err = prepare(&c); err != nil {
+		if li, frameSize, err = prepare(&c, false); err != nil {
 			return nil, err
 		}
 		if m, err = acquireMux(li, &c, frameSize); err != nil {

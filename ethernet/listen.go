@@ -94,7 +94,7 @@ func Listen(cfg EndpointConfig, backlog int, handshake time.Duration) (*Listener
 	if cfg.PeerMAC != nil || cfg.PeerIP.IsValid() {
 		return nil, oerr(fmt.Errorf("a listener takes no peer= or udp=: %w", fabric.ErrInvalid))
 	}
-	li, frameSize, err := prepare(&cfg)
+	li, frameSize, err := prepare(&cfg, true)
 	if err != nil {
 		return nil, err
 	}

@@ -159,6 +159,7 @@ type Endpoint struct {
 	sndMax       uint32  // highest psn transmitted + 1
 	peerLimit    uint32  // the peer takes psns below this
 	rto          time.Duration
+	rtt          rttEst
 	rtoAt        int64
 	lastProgress int64
 	goBackFor    uint32
@@ -527,6 +528,7 @@ func (e *Endpoint) tick() bool {
 			// into a closed window, as a probe for a lost window update.
 			e.sndNext = e.sndUna
 			e.goBackValid = false
+			e.rtt.retransmitted()
 			e.rto = min(2*e.rto, rtoMax)
 			e.rtoAt = e.now + int64(e.rto)
 			e.pumpLocked(true)
@@ -750,6 +752,9 @@ func (e *Endpoint) helloLocked(b []byte, off int) {
 	e.lastHeard = e.now
 	e.ackLocked(m.ack, m.wnd, false, 0)
 	if m.typ == ptHelloAck {
+		if !e.up {
+			e.lastProgress = e.now
+		}
 		e.up = true
 	} else {
 		e.sendHelloLocked(ptHelloAck)
@@ -866,7 +871,8 @@ func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool, gap uint32) {
 			e.sndNext = ack
 		}
 		e.lastProgress = e.now
-		e.rto = rtoMin
+		e.rtt.acked(ack, e.now)
+		e.rto = e.rtt.rto()
 		e.rtoAt = 0
 		if e.sndUna != e.sndNxt {
 			e.rtoAt = e.now + int64(e.rto)
@@ -899,6 +905,7 @@ func (e *Endpoint) transmitLocked(psn, n uint32) uint32 {
 
 // resendLocked retransmits n packets from psn, as the TX ring allows.
 func (e *Endpoint) resendLocked(psn, n uint32) {
+	e.rtt.retransmitted()
 	if got := e.transmitLocked(psn, n); got > 0 {
 		e.ctr.Retransmits.Add(uint64(got))
 		e.ctr.TxPackets.Add(uint64(got))
@@ -931,6 +938,7 @@ func (e *Endpoint) pumpLocked(probe bool) {
 	e.sndNext += got
 	if seqLT(e.sndMax, e.sndNext) {
 		e.sndMax = e.sndNext
+		e.rtt.sent(e.sndMax-1, e.now)
 	}
 	if e.rtoAt == 0 {
 		e.rtoAt = e.now + int64(e.rto)
@@ -995,6 +1003,11 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 		}
 		if m.Flags&fabric.FlagSignal != 0 && e.cq.Free() == 0 {
 			break
+		}
+		if e.sndUna == e.sndNxt {
+			// Nothing was outstanding: the acknowledgement clock starts
+			// now, not when the connection last made progress.
+			e.lastProgress = e.now
 		}
 		off := 0
 		for i := 0; i < frags; i++ {

@@ -57,6 +57,13 @@ type Listener struct {
 	refusal   [UDP4HdrLen + hdrLen + helloLen]byte
 }
 
+// DefaultListenWindow is the window of accepted connections when the
+// listener's address sets none. Accepted connections share one receive
+// buffer (the queue's fill ring, 16384 frames), and the window is what a
+// connection advertises: 64 connections of 128 packets fill half of it,
+// so a burst from all of them at once is not dropped.
+const DefaultListenWindow = 128
+
 // maxSeen bounds the memory of served (connection id, nonce) pairs that
 // makes replayed hellos recognisable.
 const maxSeen = 4096
@@ -93,6 +100,9 @@ func Listen(cfg EndpointConfig, backlog int, handshake time.Duration) (*Listener
 	}
 	if cfg.PeerMAC != nil || cfg.PeerIP.IsValid() {
 		return nil, oerr(fmt.Errorf("a listener takes no peer= or udp=: %w", fabric.ErrInvalid))
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultListenWindow
 	}
 	li, frameSize, err := prepare(&cfg, true)
 	if err != nil {

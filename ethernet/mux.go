@@ -67,8 +67,8 @@ type muxKey struct {
 
 const (
 	muxTXFrames = 4096
-	muxRXFrames = 4096
-	muxRing     = 4096
+	muxRXFrames = 16384
+	muxRing     = 16384
 )
 
 var (
@@ -372,14 +372,9 @@ type txEnt struct {
 // frames run out: backpressure).
 func (m *mux) transmit(mem []byte, fsize uint64, pkts []txEnt) int {
 	m.txMu.Lock()
-	defer m.txMu.Unlock()
 	m.reapLocked()
 	tx := m.s.TX()
 	idx, got := tx.Reserve(min(len(pkts), len(m.txFree)))
-	if got == 0 {
-		m.s.Drain(0)
-		return 0
-	}
 	top := len(m.txFree)
 	for i := 0; i < got; i++ {
 		f := m.txFree[top-1-i]
@@ -392,7 +387,20 @@ func (m *mux) transmit(mem []byte, fsize uint64, pkts []txEnt) int {
 	}
 	m.txFree = m.txFree[:top-got]
 	tx.Submit(got)
-	m.s.Drain(0)
+	pending := tx.Pending()
+	kick := m.s.NeedsTXKick()
+	m.txMu.Unlock()
+	// Kick outside the lock: in copy mode sendto transmits (through
+	// veth, all the way into the peer's socket) before it returns, and
+	// the other connections must not queue behind it.
+	if kick && pending > 0 {
+		budget := max(m.s.TXBudget(), 1)
+		for k := 0; k < min((pending+budget-1)/budget, 8); k++ {
+			if m.s.Kick() != nil {
+				break
+			}
+		}
+	}
 	return got
 }
 

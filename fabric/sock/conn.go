@@ -1,0 +1,764 @@
+package sock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// Config configures a connection. The zero value selects every default;
+// a nil *Config is the zero value.
+type Config struct {
+	// Options configure the endpoint that Dial opens and the listener
+	// that Listen starts (and so the endpoints it accepts).
+	Options fabric.Options
+	// Window is the receive window in bytes: the most data the peer may
+	// send before this side's application reads it, and so the receive
+	// memory of the connection (0: DefaultWindow). It is rounded up to
+	// 4 KiB and at most 1 GiB.
+	Window int
+	// MaxFrame bounds the payload of one DATA frame (0: the endpoint's
+	// largest message, at most 64 KiB); larger writes are split.
+	MaxFrame int
+	// KeepAlive is how long the connection may be silent before this
+	// side probes the peer with a PING (0: DefaultKeepAlive; negative:
+	// never, which also disables stall detection).
+	KeepAlive time.Duration
+	// StallTimeout is how long the peer may send nothing at all, not
+	// even an answer to a probe, before the connection is closed with
+	// ErrStalled (0: DefaultStallTimeout).
+	StallTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultWindow       = 256 << 10
+	DefaultKeepAlive    = time.Second
+	DefaultStallTimeout = 15 * time.Second
+	defaultMaxFrame     = 64 << 10
+	// rxBurst is the number of frames the receive loop takes at once.
+	rxBurst = 32
+)
+
+func (c *Config) resolve() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.Window <= 0 {
+		r.Window = DefaultWindow
+	}
+	r.Window = min(max((r.Window+4095)&^4095, minWindow), maxWindow)
+	if r.KeepAlive == 0 {
+		r.KeepAlive = DefaultKeepAlive
+	}
+	if r.StallTimeout <= 0 {
+		r.StallTimeout = DefaultStallTimeout
+	}
+	return r
+}
+
+// Addr is the address of one end of a connection: the backend's name and
+// the address in its syntax (what fabric.Endpoint's LocalAddr and
+// RemoteAddr report, or a listener's Addr).
+type Addr struct {
+	// Backend is the fabric backend, such as "ntb".
+	Backend string
+	// Address is the backend's address string.
+	Address string
+}
+
+// Network implements net.Addr: the backend's name.
+func (a *Addr) Network() string { return a.Backend }
+
+// String implements net.Addr: the address in the backend's syntax.
+func (a *Addr) String() string { return a.Address }
+
+// Conn is a byte stream over a reliable fabric endpoint. It implements
+// net.Conn and, like *net.TCPConn, CloseWrite. Its methods are safe for
+// concurrent use.
+type Conn struct {
+	ep      fabric.Endpoint
+	vr      fabric.ViewReceiver // nil: Recv into rreg
+	cfg     Config
+	backend string
+	laddr   net.Addr
+	raddr   net.Addr
+	maxData int // payload bytes per DATA frame
+	inline  int // Caps.InlineSize
+
+	ctx    context.Context // ends when the connection closes or fails
+	cancel context.CancelFunc
+	rdl    deadline
+	wdl    deadline
+
+	wmu   sync.Mutex // serialises Write and CloseWrite
+	smu   sync.Mutex // serialises frames on the endpoint
+	sreg  *fabric.Region
+	ssge  [1]fabric.SGE
+	smsg  [1]fabric.Message
+	scomp [1]fabric.Completion
+	rreg  *fabric.Region
+
+	mu sync.Mutex
+	// Receive side.
+	rbuf      []byte // ring of Window bytes
+	rhead     int
+	rlen      int
+	rxAllowed int64 // credit the peer still has
+	unacked   int64 // bytes read, not yet granted back
+	eof       bool  // FIN or CLOSE received
+	helloRx   bool
+	// Send side.
+	credit     int64 // bytes this side may still send
+	peerWindow int64
+	wshut      bool // CloseWrite done
+	peerClosed bool // CLOSE received
+	closed     bool
+	err        error // terminal failure
+
+	rdReady chan struct{}
+	wrReady chan struct{}
+
+	rxBursts atomic.Uint64 // received bursts, for liveness
+	ka       *time.Timer
+	kaSeen   uint64
+	kaSince  time.Time
+	done     chan struct{} // closed when the receive loop ends
+	stats    connStats
+}
+
+type connStats struct {
+	framesTx, framesRx atomic.Uint64
+}
+
+// NewConn starts a connection over ep, which must be reliable and
+// connected to a peer that runs NewConn too (through Dial and Listen, or
+// over any pair of endpoints). It sends this side's HELLO and returns at
+// once; the first Write waits for the peer's. The Conn owns ep and closes
+// it. cfg may be nil; its Options are not used.
+func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
+	caps := ep.Caps()
+	if !caps.Reliable {
+		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
+			Err: fmt.Errorf("sock: %s endpoint is not reliable: %w", caps.Backend, fabric.ErrNotSupported)}
+	}
+	r := cfg.resolve()
+	maxData := r.MaxFrame
+	if maxData <= 0 {
+		maxData = defaultMaxFrame
+	}
+	maxData = min(maxData, caps.MaxMsgSize-hdrLen, maxFrameLen)
+	if maxData < 64 {
+		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
+			Err: fmt.Errorf("sock: %s messages of %d bytes are too small: %w", caps.Backend, caps.MaxMsgSize, fabric.ErrNotSupported)}
+	}
+	c := &Conn{
+		ep: ep, cfg: r, backend: caps.Backend, maxData: maxData, inline: caps.InlineSize,
+		laddr:   &Addr{Backend: caps.Backend, Address: ep.LocalAddr()},
+		raddr:   &Addr{Backend: caps.Backend, Address: ep.RemoteAddr()},
+		rbuf:    make([]byte, r.Window),
+		rdReady: make(chan struct{}, 1), wrReady: make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		rxAllowed: int64(r.Window),
+	}
+	c.rdl.init()
+	c.wdl.init()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	var err error
+	c.sreg, err = ep.Alloc(hdrLen+maxData, 0)
+	if err != nil {
+		return nil, c.setupErr(err)
+	}
+	c.ssge[0] = fabric.SGE{Region: c.sreg}
+	c.smsg[0].SGEs = c.ssge[:]
+	if vr, ok := ep.(fabric.ViewReceiver); ok {
+		c.vr = vr
+	} else {
+		c.rreg, err = ep.Alloc(rxBurst*(hdrLen+maxData), fabric.AccessLocalWrite)
+		if err != nil {
+			return nil, c.setupErr(err)
+		}
+	}
+	// HELLO goes out first, before any other frame can.
+	c.smu.Lock()
+	n := putHello(c.sreg.Bytes(), uint32(r.Window))
+	err = c.postLocked(c.ctx, n)
+	c.smu.Unlock()
+	if err != nil {
+		return nil, c.setupErr(err)
+	}
+	go c.recvLoop()
+	if r.KeepAlive > 0 {
+		c.kaSince = time.Now()
+		c.ka = time.AfterFunc(r.KeepAlive, c.keepAlive)
+	}
+	return c, nil
+}
+
+func (c *Conn) setupErr(err error) error {
+	c.cancel()
+	for _, r := range []*fabric.Region{c.sreg, c.rreg} {
+		if r != nil {
+			r.Close()
+		}
+	}
+	c.ep.Close()
+	return &net.OpError{Op: "dial", Net: c.backend, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// errConnClosed is what deadline contexts report after Close.
+var errConnClosed = net.ErrClosed
+
+func (c *Conn) opErr(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.backend, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Read implements net.Conn. It returns what has arrived, at most len(p)
+// bytes, waiting only while nothing has; io.EOF once the peer's
+// CloseWrite or Close has been reached.
+func (c *Conn) Read(p []byte) (int, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			signal(c.rdReady)
+			return 0, c.opErr("read", err)
+		}
+		if expired, _ := c.rdl.state(); expired {
+			c.mu.Unlock()
+			return 0, c.opErr("read", errTimeout)
+		}
+		if len(p) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		if c.rlen > 0 {
+			n := c.copyOutLocked(p)
+			c.unacked += int64(n)
+			var grant uint32
+			if c.unacked >= int64(len(c.rbuf)/4) && !c.peerClosed {
+				grant = uint32(c.unacked)
+				c.rxAllowed += c.unacked
+				c.unacked = 0
+			}
+			more := c.rlen > 0 || c.eof
+			c.mu.Unlock()
+			if more {
+				signal(c.rdReady) // for other readers
+			}
+			if grant > 0 {
+				c.sendCredit(grant)
+			}
+			return n, nil
+		}
+		if c.eof {
+			c.mu.Unlock()
+			signal(c.rdReady)
+			return 0, io.EOF
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.rdReady:
+		case <-c.rdl.wait():
+		}
+	}
+}
+
+// copyOutLocked moves up to len(p) buffered bytes into p.
+func (c *Conn) copyOutLocked(p []byte) int {
+	n := min(len(p), c.rlen)
+	first := min(n, len(c.rbuf)-c.rhead)
+	copy(p, c.rbuf[c.rhead:c.rhead+first])
+	copy(p[first:n], c.rbuf[:n-first])
+	c.rhead = (c.rhead + n) % len(c.rbuf)
+	c.rlen -= n
+	if c.rlen == 0 {
+		c.rhead = 0
+	}
+	return n
+}
+
+// errTimeout is os.ErrDeadlineExceeded, which is a net.Error whose
+// Timeout is true.
+var errTimeout error = os.ErrDeadlineExceeded
+
+// sendCredit sends a CREDIT frame carrying grant, which the caller has
+// already accounted in rxAllowed.
+func (c *Conn) sendCredit(grant uint32) {
+	c.smu.Lock()
+	putHeader(c.sreg.Bytes(), frameCredit, grant)
+	err := c.postLocked(c.ctx, hdrLen)
+	c.smu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// Write implements net.Conn. It returns once all of p has been handed to
+// the endpoint, waiting for credit from the peer as needed, or when the
+// write deadline passes (with the count of bytes sent before it).
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n := 0
+	for {
+		c.mu.Lock()
+		var err error
+		switch {
+		case c.closed:
+			err = net.ErrClosed
+		case c.err != nil:
+			err = c.err
+		case c.wshut:
+			err = ErrWriteClosed
+		case c.peerClosed:
+			err = ErrPeerClosed
+		}
+		if err != nil {
+			c.mu.Unlock()
+			return n, c.opErr("write", err)
+		}
+		if expired, _ := c.wdl.state(); expired {
+			c.mu.Unlock()
+			return n, c.opErr("write", errTimeout)
+		}
+		if n == len(p) {
+			c.mu.Unlock()
+			return n, nil
+		}
+		chunk := int(min(int64(len(p)-n), c.credit, int64(c.maxData)))
+		if chunk <= 0 {
+			c.mu.Unlock()
+			select {
+			case <-c.wrReady:
+			case <-c.wdl.wait():
+			}
+			continue
+		}
+		c.credit -= int64(chunk)
+		c.mu.Unlock()
+		if err := c.sendData(p[n : n+chunk]); err != nil {
+			c.mu.Lock()
+			c.credit += int64(chunk) // not sent
+			c.mu.Unlock()
+			if errors.Is(err, net.ErrClosed) {
+				err = net.ErrClosed
+			} else if !errors.Is(err, errTimeout) {
+				c.fail(err)
+			}
+			return n, c.opErr("write", err)
+		}
+		n += chunk
+	}
+}
+
+// sendData sends one DATA frame, piggybacking the credit the reader has
+// freed.
+func (c *Conn) sendData(p []byte) error {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	b := c.sreg.Bytes()
+	c.mu.Lock()
+	grant := c.unacked
+	if c.peerClosed {
+		grant = 0
+	}
+	c.rxAllowed += grant
+	c.unacked -= grant
+	c.mu.Unlock()
+	putHeader(b, frameData, uint32(grant))
+	copy(b[hdrLen:], p)
+	err := c.postLocked(&c.wdl, hdrLen+len(p))
+	if err != nil && grant > 0 {
+		c.mu.Lock()
+		c.rxAllowed -= grant
+		c.unacked += grant
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// postLocked sends the first n bytes of the send region as one message,
+// waiting for room with ctx, and for the completion where the endpoint
+// does not copy the message at once. The caller holds smu.
+func (c *Conn) postLocked(ctx context.Context, n int) error {
+	c.ssge[0].Length = n
+	m := &c.smsg[0]
+	m.Flags = 0
+	if n > c.inline {
+		m.Flags = fabric.FlagSignal
+	}
+	for {
+		k, err := c.ep.SendWait(ctx, c.smsg[:])
+		if err != nil {
+			return err
+		}
+		if k == 1 {
+			break
+		}
+	}
+	c.stats.framesTx.Add(1)
+	if m.Flags&fabric.FlagSignal == 0 {
+		return nil
+	}
+	// The region is ours again once the message has completed. Wait with
+	// the connection's context: a message already posted cannot be
+	// recalled when a deadline passes.
+	if _, err := c.ep.CQ().Wait(c.ctx, c.scomp[:]); err != nil {
+		return err
+	}
+	return c.scomp[0].Err()
+}
+
+// trySendCtl sends a frame without payload if the endpoint takes it at
+// once; the receive loop and the keep-alive timer never block on a peer
+// that does not drain its queue.
+func (c *Conn) trySendCtl(typ uint8) {
+	if !c.smu.TryLock() {
+		return // a frame is going out anyway
+	}
+	defer c.smu.Unlock()
+	putHeader(c.sreg.Bytes(), typ, 0)
+	c.ssge[0].Length = hdrLen
+	c.smsg[0].Flags = 0
+	if k, _ := c.ep.Send(c.smsg[:]); k == 1 {
+		c.stats.framesTx.Add(1)
+	}
+}
+
+// CloseWrite shuts down the writing side: the peer reads io.EOF once it
+// has read everything written before. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	case c.wshut:
+		c.mu.Unlock()
+		return nil
+	case c.err != nil:
+		err := c.err
+		c.mu.Unlock()
+		return c.opErr("close", err)
+	}
+	c.wshut = true
+	c.mu.Unlock()
+	c.smu.Lock()
+	putHeader(c.sreg.Bytes(), frameFin, 0)
+	err := c.postLocked(c.ctx, hdrLen)
+	c.smu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return c.opErr("close", err)
+	}
+	return nil
+}
+
+// Close implements net.Conn: it tells the peer (which reads io.EOF after
+// the data sent before), wakes blocked calls with net.ErrClosed and
+// closes the endpoint. A second Close returns net.ErrClosed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.closed = true
+	tell := c.err == nil && !c.peerClosed
+	c.mu.Unlock()
+	c.rdl.close()
+	c.wdl.close() // a Write blocked in SendWait returns, freeing smu
+	signal(c.rdReady)
+	signal(c.wrReady)
+	if c.ka != nil {
+		c.ka.Stop()
+	}
+	if tell {
+		c.smu.Lock()
+		putHeader(c.sreg.Bytes(), frameClose, 0)
+		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+		c.postLocked(ctx, hdrLen)
+		cancel()
+		c.smu.Unlock()
+	}
+	c.shutdown()
+	return nil
+}
+
+// shutdown ends the receive loop and releases the endpoint.
+func (c *Conn) shutdown() {
+	c.cancel()
+	c.ep.Close()
+	<-c.done
+	c.smu.Lock()
+	c.sreg.Close()
+	c.smu.Unlock()
+	if c.rreg != nil {
+		c.rreg.Close()
+	}
+}
+
+// fail records a terminal error (the first one wins), resets the peer if
+// the error is its protocol violation, and closes the endpoint.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.mu.Unlock()
+	signal(c.rdReady)
+	signal(c.wrReady)
+	if c.ka != nil {
+		c.ka.Stop()
+	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) && pe.Err != ErrReset && pe.Err != ErrStalled {
+		c.trySendCtl(frameRst)
+	}
+	c.cancel()
+	c.ep.Close()
+}
+
+// keepAlive runs on the keep-alive timer: it probes a silent peer and
+// fails the connection when the peer has been silent too long.
+func (c *Conn) keepAlive() {
+	c.mu.Lock()
+	if c.ctx.Err() != nil || c.peerClosed || c.closed || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if seen := c.rxBursts.Load(); seen != c.kaSeen {
+		c.kaSeen, c.kaSince = seen, now
+	}
+	idle := now.Sub(c.kaSince)
+	c.mu.Unlock()
+	if idle >= c.cfg.StallTimeout {
+		c.fail(&ProtocolError{Reason: fmt.Sprintf("nothing received for %v", idle.Round(time.Millisecond)), Err: ErrStalled})
+		return
+	}
+	if idle >= c.cfg.KeepAlive {
+		c.trySendCtl(framePing)
+	}
+	c.ka.Reset(min(c.cfg.KeepAlive, c.cfg.StallTimeout-idle))
+}
+
+// recvLoop takes frames off the endpoint until the connection ends.
+func (c *Conn) recvLoop() {
+	defer close(c.done)
+	var err error
+	if c.vr != nil {
+		views := make([]fabric.View, rxBurst)
+		for err == nil {
+			var n int
+			n, err = c.vr.RecvViewsWait(c.ctx, views)
+			if err != nil {
+				break
+			}
+			var stop bool
+			for i := 0; i < n && err == nil && !stop; i++ {
+				stop, err = c.handle(views[i].Data, views[i].Flags)
+			}
+			c.vr.ReleaseViews(n)
+			c.endBurst()
+			if stop {
+				return
+			}
+		}
+	} else {
+		msgs := make([]fabric.Message, rxBurst)
+		sges := make([]fabric.SGE, rxBurst)
+		slot := hdrLen + c.maxData
+		for i := range msgs {
+			sges[i] = fabric.SGE{Region: c.rreg, Offset: i * slot, Length: slot}
+			msgs[i].SGEs = sges[i : i+1]
+		}
+		buf := c.rreg.Bytes()
+		for err == nil {
+			var n int
+			n, err = c.ep.RecvWait(c.ctx, msgs)
+			if err != nil {
+				break
+			}
+			var stop bool
+			for i := 0; i < n && err == nil && !stop; i++ {
+				fl := msgs[i].Flags
+				if fl&fabric.FlagTruncated != 0 {
+					err = errLength
+					break
+				}
+				stop, err = c.handle(buf[i*slot:i*slot+msgs[i].Len], fl)
+			}
+			c.endBurst()
+			if stop {
+				return
+			}
+		}
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if !closed && c.ctx.Err() == nil {
+		c.fail(err)
+	}
+}
+
+func (c *Conn) endBurst() {
+	c.rxBursts.Add(1)
+	signal(c.rdReady)
+	signal(c.wrReady)
+}
+
+// handle processes one received frame. stop reports the end of the
+// peer's frames (CLOSE, RST); err a violation, for which the connection
+// is failed.
+func (c *Conn) handle(b []byte, fl fabric.MsgFlags) (stop bool, err error) {
+	c.stats.framesRx.Add(1)
+	if fl&(fabric.FlagRemoteWrite|fabric.FlagImm) != 0 {
+		return false, c.violation(&ProtocolError{"unexpected RMA notification or immediate data", fabric.ErrMalformed})
+	}
+	h, p, err := parseFrame(b)
+	if err != nil {
+		return false, c.violation(err)
+	}
+	c.mu.Lock()
+	if !c.helloRx {
+		if h.typ != frameHello {
+			c.mu.Unlock()
+			return false, c.violation(&ProtocolError{frameNames[h.typ] + " before HELLO", fabric.ErrMalformed})
+		}
+		_, w, herr := parseHello(p)
+		if herr != nil {
+			c.mu.Unlock()
+			return false, c.violation(herr)
+		}
+		c.helloRx = true
+		c.peerWindow, c.credit = int64(w), int64(w)
+		c.mu.Unlock()
+		return false, nil
+	}
+	if h.credit > 0 {
+		if c.credit+int64(h.credit) > c.peerWindow {
+			c.mu.Unlock()
+			return false, c.violation(&ProtocolError{fmt.Sprintf("credit grant of %d beyond the window of %d", h.credit, c.peerWindow), fabric.ErrMalformed})
+		}
+		c.credit += int64(h.credit)
+	}
+	var verr error
+	switch h.typ {
+	case frameHello:
+		verr = &ProtocolError{"second HELLO", fabric.ErrMalformed}
+	case frameData:
+		switch {
+		case c.eof:
+			verr = &ProtocolError{"DATA after FIN", fabric.ErrMalformed}
+		case int64(len(p)) > c.rxAllowed:
+			verr = &ProtocolError{fmt.Sprintf("%d bytes of DATA with %d bytes of credit", len(p), c.rxAllowed), ErrCreditOverrun}
+		default:
+			c.copyInLocked(p)
+			c.rxAllowed -= int64(len(p))
+		}
+	case frameFin:
+		if c.eof {
+			verr = &ProtocolError{"second FIN", fabric.ErrMalformed}
+		}
+		c.eof = true
+	case frameClose:
+		c.eof, c.peerClosed = true, true
+		stop = true
+	case frameRst:
+		verr = &ProtocolError{"peer reset the connection", ErrReset}
+	case framePing:
+		c.mu.Unlock()
+		c.trySendCtl(framePong)
+		return false, nil
+	}
+	c.mu.Unlock()
+	if verr != nil {
+		return false, c.violation(verr)
+	}
+	return stop, nil
+}
+
+func (c *Conn) violation(err error) error {
+	c.fail(err)
+	return err
+}
+
+// copyInLocked appends p to the receive ring; credit guarantees room.
+func (c *Conn) copyInLocked(p []byte) {
+	tail := (c.rhead + c.rlen) % len(c.rbuf)
+	k := copy(c.rbuf[tail:], p)
+	copy(c.rbuf, p[k:])
+	c.rlen += len(p)
+}
+
+// LocalAddr implements net.Conn; it is an *Addr.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr implements net.Conn; it is an *Addr.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline implements net.Conn: it sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn. Reads blocked when it is called
+// observe the new deadline; the zero time clears it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn, as SetReadDeadline does for
+// writes. A write that times out may have sent part of its data; it
+// returns the count.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Endpoint returns the endpoint the connection runs over.
+func (c *Conn) Endpoint() fabric.Endpoint { return c.ep }

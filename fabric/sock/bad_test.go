@@ -75,7 +75,7 @@ func TestBadPeer(t *testing.T) {
 		{"unknown-type", [][]byte{hello, rawFrame(42, 0, nil)}, fabric.ErrMalformed},
 		{"reserved-bits", [][]byte{hello, {2, 0, 1, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
 		{"data-before-hello", [][]byte{rawFrame(2, 0, []byte("early"))}, fabric.ErrMalformed},
-		{"bad-version", [][]byte{rawHello(9, 64 << 10)}, fabric.ErrMalformed},
+		{"bad-version", [][]byte{rawHello(9, 64<<10)}, fabric.ErrMalformed},
 		{"tiny-window", [][]byte{rawHello(1, 16)}, fabric.ErrMalformed},
 		{"empty-data", [][]byte{hello, rawFrame(2, 0, nil)}, fabric.ErrMalformed},
 		{"ping-with-payload", [][]byte{hello, rawFrame(7, 0, []byte("x"))}, fabric.ErrMalformed},

@@ -132,8 +132,17 @@ type Conn struct {
 	ka       *time.Timer
 	kaSeen   uint64
 	kaSince  time.Time
-	done     chan struct{} // closed when the receive loop ends
 	stats    connStats
+
+	// The receive path is driven by whoever needs it: a Read waiting for
+	// data, a Write waiting for credit, the keep-alive timer. pmu makes
+	// one of them the pumper; the others wait for its signals. A caller
+	// that pumps receives in its own goroutine: no hand-off between a
+	// receive goroutine and the reader on the latency path.
+	pmu   sync.Mutex
+	views []fabric.View    // with vr
+	msgs  []fabric.Message // without vr
+	sges  []fabric.SGE
 }
 
 type connStats struct {
@@ -167,7 +176,6 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 		raddr:   &Addr{Backend: caps.Backend, Address: ep.RemoteAddr()},
 		rbuf:    make([]byte, r.Window),
 		rdReady: make(chan struct{}, 1), wrReady: make(chan struct{}, 1),
-		done:      make(chan struct{}),
 		rxAllowed: int64(r.Window),
 	}
 	c.rdl.init()
@@ -182,10 +190,18 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	c.smsg[0].SGEs = c.ssge[:]
 	if vr, ok := ep.(fabric.ViewReceiver); ok {
 		c.vr = vr
+		c.views = make([]fabric.View, rxBurst)
 	} else {
-		c.rreg, err = ep.Alloc(rxBurst*(hdrLen+maxData), fabric.AccessLocalWrite)
+		slot := hdrLen + maxData
+		c.rreg, err = ep.Alloc(rxBurst*slot, fabric.AccessLocalWrite)
 		if err != nil {
 			return nil, c.setupErr(err)
+		}
+		c.msgs = make([]fabric.Message, rxBurst)
+		c.sges = make([]fabric.SGE, rxBurst)
+		for i := range c.msgs {
+			c.sges[i] = fabric.SGE{Region: c.rreg, Offset: i * slot, Length: slot}
+			c.msgs[i].SGEs = c.sges[i : i+1]
 		}
 	}
 	// HELLO goes out first, before any other frame can.
@@ -196,7 +212,6 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	if err != nil {
 		return nil, c.setupErr(err)
 	}
-	go c.recvLoop()
 	if r.KeepAlive > 0 {
 		c.kaSince = time.Now()
 		c.ka = time.AfterFunc(r.KeepAlive, c.keepAlive)
@@ -278,6 +293,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		c.mu.Unlock()
+		if c.pump(&c.rdl) {
+			continue
+		}
 		select {
 		case <-c.rdReady:
 		case <-c.rdl.wait():
@@ -350,6 +368,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		chunk := int(min(int64(len(p)-n), c.credit, int64(c.maxData)))
 		if chunk <= 0 {
 			c.mu.Unlock()
+			if c.pump(&c.wdl) {
+				continue
+			}
 			select {
 			case <-c.wrReady:
 			case <-c.wdl.wait():
@@ -513,7 +534,8 @@ func (c *Conn) Close() error {
 func (c *Conn) shutdown() {
 	c.cancel()
 	c.ep.Close()
-	<-c.done
+	c.pmu.Lock() // the pumper, woken by Close, has left
+	defer c.pmu.Unlock()
 	c.smu.Lock()
 	c.sreg.Close()
 	c.smu.Unlock()
@@ -563,74 +585,85 @@ func (c *Conn) keepAlive() {
 		c.fail(&ProtocolError{Reason: fmt.Sprintf("nothing received for %v", idle.Round(time.Millisecond)), Err: ErrStalled})
 		return
 	}
+	// Nobody may be reading: take what arrived (answering PINGs,
+	// buffering data within its credit).
+	c.pump(nil)
 	if idle >= c.cfg.KeepAlive {
 		c.trySendCtl(framePing)
 	}
 	c.ka.Reset(min(c.cfg.KeepAlive, c.cfg.StallTimeout-idle))
 }
 
-// recvLoop takes frames off the endpoint until the connection ends.
-func (c *Conn) recvLoop() {
-	defer close(c.done)
-	var err error
-	if c.vr != nil {
-		views := make([]fabric.View, rxBurst)
-		for err == nil {
-			var n int
-			n, err = c.vr.RecvViewsWait(c.ctx, views)
-			if err != nil {
-				break
-			}
-			var stop bool
-			for i := 0; i < n && err == nil && !stop; i++ {
-				stop, err = c.handle(views[i].Data, views[i].Flags)
-			}
-			c.vr.ReleaseViews(n)
-			c.endBurst()
-			if stop {
-				return
-			}
-		}
-	} else {
-		msgs := make([]fabric.Message, rxBurst)
-		sges := make([]fabric.SGE, rxBurst)
-		slot := hdrLen + c.maxData
-		for i := range msgs {
-			sges[i] = fabric.SGE{Region: c.rreg, Offset: i * slot, Length: slot}
-			msgs[i].SGEs = sges[i : i+1]
-		}
-		buf := c.rreg.Bytes()
-		for err == nil {
-			var n int
-			n, err = c.ep.RecvWait(c.ctx, msgs)
-			if err != nil {
-				break
-			}
-			var stop bool
-			for i := 0; i < n && err == nil && !stop; i++ {
-				fl := msgs[i].Flags
-				if fl&fabric.FlagTruncated != 0 {
-					err = errLength
-					break
-				}
-				stop, err = c.handle(buf[i*slot:i*slot+msgs[i].Len], fl)
-			}
-			c.endBurst()
-			if stop {
-				return
-			}
-		}
-	}
+// pumpLocked receives one burst of frames and handles them; with ctx
+// non-nil it waits for one, until ctx is done. The caller holds pmu and
+// signals the other waiters when it lets go. An error of ctx (a deadline,
+// Close) is returned as is; any other failure of the endpoint or of the
+// peer fails the connection.
+func (c *Conn) pumpLocked(ctx context.Context) error {
 	c.mu.Lock()
-	closed := c.closed
+	stop := c.peerClosed || c.err != nil || c.closed
 	c.mu.Unlock()
-	if !closed && c.ctx.Err() == nil {
-		c.fail(err)
+	if stop {
+		return nil // nothing more will come, or nobody wants it
 	}
+	var n int
+	var err error
+	switch {
+	case c.vr != nil && ctx != nil:
+		n, err = c.vr.RecvViewsWait(ctx, c.views)
+	case c.vr != nil:
+		n, err = c.vr.RecvViews(c.views)
+	case ctx != nil:
+		n, err = c.ep.RecvWait(ctx, c.msgs)
+	default:
+		n, err = c.ep.Recv(c.msgs)
+	}
+	if err != nil {
+		if ctx != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !c.isClosed() {
+			c.fail(err)
+		}
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	for i := 0; i < n && err == nil; i++ {
+		var stop bool
+		if c.vr != nil {
+			stop, err = c.handle(c.views[i].Data, c.views[i].Flags)
+		} else if m := &c.msgs[i]; m.Flags&fabric.FlagTruncated != 0 {
+			err = c.violation(errLength)
+		} else {
+			stop, err = c.handle(c.sges[i].Bytes()[:m.Len], m.Flags)
+		}
+		if stop {
+			break
+		}
+	}
+	if c.vr != nil {
+		c.vr.ReleaseViews(n)
+	}
+	c.rxBursts.Add(1)
+	return err
+}
+
+// pump makes the caller the pumper if nobody is, receiving one burst
+// (waiting with ctx), and reports whether it did. The caller then
+// re-checks its condition; if it did not pump it waits for a signal.
+func (c *Conn) pump(ctx context.Context) bool {
+	if !c.pmu.TryLock() {
+		return false
+	}
+	c.pumpLocked(ctx)
+	c.pmu.Unlock()
+	c.endBurst()
+	return true
 }
 
 func (c *Conn) endBurst() {
-	c.rxBursts.Add(1)
 	signal(c.rdReady)
 	signal(c.wrReady)
 }

@@ -157,7 +157,7 @@ func TestResetReported(t *testing.T) {
 		// Forge a credit grant from b's side, bypassing its accounting.
 		b.smu.Lock()
 		putHeader(b.sreg.Bytes(), frameCredit, 1)
-		b.postLocked(b.ctx, hdrLen)
+		b.postCtl(b.ctx, hdrLen)
 		b.smu.Unlock()
 		for _, c := range []*Conn{a, b} {
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -125,7 +125,7 @@ func BenchmarkThroughput1M(b *testing.B) {
 // on a loaded machine a short spin budget runs out.
 func TestNoAllocs(t *testing.T) {
 	forEach(t, func(t *testing.T, be backend) {
-		for _, size := range []int{64, 200 << 10} {
+		for _, size := range []int{64, 100 << 10} {
 			t.Run(strconv.Itoa(size), func(t *testing.T) {
 				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: time.Second}})
 				go echo(a, size)
@@ -135,7 +135,7 @@ func TestNoAllocs(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if n := testing.AllocsPerRun(200, func() { roundTrip(c, buf) }); n != 0 {
+				if n := testing.AllocsPerRun(100, func() { roundTrip(c, buf) }); n != 0 {
 					t.Errorf("%d-byte round trip: %v allocations", size, n)
 				}
 			})

@@ -2,6 +2,7 @@ package sock
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,9 @@ const (
 	defaultMaxFrame     = 64 << 10
 	// rxBurst is the number of frames the receive loop takes at once.
 	rxBurst = 32
+	// sendSlots is the number of DATA frames a Write posts in one burst
+	// where the endpoint copies them at once.
+	sendSlots = 8
 )
 
 func (c *Config) resolve() Config {
@@ -102,9 +106,10 @@ type Conn struct {
 
 	wmu   sync.Mutex // serialises Write and CloseWrite
 	smu   sync.Mutex // serialises frames on the endpoint
-	sreg  *fabric.Region
-	ssge  [1]fabric.SGE
-	smsg  [1]fabric.Message
+	sreg  *fabric.Region // sendSlots frames of hdrLen+maxData bytes
+	ssge  [sendSlots]fabric.SGE
+	smsg  [sendSlots]fabric.Message
+	slots int // frames per burst: sendSlots, or 1 where frames complete late
 	scomp [1]fabric.Completion
 	rreg  *fabric.Region
 
@@ -166,6 +171,11 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 		maxData = defaultMaxFrame
 	}
 	maxData = min(maxData, caps.MaxMsgSize-hdrLen, maxFrameLen)
+	if caps.InlineSize >= 1024 && r.MaxFrame <= 0 {
+		// Frames the endpoint copies at once need no completion before
+		// the send buffer is reused: a stream of them pipelines.
+		maxData = min(maxData, caps.InlineSize-hdrLen)
+	}
 	if maxData < 64 {
 		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
 			Err: fmt.Errorf("sock: %s messages of %d bytes are too small: %w", caps.Backend, caps.MaxMsgSize, fabric.ErrNotSupported)}
@@ -182,12 +192,18 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	c.wdl.init()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
-	c.sreg, err = ep.Alloc(hdrLen+maxData, 0)
+	c.slots = sendSlots
+	if hdrLen+maxData > c.inline {
+		c.slots = 1
+	}
+	c.sreg, err = ep.Alloc(c.slots*(hdrLen+maxData), 0)
 	if err != nil {
 		return nil, c.setupErr(err)
 	}
-	c.ssge[0] = fabric.SGE{Region: c.sreg}
-	c.smsg[0].SGEs = c.ssge[:]
+	for i := range c.slots {
+		c.ssge[i] = fabric.SGE{Region: c.sreg, Offset: i * (hdrLen + maxData)}
+		c.smsg[i].SGEs = c.ssge[i : i+1]
+	}
 	if vr, ok := ep.(fabric.ViewReceiver); ok {
 		c.vr = vr
 		c.views = make([]fabric.View, rxBurst)
@@ -207,7 +223,7 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	// HELLO goes out first, before any other frame can.
 	c.smu.Lock()
 	n := putHello(c.sreg.Bytes(), uint32(r.Window))
-	err = c.postLocked(c.ctx, n)
+	err = c.postCtl(c.ctx, n)
 	c.smu.Unlock()
 	if err != nil {
 		return nil, c.setupErr(err)
@@ -322,15 +338,14 @@ func (c *Conn) copyOutLocked(p []byte) int {
 var errTimeout error = os.ErrDeadlineExceeded
 
 // sendCredit sends a CREDIT frame carrying grant, which the caller has
-// already accounted in rxAllowed.
+// already accounted in rxAllowed. A failure is not the reader's: the
+// peer may have closed with data still on its way to us, which Read goes
+// on to deliver, and a broken endpoint fails the receive path too.
 func (c *Conn) sendCredit(grant uint32) {
 	c.smu.Lock()
 	putHeader(c.sreg.Bytes(), frameCredit, grant)
-	err := c.postLocked(c.ctx, hdrLen)
+	c.postCtl(c.ctx, hdrLen)
 	c.smu.Unlock()
-	if err != nil {
-		c.fail(err)
-	}
 }
 
 // Write implements net.Conn. It returns once all of p has been handed to
@@ -365,7 +380,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.mu.Unlock()
 			return n, nil
 		}
-		chunk := int(min(int64(len(p)-n), c.credit, int64(c.maxData)))
+		chunk := int(min(int64(len(p)-n), c.credit, int64(c.slots*c.maxData)))
 		if chunk <= 0 {
 			c.mu.Unlock()
 			if c.pump(&c.wdl) {
@@ -379,9 +394,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		c.credit -= int64(chunk)
 		c.mu.Unlock()
-		if err := c.sendData(p[n : n+chunk]); err != nil {
+		sent, err := c.sendData(p[n : n+chunk])
+		n += sent
+		if err != nil {
 			c.mu.Lock()
-			c.credit += int64(chunk) // not sent
+			c.credit += int64(chunk - sent) // not sent
 			c.mu.Unlock()
 			if errors.Is(err, net.ErrClosed) {
 				err = net.ErrClosed
@@ -390,13 +407,14 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			return n, c.opErr("write", err)
 		}
-		n += chunk
 	}
 }
 
-// sendData sends one DATA frame, piggybacking the credit the reader has
-// freed.
-func (c *Conn) sendData(p []byte) error {
+// sendData sends p as DATA frames of up to maxData bytes in one burst
+// (p holds at most slots of them), piggybacking on the first the credit
+// the reader has freed. It returns the bytes of the frames posted, all of
+// p unless it fails.
+func (c *Conn) sendData(p []byte) (int, error) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	b := c.sreg.Bytes()
@@ -408,48 +426,66 @@ func (c *Conn) sendData(p []byte) error {
 	c.rxAllowed += grant
 	c.unacked -= grant
 	c.mu.Unlock()
-	putHeader(b, frameData, uint32(grant))
-	copy(b[hdrLen:], p)
-	err := c.postLocked(&c.wdl, hdrLen+len(p))
-	if err != nil && grant > 0 {
+	slot := hdrLen + c.maxData
+	f := 0
+	for off := 0; off < len(p); f++ {
+		k := min(len(p)-off, c.maxData)
+		fb := b[f*slot:]
+		putHeader(fb, frameData, 0)
+		copy(fb[hdrLen:], p[off:off+k])
+		c.ssge[f].Length = hdrLen + k
+		off += k
+	}
+	binary.LittleEndian.PutUint32(b[4:], uint32(grant))
+	posted, err := c.postLocked(&c.wdl, f)
+	if posted == 0 && grant > 0 {
 		c.mu.Lock()
 		c.rxAllowed -= grant
 		c.unacked += grant
 		c.mu.Unlock()
 	}
-	return err
+	return min(posted*c.maxData, len(p)), err
 }
 
-// postLocked sends the first n bytes of the send region as one message,
-// waiting for room with ctx, and for the completion where the endpoint
-// does not copy the message at once. The caller holds smu.
-func (c *Conn) postLocked(ctx context.Context, n int) error {
-	c.ssge[0].Length = n
-	m := &c.smsg[0]
-	m.Flags = 0
-	if n > c.inline {
-		m.Flags = fabric.FlagSignal
+// postLocked posts the first f frames of the send region, whose SGE
+// lengths the caller set, waiting for room with ctx, and waits for the
+// completion where the endpoint does not copy a frame at once (f is 1
+// then). It returns how many frames were posted. The caller holds smu.
+func (c *Conn) postLocked(ctx context.Context, f int) (int, error) {
+	signaled := c.ssge[0].Length > c.inline
+	for i := range f {
+		c.smsg[i].Flags = 0
 	}
-	for {
-		k, err := c.ep.SendWait(ctx, c.smsg[:])
+	if signaled {
+		c.smsg[0].Flags = fabric.FlagSignal
+	}
+	posted := 0
+	for posted < f {
+		k, err := c.ep.SendWait(ctx, c.smsg[posted:f])
+		posted += k
 		if err != nil {
-			return err
-		}
-		if k == 1 {
-			break
+			c.stats.framesTx.Add(uint64(posted))
+			return posted, err
 		}
 	}
-	c.stats.framesTx.Add(1)
-	if m.Flags&fabric.FlagSignal == 0 {
-		return nil
+	c.stats.framesTx.Add(uint64(f))
+	if !signaled {
+		return f, nil
 	}
-	// The region is ours again once the message has completed. Wait with
-	// the connection's context: a message already posted cannot be
+	// The region is ours again once the frame has completed. Wait with
+	// the connection's context: a frame already posted cannot be
 	// recalled when a deadline passes.
 	if _, err := c.ep.CQ().Wait(c.ctx, c.scomp[:]); err != nil {
-		return err
+		return f, err
 	}
-	return c.scomp[0].Err()
+	return f, c.scomp[0].Err()
+}
+
+// postCtl posts a frame of n bytes already in slot 0.
+func (c *Conn) postCtl(ctx context.Context, n int) error {
+	c.ssge[0].Length = n
+	_, err := c.postLocked(ctx, 1)
+	return err
 }
 
 // trySendCtl sends a frame without payload if the endpoint takes it at
@@ -463,7 +499,7 @@ func (c *Conn) trySendCtl(typ uint8) {
 	putHeader(c.sreg.Bytes(), typ, 0)
 	c.ssge[0].Length = hdrLen
 	c.smsg[0].Flags = 0
-	if k, _ := c.ep.Send(c.smsg[:]); k == 1 {
+	if k, _ := c.ep.Send(c.smsg[:1]); k == 1 {
 		c.stats.framesTx.Add(1)
 	}
 }
@@ -490,7 +526,7 @@ func (c *Conn) CloseWrite() error {
 	c.mu.Unlock()
 	c.smu.Lock()
 	putHeader(c.sreg.Bytes(), frameFin, 0)
-	err := c.postLocked(c.ctx, hdrLen)
+	err := c.postCtl(c.ctx, hdrLen)
 	c.smu.Unlock()
 	if err != nil {
 		c.fail(err)
@@ -522,7 +558,7 @@ func (c *Conn) Close() error {
 		c.smu.Lock()
 		putHeader(c.sreg.Bytes(), frameClose, 0)
 		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
-		c.postLocked(ctx, hdrLen)
+		c.postCtl(ctx, hdrLen)
 		cancel()
 		c.smu.Unlock()
 	}

@@ -104,8 +104,8 @@ type Conn struct {
 	rdl    deadline
 	wdl    deadline
 
-	wmu   sync.Mutex // serialises Write and CloseWrite
-	smu   sync.Mutex // serialises frames on the endpoint
+	wmu   sync.Mutex     // serialises Write and CloseWrite
+	smu   sync.Mutex     // serialises frames on the endpoint
 	sreg  *fabric.Region // sendSlots frames of hdrLen+maxData bytes
 	ssge  [sendSlots]fabric.SGE
 	smsg  [sendSlots]fabric.Message

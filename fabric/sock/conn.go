@@ -230,7 +230,9 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	}
 	if r.KeepAlive > 0 {
 		c.kaSince = time.Now()
+		c.mu.Lock() // keepAlive reads c.ka under mu
 		c.ka = time.AfterFunc(r.KeepAlive, c.keepAlive)
+		c.mu.Unlock()
 	}
 	return c, nil
 }
@@ -276,7 +278,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			signal(c.rdReady)
 			return 0, c.opErr("read", err)
 		}
-		if expired, _ := c.rdl.state(); expired {
+		if c.rdl.expired() {
 			c.mu.Unlock()
 			return 0, c.opErr("read", errTimeout)
 		}
@@ -309,7 +311,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		c.mu.Unlock()
-		if c.pump(&c.rdl) {
+		if c.pump(c.rdl.ctx()) {
 			continue
 		}
 		select {
@@ -372,7 +374,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.mu.Unlock()
 			return n, c.opErr("write", err)
 		}
-		if expired, _ := c.wdl.state(); expired {
+		if c.wdl.expired() {
 			c.mu.Unlock()
 			return n, c.opErr("write", errTimeout)
 		}
@@ -383,7 +385,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		chunk := int(min(int64(len(p)-n), c.credit, int64(c.slots*c.maxData)))
 		if chunk <= 0 {
 			c.mu.Unlock()
-			if c.pump(&c.wdl) {
+			if c.pump(c.wdl.ctx()) {
 				continue
 			}
 			select {
@@ -400,6 +402,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.mu.Lock()
 			c.credit += int64(chunk - sent) // not sent
 			c.mu.Unlock()
+			if errors.Is(err, errTimeout) && !c.wdl.expired() {
+				continue // the deadline moved on while we waited
+			}
 			if errors.Is(err, net.ErrClosed) {
 				err = net.ErrClosed
 			} else if !errors.Is(err, errTimeout) {
@@ -437,7 +442,7 @@ func (c *Conn) sendData(p []byte) (int, error) {
 		off += k
 	}
 	binary.LittleEndian.PutUint32(b[4:], uint32(grant))
-	posted, err := c.postLocked(&c.wdl, f)
+	posted, err := c.postLocked(c.wdl.ctx(), f)
 	if posted == 0 && grant > 0 {
 		c.mu.Lock()
 		c.rxAllowed -= grant
@@ -616,6 +621,7 @@ func (c *Conn) keepAlive() {
 		c.kaSeen, c.kaSince = seen, now
 	}
 	idle := now.Sub(c.kaSince)
+	ka := c.ka
 	c.mu.Unlock()
 	if idle >= c.cfg.StallTimeout {
 		c.fail(&ProtocolError{Reason: fmt.Sprintf("nothing received for %v", idle.Round(time.Millisecond)), Err: ErrStalled})
@@ -627,7 +633,7 @@ func (c *Conn) keepAlive() {
 	if idle >= c.cfg.KeepAlive {
 		c.trySendCtl(framePing)
 	}
-	c.ka.Reset(min(c.cfg.KeepAlive, c.cfg.StallTimeout-idle))
+	ka.Reset(min(c.cfg.KeepAlive, c.cfg.StallTimeout-idle))
 }
 
 // pumpLocked receives one burst of frames and handles them; with ctx

@@ -1,27 +1,75 @@
 package sock
 
 import (
+	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// deadline is one direction's deadline. Its channel is closed when the
-// deadline passes or the connection closes, so a blocked call selects on
-// it, and a deadline moved while a call blocks takes effect at once: a
-// later deadline re-arms the timer of the same channel, an earlier or
-// past one fires it. It also serves as the context.Context of the
-// backend's blocking calls (Done is the channel), which costs nothing to
-// pass since it lives in the Conn.
+// deadline is one direction's deadline. Its current epoch is a
+// context.Context whose Done channel is closed when the deadline passes
+// or the connection closes: blocked calls select on it, and the
+// backend's blocking calls take it as their context (a pointer into the
+// Conn, so passing it allocates nothing). A deadline moved while a call
+// blocks takes effect at once: a later deadline re-arms the timer of the
+// same epoch, an earlier or past one fires it. Once an epoch has fired it
+// stays fired (as a context must); setting a new deadline starts a new
+// epoch.
 type deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
-	ch     chan struct{} // closed when expired or closed
-	fired  bool          // ch is closed by the deadline
-	closed bool          // ch is closed by Close
+	cur    *epoch
+	closed bool
 }
 
-func (d *deadline) init() { d.ch = make(chan struct{}) }
+// epoch states.
+const (
+	epochLive int32 = iota
+	epochExpired
+	epochClosed
+)
+
+// epoch is one arming of a deadline; it implements context.Context.
+type epoch struct {
+	ch    chan struct{}
+	state atomic.Int32
+}
+
+func newEpoch() *epoch { return &epoch{ch: make(chan struct{})} }
+
+// fire closes the epoch with a final state. The caller holds the
+// deadline's mu.
+func (e *epoch) fire(state int32) {
+	if e.state.Load() == epochLive {
+		e.state.Store(state)
+		close(e.ch)
+	}
+}
+
+// Deadline implements context.Context; the deadline shows in Done.
+func (e *epoch) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done implements context.Context.
+func (e *epoch) Done() <-chan struct{} { return e.ch }
+
+// Err implements context.Context: os.ErrDeadlineExceeded or
+// net.ErrClosed once Done is closed.
+func (e *epoch) Err() error {
+	switch e.state.Load() {
+	case epochExpired:
+		return os.ErrDeadlineExceeded
+	case epochClosed:
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// Value implements context.Context.
+func (e *epoch) Value(any) any { return nil }
+
+func (d *deadline) init() { d.cur = newEpoch() }
 
 // set moves the deadline; the zero time clears it.
 func (d *deadline) set(t time.Time) {
@@ -36,83 +84,58 @@ func (d *deadline) set(t time.Time) {
 		d.timer.Stop()
 		d.timer = nil
 	}
-	if d.fired {
-		d.ch = make(chan struct{})
-		d.fired = false
+	if d.cur.state.Load() != epochLive {
+		d.cur = newEpoch()
 	}
 	if t.IsZero() {
 		return
 	}
 	dur := time.Until(t)
 	if dur <= 0 {
-		d.fired = true
-		close(d.ch)
+		d.cur.fire(epochExpired)
 		return
 	}
-	ch := d.ch
+	e := d.cur
 	var tm *time.Timer
 	tm = time.AfterFunc(dur, func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.timer != tm || d.closed || d.fired || d.ch != ch {
-			return // stopped or superseded
+		if d.timer == tm && d.cur == e {
+			e.fire(epochExpired)
 		}
-		d.fired = true
-		close(ch)
 	})
 	d.timer = tm
 }
 
-// close fires the channel for good.
+// close fires the deadline for good.
 func (d *deadline) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return
 	}
+	d.closed = true
 	if d.timer != nil {
 		d.timer.Stop()
 		d.timer = nil
 	}
-	d.closed = true
-	if !d.fired {
-		close(d.ch)
+	if d.cur.state.Load() != epochLive {
+		d.cur = newEpoch()
 	}
+	d.cur.fire(epochClosed)
+}
+
+// ctx returns the current epoch, to wait on.
+func (d *deadline) ctx() *epoch {
+	d.mu.Lock()
+	e := d.cur
+	d.mu.Unlock()
+	return e
 }
 
 // wait returns the channel to select on.
-func (d *deadline) wait() <-chan struct{} {
-	d.mu.Lock()
-	ch := d.ch
-	d.mu.Unlock()
-	return ch
-}
+func (d *deadline) wait() <-chan struct{} { return d.ctx().ch }
 
-// state reports whether the deadline has passed or the connection closed.
-func (d *deadline) state() (expired, closed bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.fired, d.closed
-}
-
-// The context.Context methods, for the backend's blocking calls.
-
-// Deadline implements context.Context; the deadline is in Done.
-func (d *deadline) Deadline() (time.Time, bool) { return time.Time{}, false }
-
-// Done implements context.Context.
-func (d *deadline) Done() <-chan struct{} { return d.wait() }
-
-// Err implements context.Context.
-func (d *deadline) Err() error {
-	switch fired, closed := d.state(); {
-	case closed:
-		return errConnClosed
-	case fired:
-		return os.ErrDeadlineExceeded
-	}
-	return nil
-}
-
-// Value implements context.Context.
-func (d *deadline) Value(any) any { return nil }
+// expired reports whether the deadline has passed (and not been moved
+// since).
+func (d *deadline) expired() bool { return d.ctx().state.Load() == epochExpired }

@@ -90,4 +90,3 @@ func BenchmarkHTTP(b *testing.B) {
 		}
 	}
 }
-

@@ -2,6 +2,7 @@ package sock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -33,7 +34,9 @@ var backends = []backend{
 		a, b := ntbPair(t, o)
 		return noViews{a}, noViews{b}
 	}},
-	{name: "roce", pair: rocePair},
+	{name: "roce", pair: func(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
+		return rocePair(t, o, "")
+	}},
 }
 
 func ntbListen(t testing.TB, cfg *Config) *Listener {
@@ -58,7 +61,7 @@ type noViews struct{ fabric.Endpoint }
 
 // rocePair connects two user-space RoCE engines on loopback, as the roce
 // tests do (127.0.0.1 listens, 127.0.0.2 dials).
-func rocePair(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
+func rocePair(t testing.TB, o *fabric.Options, query string) (fabric.Endpoint, fabric.Endpoint) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,10 +77,10 @@ func rocePair(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint
 	}
 	ch := make(chan res, 1)
 	go func() {
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d", port), o)
+		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?%s", port, query), o)
 		ch <- res{ep, err}
 	}()
-	b, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2", port), o)
+	b, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&%s", port, query), o)
 	r := <-ch
 	if err != nil || r.err != nil {
 		for _, ep := range []fabric.Endpoint{b, r.ep} {
@@ -133,5 +136,16 @@ func connPair(t testing.TB, be backend, cfg *Config) (a, b *Conn) {
 func forEach(t *testing.T, f func(t *testing.T, be backend)) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) { f(t, be) })
+	}
+}
+
+// TestUnreliable: NewConn refuses an endpoint that may lose or reorder
+// messages (RoCE UD) with fabric.ErrNotSupported, and leaves it open.
+func TestUnreliable(t *testing.T) {
+	a, b := rocePair(t, nil, "type=ud")
+	defer a.Close()
+	defer b.Close()
+	if _, err := NewConn(a, nil); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Fatalf("NewConn over RoCE UD: %v, want ErrNotSupported", err)
 	}
 }

@@ -159,6 +159,10 @@ type connStats struct {
 // over any pair of endpoints). It sends this side's HELLO and returns at
 // once; the first Write waits for the peer's. The Conn owns ep and closes
 // it. cfg may be nil; its Options are not used.
+//
+// An endpoint that cannot carry a stream (not reliable, messages too
+// small) is refused with an error matching fabric.ErrNotSupported and left
+// to the caller; after any other error ep has been closed.
 func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	caps := ep.Caps()
 	if !caps.Reliable {

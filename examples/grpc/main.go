@@ -16,7 +16,7 @@ import (
 )
 
 func main() {
-	backend := flag.String("backend", "ntb", "fabric backend with a listener")
+	backend := flag.String("backend", "ntb", "fabric backend with a listener, or tcp (loopback, for reference)")
 	addr := flag.String("addr", "", "listen address (default: an emulated bridge in a temporary file)")
 	calls := flag.Int("calls", 2000, "unary calls and stream messages")
 	size := flag.Int("size", 64, "bytes per call")

@@ -6,6 +6,7 @@
 //
 //	go run ./examples/grpc                 # from examples/grpc: go run .
 //	go run . -backend ntb -addr /dev/shm/weft-grpc -calls 10000
+//	go run . -backend tcp        # the same over TCP loopback, for reference
 //
 // The example is a module of its own, so that the SDK does not depend on
 // gRPC. The service is described by hand (no protoc): Echo is unary,
@@ -87,11 +88,16 @@ func serve(l net.Listener) *grpc.Server {
 }
 
 // dial returns a gRPC client connection whose transport is a Weft
-// connection to addr of the backend.
+// connection to addr of the backend (backend "tcp": a TCP connection, the
+// reference).
 func dial(backend, addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///weft",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			if backend == "tcp" {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}
 			return sock.Dial(ctx, backend, addr, nil)
 		}))
 }
@@ -110,7 +116,12 @@ func openChat(ctx context.Context, cc *grpc.ClientConn) (grpc.ClientStream, erro
 	return cc.NewStream(ctx, &serviceDesc.Streams[0], "/weft.example.Echo/Chat")
 }
 
-// listen starts a Weft listener for the server.
-func listen(ctx context.Context, backend, addr string) (*sock.Listener, error) {
+// listen starts a Weft listener for the server (backend "tcp": a TCP
+// listener on loopback, the reference).
+func listen(ctx context.Context, backend, addr string) (net.Listener, error) {
+	if backend == "tcp" {
+		var lc net.ListenConfig
+		return lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	}
 	return sock.Listen(ctx, backend, addr, nil)
 }

@@ -32,7 +32,7 @@ func TestStream(t *testing.T) {
 			t.Run(map[int]string{4096: "window4K", 0: "default"}[w], func(t *testing.T) {
 				a, b := connPair(t, be, &Config{Window: w})
 				size := 4 << 20
-				if testing.Short() {
+				if testing.Short() || raceEnabled {
 					size = 1 << 20
 				}
 				var wg sync.WaitGroup

@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-var httpRequests = flag.Int("http.requests", 0, "requests of TestHTTP per backend (0: 1000, 200 with -short, a tenth of that over roce; the issue's acceptance run is 10000)")
+var httpRequests = flag.Int("http.requests", 0, "requests of TestHTTP per backend (0: 1000, 250 under -race, 200 with -short, a tenth of that over roce; the issue's acceptance run is 10000)")
 
 // corpus is the source of request and response bodies: body (seed, n)
 // is corpus[seed%len : +n], so every byte can be checked cheaply.
@@ -92,6 +92,9 @@ func TestHTTP(t *testing.T) {
 		requests := *httpRequests
 		if requests == 0 {
 			requests = 1000
+			if raceEnabled {
+				requests = 250
+			}
 			if testing.Short() {
 				requests = 200
 			}

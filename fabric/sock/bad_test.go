@@ -91,7 +91,7 @@ func TestBadPeer(t *testing.T) {
 		{"silent", nil, ErrStalled},
 	}
 	listenBackends(t, func(t *testing.T, be backend) {
-		cfg := &Config{Window: 8 << 10, KeepAlive: 20 * time.Millisecond, StallTimeout: 300 * time.Millisecond}
+		cfg := &Config{Window: 8 << 10, KeepAlive: 50 * time.Millisecond, StallTimeout: time.Second}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				l := be.listen(t, cfg)
@@ -121,7 +121,7 @@ func TestBadPeer(t *testing.T) {
 				if tc.name == "stall" || tc.name == "silent" {
 					// The good connection is idle as long: keep-alives
 					// keep it up.
-					time.Sleep(400 * time.Millisecond)
+					time.Sleep(1200 * time.Millisecond)
 				}
 				srv.SetReadDeadline(time.Now().Add(5 * time.Second))
 				var rerr error

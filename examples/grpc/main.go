@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/sock"
 	_ "github.com/weft-io/weft/ntb" // registers the "ntb" backend
 )
 
@@ -20,7 +22,9 @@ func main() {
 	addr := flag.String("addr", "", "listen address (default: an emulated bridge in a temporary file)")
 	calls := flag.Int("calls", 2000, "unary calls and stream messages")
 	size := flag.Int("size", 64, "bytes per call")
+	spin := flag.Duration("spin", 0, "how long blocking receives busy-poll before they sleep (0: the backend's default, negative: sleep at once)")
 	flag.Parse()
+	config = &sock.Config{Options: fabric.Options{Spin: *spin}}
 	if *addr == "" {
 		dir, err := os.MkdirTemp("", "weft-grpc")
 		if err != nil {

@@ -98,7 +98,7 @@ func dial(backend, addr string) (*grpc.ClientConn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "tcp", addr)
 			}
-			return sock.Dial(ctx, backend, addr, nil)
+			return sock.Dial(ctx, backend, addr, config)
 		}))
 }
 
@@ -123,5 +123,8 @@ func listen(ctx context.Context, backend, addr string) (net.Listener, error) {
 		var lc net.ListenConfig
 		return lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	}
-	return sock.Listen(ctx, backend, addr, nil)
+	return sock.Listen(ctx, backend, addr, config)
 }
+
+// config configures the Weft connections of both sides (nil: defaults).
+var config *sock.Config

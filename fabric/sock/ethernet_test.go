@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-io/weft/fabric"
 	_ "github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testutil"
 )

@@ -155,6 +155,22 @@ var List = []Mutation{
 		Why: "MaxMsgSize holds for lengths the peer wrote (view path, fuzz seeds)",
 	},
 	{
+		Name: "sock-credit-overrun-unchecked",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tcase int64(len(p)) > c.rxAllowed:\n",
+		New:  "\t\tcase false:\n",
+		Pkg:  "./fabric/sock/", Run: "^TestBadPeer$",
+		Why: "a peer that overruns its credit gets its connection closed (bounded memory per connection)",
+	},
+	{
+		Name: "sock-forged-grant-unchecked",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tif c.credit+int64(h.credit) > c.peerWindow {\n",
+		New:  "\t\tif false {\n",
+		Pkg:  "./fabric/sock/", Run: "^TestBadPeer$",
+		Why: "a forged credit grant (beyond the peer's window) closes the connection",
+	},
+	{
 		Name: "testenv-skip-never-fails",
 		File: "internal/testenv/testenv.go",
 		Old:  "\tif InCI() {\n\t\tt.Fatalf(\"CI=true: cannot skip: %s\", reason)",

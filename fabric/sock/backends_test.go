@@ -26,17 +26,31 @@ type backend struct {
 	pair func(t testing.TB, o *fabric.Options) (a, b fabric.Endpoint)
 }
 
-// backends are the backends the tests run over. roce and ethernet get
-// a listen function when their fabric listeners land.
+// backends are the backends the tests run over (ethernet, which needs
+// root and namespaces, is added in ethernet_test.go).
 var backends = []backend{
 	{name: "ntb", listen: ntbListen, pair: ntbPair},
 	{name: "ntb-copy", pair: func(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
 		a, b := ntbPair(t, o)
 		return noViews{a}, noViews{b}
 	}},
-	{name: "roce", pair: func(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
+	{name: "roce", listen: roceListen, pair: func(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
 		return rocePair(t, o, "")
 	}},
+}
+
+// roceListen listens on the user-space engine of 127.0.0.1, a port of the
+// kernel's choosing; dialers reach it from the same engine.
+func roceListen(t testing.TB, cfg *Config) *Listener {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := Listen(ctx, "roce", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 func ntbListen(t testing.TB, cfg *Config) *Listener {

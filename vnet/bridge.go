@@ -420,12 +420,12 @@ type queue struct {
 	rdStart int // first slot of the current burst
 
 	// fabric → device
-	vr     fabric.ViewReceiver
-	views  []fabric.View
-	rxBuf  []byte
-	rxReg  *fabric.Region
-	rxSGE  []fabric.SGE
-	rxMsgs []fabric.Message
+	vr      fabric.ViewReceiver
+	views   []fabric.View
+	rxBuf   []byte
+	rxReg   *fabric.Region
+	rxSGE   []fabric.SGE
+	rxMsgs  []fabric.Message
 	iov     [2]unix.Iovec
 	niov    int
 	wErr    error
@@ -610,7 +610,7 @@ func (q *queue) txLoop() {
 				continue
 			}
 			off := s * q.slot
-			Header(q.txBuf[off : off+HeaderLen]).Encode(flags, n)
+			Header(q.txBuf[off:off+HeaderLen]).Encode(flags, n)
 			m := &q.txMsgs[k]
 			m.SGEs, m.Context, m.Flags = q.txSGE[s:s+1], uint64(s), 0
 			if q.signal {

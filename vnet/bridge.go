@@ -174,6 +174,8 @@ type Bridge struct {
 	changed chan struct{} // closed and replaced when up changes
 	carrier atomic.Bool
 
+	since  time.Time // when the carrier last changed (under mu)
+	obs    atomic.Pointer[observer]
 	evs    chan Event
 	ctr    counters
 	closed atomic.Bool
@@ -243,7 +245,9 @@ func New(cfg Config, eps ...fabric.Endpoint) (*Bridge, error) {
 	for i := range b.up {
 		b.up[i] = true
 	}
+	b.mu.Lock()
 	b.setCarrier(true)
+	b.mu.Unlock()
 	for _, q := range b.qs {
 		b.wg.Add(3)
 		go q.watch()
@@ -335,6 +339,9 @@ func (b *Bridge) Close() error {
 }
 
 func (b *Bridge) emit(ev Event) {
+	if o := b.obs.Load(); o != nil {
+		o.record(ev)
+	}
 	select {
 	case b.evs <- ev:
 	default:
@@ -348,6 +355,7 @@ func (b *Bridge) setCarrier(on bool) {
 	// Any queue's fd sets the device's carrier.
 	setCarrier(b.qs[0].tap.fd, on)
 	b.ctr.carrierChanges.Add(1)
+	b.since = time.Now()
 	k := CarrierOff
 	if on {
 		k = CarrierOn

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/observe"
 	"github.com/weft-io/weft/ntb"
+	"github.com/weft-io/weft/observe"
 )
 
 // The helper process is a pingpong-like program that exposes its two

@@ -38,7 +38,7 @@ type Config struct {
 	Name string
 	// Kind is TAP (Ethernet frames, the default) or TUN (IP packets).
 	Kind Kind
-	// MTU is the device MTU, 68 to 65535 (0: DefaultMTU). Every
+	// MTU is the device MTU, 68 to MaxMTU (65535 for TUN; 0: DefaultMTU). Every
 	// endpoint's Caps.MaxMsgSize must hold a frame of that size, with the
 	// headers; see MessageSize.
 	MTU int
@@ -66,6 +66,17 @@ func (c *Config) MessageSize() int {
 		return MaxMessage
 	}
 	return HeaderLen + c.maxFrame()
+}
+
+// MaxMTU is the largest MTU of a TAP device (65535 less the Ethernet
+// header, as Linux's tun driver sets it); a TUN device takes 65535.
+const MaxMTU = 65535 - 14
+
+func (c *Config) maxMTU() int {
+	if c.Kind == TUN {
+		return 65535
+	}
+	return MaxMTU
 }
 
 func (c *Config) mtu() int {
@@ -197,8 +208,8 @@ func New(cfg Config, eps ...fabric.Endpoint) (*Bridge, error) {
 	if len(eps) == 0 {
 		return nil, &fabric.OpError{Op: "new", Backend: "vnet", Err: fmt.Errorf("no endpoints: %w", fabric.ErrInvalid)}
 	}
-	if m := cfg.mtu(); m < 68 || m > 65535 {
-		return nil, &fabric.OpError{Op: "new", Backend: "vnet", Err: fmt.Errorf("mtu %d: want 68 to 65535: %w", m, fabric.ErrInvalid)}
+	if m, top := cfg.mtu(), cfg.maxMTU(); m < 68 || m > top {
+		return nil, &fabric.OpError{Op: "new", Backend: "vnet", Err: fmt.Errorf("mtu %d: want 68 to %d: %w", m, top, fabric.ErrInvalid)}
 	}
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultBurst

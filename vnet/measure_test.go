@@ -36,7 +36,7 @@ func TestMeasure(t *testing.T) {
 		tp   *topo
 	}
 	var cfgs []config
-	for _, mtu := range []int{1500, 65535} {
+	for _, mtu := range []int{1500, MaxMTU} {
 		a, b := newNamespaces(t)
 		if err := a.AddVeth(netns.VethConfig{Name: "weft0", Peer: "weft0", PeerNS: b, MTU: mtu}); err != nil {
 			t.Fatal(err)
@@ -61,7 +61,7 @@ func TestMeasure(t *testing.T) {
 		queues int
 	}{
 		{Config{MTU: 1500}, 1}, {Config{MTU: 9000}, 1}, {Config{MTU: 16000}, 1},
-		{Config{MTU: 32000}, 1}, {Config{MTU: 65000}, 1}, {Config{MTU: 65535}, 1},
+		{Config{MTU: 32000}, 1}, {Config{MTU: 65000}, 1}, {Config{MTU: MaxMTU}, 1},
 		{Config{MTU: 1500, Offload: true}, 1}, {Config{MTU: 9000, Offload: true}, 1},
 		{Config{MTU: 65000}, 2},
 	} {

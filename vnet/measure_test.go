@@ -63,7 +63,8 @@ func TestMeasure(t *testing.T) {
 		{Config{MTU: 1500}, 1}, {Config{MTU: 9000}, 1}, {Config{MTU: 16000}, 1},
 		{Config{MTU: 32000}, 1}, {Config{MTU: 65000}, 1}, {Config{MTU: MaxMTU}, 1},
 		{Config{MTU: 1500, Offload: true}, 1}, {Config{MTU: 9000, Offload: true}, 1},
-		{Config{MTU: 65000}, 2},
+		{Config{MTU: 65000, Offload: true}, 1},
+		{Config{MTU: 65000}, 2}, {Config{MTU: 9000, Offload: true}, 2},
 	} {
 		name := fmt.Sprintf("tap/ntb mtu %d", c.cfg.MTU)
 		if c.cfg.Offload {

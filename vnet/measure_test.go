@@ -5,6 +5,7 @@ package vnet
 import (
 	"flag"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ var (
 	flagMeasure = flag.Bool("vnet.measure", false, "run TestMeasure: TCP throughput and round trip over TAP-over-ntb per MTU, beside veth")
 	flagRuns    = flag.Int("vnet.runs", 3, "runs per configuration in TestMeasure (the table shows medians)")
 	flagMBytes  = flag.Int64("vnet.mbytes", 256, "MiB per throughput run in TestMeasure")
+	flagOnly    = flag.String("vnet.only", "", "TestMeasure: only the configurations whose names match this regexp (the first veth is always kept as the reference)")
 )
 
 // TestMeasure prints, for each configuration, the median of -vnet.runs
@@ -72,6 +74,9 @@ func TestMeasure(t *testing.T) {
 		}
 		if c.queues > 1 {
 			name += fmt.Sprintf(" %d queues", c.queues)
+		}
+		if *flagOnly != "" && !regexp.MustCompile(*flagOnly).MatchString(name) {
+			continue
 		}
 		cfgs = append(cfgs, config{name, newNTBTopo(t, c.cfg, c.queues)})
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/ntb"
+	"github.com/weft-io/weft/observe"
 	_ "github.com/weft-io/weft/roce"
 )
 
@@ -440,6 +442,11 @@ func TestCarrier(t *testing.T) {
 	}
 	evs := tp.bA.Events()
 	drain(evs)
+	reg := observe.NewRegistry("carrier-test")
+	if err := tp.bA.Observe(reg, "weft0"); err != nil {
+		t.Fatal(err)
+	}
+	disabled := time.Now()
 	if err := tp.tB.Device().LinkDisable(); err != nil {
 		t.Fatal(err)
 	}
@@ -448,9 +455,6 @@ func TestCarrier(t *testing.T) {
 	}
 	if !waitEvent(evs, CarrierOff, 5*time.Second) {
 		t.Fatal("no carrier-off event")
-	}
-	if _, err := tp.ipB.MarshalText(); err != nil {
-		t.Fatal(err)
 	}
 	if err := tp.tB.Device().LinkEnable(); err != nil {
 		t.Fatal(err)
@@ -462,6 +466,29 @@ func TestCarrier(t *testing.T) {
 	}
 	if !waitEvent(evs, CarrierOn, 5*time.Second) {
 		t.Fatal("no carrier-on event")
+	}
+	// The registry logged the flap with timestamps: the queue's link
+	// and the device's carrier, down then up.
+	var kinds []string
+	for _, e := range reg.Snapshot().Events {
+		kinds = append(kinds, e.Source+" "+e.Kind)
+		if e.Source == "weft0" && e.Kind == "carrier-off" {
+			t.Logf("carrier-off recorded %v after the peer's link was disabled", e.Time.Sub(disabled))
+		}
+	}
+	got := strings.Join(kinds, ", ")
+	for _, want := range []string{"weft0/q0 link-down", "weft0 carrier-off", "weft0/q0 link-up", "weft0 carrier-on"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("registry events lack %q: %s", want, got)
+		}
+	}
+	if i, j := strings.Index(got, "carrier-off"), strings.LastIndex(got, "carrier-on"); i < 0 || j < i {
+		t.Errorf("carrier-on not after carrier-off: %s", got)
+	}
+	for _, src := range reg.Snapshot().Sources {
+		if src.State != "up" {
+			t.Errorf("%s is %s after the link came back", src.Name, src.State)
+		}
 	}
 	// The same connection goes on: the rest of the stream crosses.
 	tail := make([]byte, 4<<20)

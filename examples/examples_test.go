@@ -10,10 +10,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // examples are the programs under examples/, each run with no arguments.
-var examples = []string{"pingpong", "stream", "rma", "batching", "listener"}
+var examples = []string{"pingpong", "stream", "rma", "batching", "listener", "vnet"}
+
+// needRoot are the examples that need root (network namespaces, TAP
+// devices).
+var needRoot = map[string]bool{"vnet": true}
 
 func TestPublicImportsOnly(t *testing.T) {
 	args := []string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}
@@ -43,6 +49,9 @@ func TestRun(t *testing.T) {
 	bin := t.TempDir()
 	for _, name := range examples {
 		t.Run(name, func(t *testing.T) {
+			if needRoot[name] {
+				testenv.RequireRoot(t)
+			}
 			exe := filepath.Join(bin, name)
 			if out, err := exec.Command("go", "build", "-o", exe, "./"+name).CombinedOutput(); err != nil {
 				t.Fatalf("go build: %v\n%s", err, out)

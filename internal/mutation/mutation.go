@@ -178,6 +178,38 @@ var List = []Mutation{
 		Pkg:  "./internal/testenv/", Run: "^TestSkipOrFail$",
 		Why: "under CI=true a skip for a missing environment is a failure",
 	},
+	{
+		Name: "vnet-parse-no-truncation",
+		File: "vnet/frame.go",
+		Old:  "\tcase n > len(msg)-HeaderLen:\n\t\treturn 0, nil, nil, ErrTruncated\n",
+		New:  "\tcase n > len(msg)-HeaderLen:\n\t\tn = len(msg) - HeaderLen\n",
+		Pkg:  "./vnet/", Run: "^TestParse$",
+		Why: "a frame shorter than its header says is dropped as truncated",
+	},
+	{
+		Name: "vnet-offload-to-plain-device",
+		File: "vnet/bridge.go",
+		Old:  "\t\tif vh != nil && vh.NeedsOffload() {\n",
+		New:  "\t\tif false && vh != nil && vh.NeedsOffload() {\n",
+		Pkg:  "./vnet/", Run: "^TestBadInput$",
+		Why: "a frame asking for offload work never reaches a device without offloads",
+	},
+	{
+		Name: "vnet-carrier-ignores-link-down",
+		File: "vnet/bridge.go",
+		Old:  "\t\t\tcase fabric.EventLinkDown:\n\t\t\t\tq.b.setUp(q.i, false, false)\n",
+		New:  "\t\t\tcase fabric.EventLinkDown:\n",
+		Pkg:  "./vnet/", Run: "^TestCarrier$",
+		Why: "the device's carrier follows the fabric link",
+	},
+	{
+		Name: "vnet-alloc-per-frame",
+		File: "vnet/bridge.go",
+		Old:  "\tflags, vh, frame, err := Parse(msg, b.cfg.Kind, MaxFrame)\n",
+		New:  "\tflags, vh, frame, err := Parse(msg, b.cfg.Kind, MaxFrame)\n\t_ = fmt.Sprint(len(msg) + 1000)\n",
+		Pkg:  "./vnet/", Run: "^TestBadInput$",
+		Why: "no allocation per frame on the bridge's data path",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

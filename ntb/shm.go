@@ -114,6 +114,41 @@ type ShmDevice struct {
 	mapping   Mapping
 	peerHB    uint32    // monitor only: last peer heartbeat seen
 	peerHBAt  time.Time // monitor only: when it last changed
+
+	dmaMu  sync.Mutex
+	dmaCfg EmuDMAConfig
+	dma    *emuDMA
+}
+
+var _ DMADevice = (*ShmDevice)(nil)
+
+// ConfigureDMA sets the emulated engine's channels and depth. It must
+// come before the first DMA call.
+func (d *ShmDevice) ConfigureDMA(c EmuDMAConfig) error {
+	d.dmaMu.Lock()
+	defer d.dmaMu.Unlock()
+	if d.dma != nil {
+		return fmt.Errorf("ntb: the DMA engine is already running: %w", fabric.ErrInvalid)
+	}
+	d.dmaCfg = c
+	return nil
+}
+
+// DMA implements DMADevice: the emulated engine, started on first use
+// with ConfigureDMA's settings and stopped by Close. Its channels are
+// goroutines that copy between local memory and the peer's windows; a
+// descriptor is checked against the window's current translation before
+// it is queued.
+func (d *ShmDevice) DMA() (DMAEngine, error) {
+	d.dmaMu.Lock()
+	defer d.dmaMu.Unlock()
+	if d.closed.Load() {
+		return nil, os.ErrClosed
+	}
+	if d.dma == nil {
+		d.dma = newEmuDMA(d, d.dmaCfg)
+	}
+	return d.dma, nil
 }
 
 // OpenShm attaches to the emulated bridge in the file at path, creating the
@@ -602,6 +637,11 @@ func (d *ShmDevice) Close() error {
 	}
 	close(d.stop)
 	d.wg.Wait()
+	d.dmaMu.Lock()
+	if d.dma != nil {
+		d.dma.close()
+	}
+	d.dmaMu.Unlock()
 	shm.U32(d.my, sideState).Store(stateDetached)
 	d.linkUp.Store(false)
 	d.WakeLocal()

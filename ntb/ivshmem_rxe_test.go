@@ -7,7 +7,7 @@ package ntb
 // a hardware window would be. The suite runs guest to guest over bridges
 // laid out in that BAR (one 16 MiB slot per case, so a case never meets
 // the previous one's session), then cmd/weft-pingpong runs guest to guest
-// with an address that names the PCI function. The guests' clocks are
+// with an address that names the PCI function, and so does tools/perf. The guests' clocks are
 // emulated: the figures are functional, not performance.
 
 import (
@@ -32,6 +32,7 @@ const (
 	vmBARMiB  = 512 // run.sh -i: the BAR, a power of two
 	vmSlotMiB = 16  // one bridge per suite case
 	vmPingOff = 448 // the pingpong bridge's slot, past the suite's
+	vmPerfOff = 464 // tools/perf's
 )
 
 func ivshmemGuestScript() string {
@@ -51,6 +52,13 @@ if [ "$GUEST_INDEX" = 0 ]; then
 else
   ./weft-pingpong -backend ntb -addr "$addr" -sizes 8,256,4096,65536 -n 300 -warmup 30 -no-ref -timeout 300s || { echo "STEP FAILED pingpong client"; fail=1; }
 fi
+echo ">>> perf"
+addr="pci:$dev?off=` + strconv.Itoa(vmPerfOff) + `M&size=` + strconv.Itoa(vmSlotMiB) + `M&dead=3s&side=$GUEST_INDEX"
+if [ "$GUEST_INDEX" = 0 ]; then
+  ./weft-perf -server -backend ntb -addr "$addr" || { echo "STEP FAILED perf server"; fail=1; }
+else
+  sleep 2; ./weft-perf -backend ntb -addr "$addr" -sizes 1024,65536 -t 1s -runs 3 || { echo "STEP FAILED perf client"; fail=1; }
+fi
 exit $fail
 `
 }
@@ -61,8 +69,9 @@ func TestIvshmemVM(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness := testenv.RxeHarness(t)
 	dir := t.TempDir()
-	bin, pp := filepath.Join(dir, "ntb.test"), filepath.Join(dir, "weft-pingpong")
-	for _, args := range [][]string{{"test", "-c", "-tags", "rxe", "-o", bin, "."}, {"build", "-o", pp, "../cmd/weft-pingpong"}} {
+	bin, pp, perf := filepath.Join(dir, "ntb.test"), filepath.Join(dir, "weft-pingpong"), filepath.Join(dir, "weft-perf")
+	for _, args := range [][]string{{"test", "-c", "-tags", "rxe", "-o", bin, "."}, {"build", "-o", pp, "../cmd/weft-pingpong"},
+		{"-C", "../tools/perf", "build", "-o", perf, "."}} {
 		build := exec.Command("go", args...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
@@ -74,7 +83,7 @@ func TestIvshmemVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-i", strconv.Itoa(vmBARMiB),
-		"-f", bin, "-f", pp, script)
+		"-f", bin, "-f", pp, "-f", perf, script)
 	out, err := cmd.CombinedOutput()
 	t.Logf("harness output:\n%s", out)
 	if err != nil {
@@ -98,7 +107,16 @@ func TestIvshmemVM(t *testing.T) {
 		t.Fatalf("pingpong printed %d rows, want 4", len(rows))
 	}
 	for _, r := range rows {
-		t.Logf("guest to guest (emulated timing): %s", r)
+		t.Logf("pingpong guest to guest (emulated timing): %s", r)
+	}
+	// tools/perf's table: a row per size after its header.
+	_, perfOut, ok := bytes.Cut(out, []byte("Weft perf:"))
+	prow := regexp.MustCompile(`(?m)^\s*(1024|65536)\s+\d+\s+\S+\s+\S+.*$`).FindAll(perfOut, -1)
+	if !ok || len(prow) < 2 {
+		t.Fatalf("perf printed %d rows, want 2", len(prow))
+	}
+	for _, r := range prow {
+		t.Logf("perf guest to guest (emulated timing): %s", r)
 	}
 }
 

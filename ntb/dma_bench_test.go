@@ -132,3 +132,61 @@ func BenchmarkRingSize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBridges is one process driving 1 or 4 bridges, each its own
+// device and transport: a sender goroutine round-robins bursts of 32
+// 64-byte messages over them and a receiver goroutine drains them, as a
+// host with a four-port switch would forward. Mmsg/s is the total.
+func BenchmarkBridges(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run(map[int]string{1: "1", 4: "4"}[n], func(b *testing.B) {
+			xs, ys := make([]*Endpoint, n), make([]*Endpoint, n)
+			for i := range xs {
+				xs[i], ys[i] = pair(b, ShmConfig{MemSize: 4 << 20}, Config{RingSize: 256 << 10})
+			}
+			sm := make([][]fabric.Message, n)
+			rm := make([][]fabric.Message, n)
+			for i := range xs {
+				src, _ := xs[i].Alloc(64, 0)
+				dst, _ := ys[i].Alloc(64*32, fabric.AccessLocalWrite)
+				sm[i], rm[i] = make([]fabric.Message, 32), make([]fabric.Message, 32)
+				for j := range sm[i] {
+					sm[i][j] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(src)}}
+					rm[i][j] = fabric.Message{SGEs: []fabric.SGE{{Region: dst, Offset: 64 * j, Length: 64}}}
+				}
+			}
+			total := b.N * 32
+			done := make(chan struct{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				defer close(done)
+				got := 0
+				for got < total {
+					for i := range ys {
+						k, err := ys[i].Recv(rm[i])
+						if err != nil {
+							return
+						}
+						got += k
+					}
+				}
+			}()
+			sent := 0
+			for sent < total {
+				for i := range xs {
+					k, err := xs[i].Send(sm[i][:min(32, total-sent)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					sent += k
+					if sent >= total {
+						break
+					}
+				}
+			}
+			<-done
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
@@ -144,5 +145,51 @@ func TestConformanceMapping(t *testing.T) {
 		return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (fabric.Endpoint, error) {
 			return fabric.Open(ctx, "ntb", "mem:"+path+"?size=16M&poll=50us&link=2ms&dead=200ms&side="+strconv.Itoa(int(s)), nil)
 		})
+	})
+}
+
+// FuzzMappingHeader opens a bridge over a mapping whose header and side
+// blocks hold arbitrary bytes, as a broken or hostile peer on the other
+// machine could leave them: it must fail with a typed error or open a
+// device whose memory lies inside the mapping, and never panic.
+func FuzzMappingHeader(f *testing.F) {
+	good := make([]byte, shmHeaderSize)
+	formatHeader(good, ShmConfig{MemSize: 64 << 10, MWs: 2, Spads: 16, DoorbellBits: 16})
+	f.Add(good)
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, hdr []byte) {
+		path := filepath.Join(t.TempDir(), "bar")
+		m, err := MapFile(path, 0, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(m.Bytes(), hdr)
+		c := fastMapping(-1)
+		c.Attach = 20 * time.Millisecond
+		d, err := OpenMapping(path, m, c)
+		if err != nil {
+			if !errors.Is(err, fabric.ErrInvalid) && !errors.Is(err, ErrBusy) {
+				t.Fatalf("untyped error %v", err)
+			}
+			m.Close()
+			return
+		}
+		defer d.Close()
+		lo, hi := uintptr(unsafe.Pointer(unsafe.SliceData(d.mem))), uintptr(unsafe.Pointer(unsafe.SliceData(d.mem)))+uintptr(len(d.mem))
+		for _, b := range [][]byte{d.local, d.remote, d.my, d.per} {
+			p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			if p < lo || p+uintptr(len(b)) > hi {
+				t.Fatalf("a slice lies outside the mapping")
+			}
+		}
+		for w := 0; w < d.MWCount(); w++ {
+			d.MWSetTrans(w, 0, uint64(len(d.local)))
+			if pw, err := d.PeerMW(w); err == nil {
+				p := uintptr(unsafe.Pointer(unsafe.SliceData(pw)))
+				if p < lo || p+uintptr(len(pw)) > hi {
+					t.Fatalf("peer window outside the mapping")
+				}
+			}
+		}
 	})
 }

@@ -287,3 +287,71 @@ func TestHostPCI(t *testing.T) {
 	defer b.Close()
 	t.Logf("%s BAR 2: %d bytes via %s", ds[0].Addr, len(b.Bytes()), b.Via())
 }
+
+// TestVFIOGuest runs inside an rxe-vm guest whose ivshmem function the
+// guest script bound to vfio-pci in the no-IOMMU mode: BAR 2 maps through
+// VFIO, and what is stored through it is what the sysfs mapping of the
+// same BAR reads.
+func TestVFIOGuest(t *testing.T) {
+	if os.Getenv("WEFT_VFIO_GUEST") != "1" {
+		t.Skip("run by ntb's TestIvshmemVM inside a guest")
+	}
+	ds, err := Find(0x1af4, 0x1110)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ds[0]
+	if d.Driver != "vfio-pci" || d.IOMMUGroup == "" {
+		t.Fatalf("%s: driver %q group %q, want vfio-pci", d.Addr, d.Driver, d.IOMMUGroup)
+	}
+	const off = 500 << 20
+	v, err := d.MapBAR(2, MapOptions{Offset: off, Size: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.Via() != "vfio" {
+		t.Fatalf("mapped via %s", v.Via())
+	}
+	s, err := d.MapBAR(2, MapOptions{Offset: off, Size: 1 << 20, NoVFIO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 4096; i++ {
+		v.Bytes()[i] = byte(i*7 + 3)
+	}
+	for i := 0; i < 4096; i++ {
+		if s.Bytes()[i] != byte(i*7+3) {
+			t.Fatalf("byte %d: sysfs reads %#x, VFIO stored %#x", i, s.Bytes()[i], byte(i*7+3))
+		}
+	}
+	vd, err := OpenVFIO(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vd.Close()
+	size, _, flags, err := vd.RegionInfo(2)
+	if err != nil || size != d.BARs[2].Size() || flags&vfioRegionMmap == 0 {
+		t.Fatalf("region 2: size %#x flags %#x, %v (BAR %#x)", size, flags, err, d.BARs[2].Size())
+	}
+	for _, idx := range []int{IRQIntx, IRQMSI, IRQMSIX} {
+		n, err := vd.IRQCount(idx)
+		if err != nil {
+			t.Fatalf("irq index %d: %v", idx, err)
+		}
+		t.Logf("irq index %d: %d vectors", idx, n)
+		// More vectors than the function has is a typed refusal.
+		if _, err := vd.Interrupts(idx, n+1); !errors.Is(err, fabric.ErrNotSupported) {
+			t.Fatalf("Interrupts(%d, %d) on a function with %d: %v", idx, n+1, n, err)
+		}
+		if n > 0 {
+			irqs, err := vd.Interrupts(idx, 1)
+			if err != nil {
+				t.Fatalf("Interrupts(%d, 1): %v", idx, err)
+			}
+			t.Logf("irq index %d vector 0 routed to an eventfd (%v)", idx, irqs[0] != nil)
+		}
+	}
+	t.Logf("%s: BAR 2 through VFIO (group %s) and sysfs agree", d.Addr, d.IOMMUGroup)
+}

@@ -107,10 +107,15 @@ func OpenVFIO(d Device) (*VFIODevice, error) {
 	if r, err := ioctlVal(v.container, vfioGetAPIVersion, 0); err != nil || r != vfioAPIVersion {
 		return fail("API version", errors.Join(err, fabric.ErrNotSupported))
 	}
+	// A group the kernel made for the no-IOMMU mode has a device node
+	// of its own name.
 	iommu := uintptr(vfioType1IOMMU)
 	gpath := "/dev/vfio/" + d.IOMMUGroup
-	if r, _ := ioctlVal(v.container, vfioCheckExtension, vfioType1IOMMU); r == 0 {
+	if _, err := os.Stat("/dev/vfio/noiommu-" + d.IOMMUGroup); err == nil {
 		iommu, gpath = vfioNoIOMMU, "/dev/vfio/noiommu-"+d.IOMMUGroup
+	}
+	if r, _ := ioctlVal(v.container, vfioCheckExtension, iommu); r == 0 {
+		return fail("IOMMU", fmt.Errorf("the container offers no IOMMU type %d: %w", iommu, fabric.ErrNotSupported))
 	}
 	if v.group, err = unix.Open(gpath, unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
 		return fail("open group "+gpath, err)

@@ -2,6 +2,7 @@ package ntb
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
@@ -163,27 +164,37 @@ func BenchmarkBridges(b *testing.B) {
 				defer close(done)
 				got := 0
 				for got < total {
+					sweep := 0
 					for i := range ys {
 						k, err := ys[i].Recv(rm[i])
 						if err != nil {
 							return
 						}
-						got += k
+						sweep += k
 					}
+					if sweep == 0 {
+						runtime.Gosched() // nothing on any bridge
+					}
+					got += sweep
 				}
 			}()
 			sent := 0
 			for sent < total {
+				sweep := 0
 				for i := range xs {
 					k, err := xs[i].Send(sm[i][:min(32, total-sent)])
 					if err != nil {
 						b.Fatal(err)
 					}
-					sent += k
-					if sent >= total {
+					sweep += k
+					if sent+sweep >= total {
 						break
 					}
 				}
+				if sweep == 0 {
+					runtime.Gosched() // every bridge full
+				}
+				sent += sweep
 			}
 			<-done
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds()/1e6, "Mmsg/s")

@@ -26,6 +26,14 @@ func mapPCI(addr string, bar int, wc bool, off, size uint64) (Mapping, error) {
 	if d.Vendor == IvshmemVendor && d.DeviceID == IvshmemDevice && bar != IvshmemBAR {
 		return nil, fmt.Errorf("ntb: %s is ivshmem, whose shared memory is BAR %d, not %d: %w", addr, IvshmemBAR, bar, fabric.ErrInvalid)
 	}
+	// The bridge's registers are written into the BAR: only plain shared
+	// memory may take them (class 05h, memory controller, which ivshmem
+	// reports), never a device's register BAR — a hardware NTB's
+	// registers are for its register map (OpenHardware).
+	if d.Class>>16 != 0x05 {
+		return nil, fmt.Errorf("ntb: %s (%04x:%04x, class %06x) is not shared memory: %w",
+			addr, d.Vendor, d.DeviceID, d.Class, fabric.ErrNotSupported)
+	}
 	return d.MapBAR(bar, pci.MapOptions{WC: wc, Offset: off, Size: size})
 }
 

@@ -193,3 +193,35 @@ func FuzzMappingHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestPCIAddressErrors: a pci: address that names no function, or a
+// function that is not shared memory, fails with a typed error before
+// anything is mapped.
+func TestPCIAddressErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for addr, want := range map[string]error{
+		"pci:0000:7f:1f.7":            fabric.ErrNotSupported, // absent
+		"pci:zz:00.0":                 fabric.ErrInvalid,      // not an address
+		"pci:0000:00:05.0?side=2":     fabric.ErrInvalid,
+		"pci:0000:00:05.0?poll=-1ms":  fabric.ErrInvalid,
+		"pci:0000:00:05.0?listener=1": fabric.ErrNotSupported,
+	} {
+		if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, want) {
+			t.Errorf("Open(%q) = %v, want %v", addr, err, want)
+		}
+	}
+	// Any present function that is not class 05h is refused, never mapped.
+	if ds, err := filepath.Glob("/sys/bus/pci/devices/*"); err == nil {
+		for _, d := range ds {
+			class, _ := os.ReadFile(filepath.Join(d, "class"))
+			if len(class) > 4 && string(class[:4]) != "0x05" {
+				addr := "pci:" + filepath.Base(d)
+				if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, fabric.ErrNotSupported) {
+					t.Errorf("Open(%q) of class %s = %v, want ErrNotSupported", addr, class[:8], err)
+				}
+				break
+			}
+		}
+	}
+}

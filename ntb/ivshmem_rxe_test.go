@@ -7,9 +7,10 @@ package ntb
 // a hardware window would be. The suite runs guest to guest over bridges
 // laid out in that BAR (one 16 MiB slot per case, so a case never meets
 // the previous one's session), then cmd/weft-pingpong runs guest to guest
-// with an address that names the PCI function, and so does tools/perf;
-// last, guest 0 binds the function to vfio-pci and maps the BAR through
-// VFIO (ntb/pci's TestVFIOGuest). The guests' clocks are
+// with an address that names the PCI function, and so does tools/perf.
+// (VFIO cannot be shown here: the guests have no IOMMU and Debian 12's
+// kernel is built without CONFIG_VFIO_NOIOMMU; ntb/pci's TestVFIOGuest
+// runs on a machine that has ivshmem bound to vfio-pci.) The guests' clocks are
 // emulated: the figures are functional, not performance.
 
 import (
@@ -61,14 +62,6 @@ if [ "$GUEST_INDEX" = 0 ]; then
 else
   sleep 2; ./weft-perf -backend ntb -addr "$addr" -sizes 1024,65536 -t 1s -runs 3 || { echo "STEP FAILED perf client"; fail=1; }
 fi
-if [ "$GUEST_INDEX" = 0 ]; then
-  # The same BAR through VFIO: bind the function to vfio-pci in the
-  # no-IOMMU mode (the guest has no IOMMU) and map it there.
-  echo ">>> vfio"
-  modprobe vfio enable_unsafe_noiommu_mode=1 && modprobe vfio-pci &&
-    { echo 1af4 1110 > /sys/bus/pci/drivers/vfio-pci/new_id; sleep 1; ls -l /dev/vfio; } &&
-    WEFT_VFIO_GUEST=1 ./pci.test -test.run '^TestVFIOGuest$' -test.v || { echo "STEP FAILED vfio"; fail=1; }
-fi
 exit $fail
 `
 }
@@ -80,9 +73,8 @@ func TestIvshmemVM(t *testing.T) {
 	harness := testenv.RxeHarness(t)
 	dir := t.TempDir()
 	bin, pp, perf := filepath.Join(dir, "ntb.test"), filepath.Join(dir, "weft-pingpong"), filepath.Join(dir, "weft-perf")
-	pciBin := filepath.Join(dir, "pci.test")
 	for _, args := range [][]string{{"test", "-c", "-tags", "rxe", "-o", bin, "."}, {"build", "-o", pp, "../cmd/weft-pingpong"},
-		{"test", "-c", "-o", pciBin, "./pci"},
+
 		{"-C", "../tools/perf", "build", "-o", perf, "."}} {
 		build := exec.Command("go", args...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -95,7 +87,7 @@ func TestIvshmemVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-i", strconv.Itoa(vmBARMiB),
-		"-f", bin, "-f", pp, "-f", perf, "-f", pciBin, script)
+		"-f", bin, "-f", pp, "-f", perf, script)
 	out, err := cmd.CombinedOutput()
 	t.Logf("harness output:\n%s", out)
 	if err != nil {
@@ -105,9 +97,6 @@ func TestIvshmemVM(t *testing.T) {
 		if bytes.Contains(out, []byte(bad)) {
 			t.Fatalf("output has %q", bad)
 		}
-	}
-	if !bytes.Contains(out, []byte("--- PASS: TestVFIOGuest")) {
-		t.Fatalf("the BAR did not map through VFIO")
 	}
 	if n := bytes.Count(out, []byte("--- PASS: TestIvshmemGuest ")); n != 2 {
 		t.Fatalf("the suite passed in %d guests, want 2", n)

@@ -44,7 +44,7 @@ func BenchmarkDMACopy(b *testing.B) {
 				var st dmaState
 				if mode.chans > 0 {
 					x.ConfigureDMA(EmuDMAConfig{Channels: mode.chans})
-					st.init(x, 1)
+					st.init(x, 1, 0)
 				}
 				sges := []fabric.SGE{{Region: fabric.NewRegion(fabric.RegionConfig{Buf: src}), Length: s.n}}
 				b.SetBytes(int64(s.n))

@@ -197,3 +197,30 @@ func TestConformanceDMA(t *testing.T) {
 		return a, b
 	})
 }
+
+// TestDMAAddress: dma= and dmachan= in an address turn the engine on for
+// endpoints opened through the registry.
+func TestDMAAddress(t *testing.T) {
+	path := t.TempDir() + "/bridge?dma=4K&dmachan=2"
+	a, b := fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, _ fabrictest.Side) (fabric.Endpoint, error) {
+		return fabric.Open(ctx, "ntb", path, nil)
+	})
+	ea := a.(*Endpoint)
+	if ea.t.dma.eng == nil || ea.t.dma.threshold != 4096 || ea.t.dma.eng.Channels() != 2 {
+		t.Fatalf("engine %v threshold %d", ea.t.dma.eng, ea.t.dma.threshold)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, _ := a.Alloc(20000, 0)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i * 5)
+	}
+	if n, err := a.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(src)}}}); n != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	dst, _ := b.Alloc(20000, fabric.AccessLocalWrite)
+	rm := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(dst)}}}
+	if n, err := b.RecvWait(ctx, rm); n != 1 || err != nil || !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatalf("Recv = %d, %v (payload equal %v)", n, err, bytes.Equal(dst.Bytes(), src.Bytes()))
+	}
+}

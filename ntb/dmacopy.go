@@ -29,7 +29,7 @@ type dmaState struct {
 	comps     [256]DMACompletion
 }
 
-func (s *dmaState) init(dev Device, threshold int) {
+func (s *dmaState) init(dev Device, threshold, channels int) {
 	if threshold == 0 {
 		threshold = DefaultDMAThreshold
 	}
@@ -39,6 +39,9 @@ func (s *dmaState) init(dev Device, threshold int) {
 	d, ok := dev.(DMADevice)
 	if !ok {
 		return
+	}
+	if sd, ok := dev.(*ShmDevice); ok && channels > 0 {
+		sd.ConfigureDMA(EmuDMAConfig{Channels: channels}) // fails harmlessly once the engine runs
 	}
 	eng, err := d.DMA()
 	if err != nil {

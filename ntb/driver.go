@@ -20,7 +20,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "PATH[?mem=16M&queues=1&ring=1M&maxmsg=64K&listener=1&queue=N]: emulated NTB in shared-memory file PATH (both sides name the same file); listener=1 dials a fabric.Listen listener on a free queue (or queue N)\n" +
+	return "PATH[?mem=16M&queues=1&ring=1M&maxmsg=64K&dma=1M&dmachan=2&listener=1&queue=N]: emulated NTB in shared-memory file PATH (both sides name the same file); dma sends and RMA of at least that size through the emulated DMA engine (dmachan channels); listener=1 dials a fabric.Listen listener on a free queue (or queue N)\n" +
 		"pci:DDDD:BB:DD.F[?bar=2&wc=1&off=0&size=0&side=0|1&poll=200us&dead=1s&...]: the bridge's registers and memory in a PCI BAR shared with the peer's machine (QEMU ivshmem, vendor 1af4 device 1110: BAR 2); off and size select part of the BAR, so one BAR holds several bridges\n" +
 		"mem:PATH[?off=&size=&side=&...]: the same layout in a mapped file (the host's view of an ivshmem device)"
 }
@@ -84,7 +84,7 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 
 // ParseAddr parses an ntb address: a file path with an optional query of
 // mem, mws, spads, dbbits (device geometry, used when the file is
-// created) and queues, ring, maxmsg, window (transport). Sizes take K, M
+// created) and queues, ring, maxmsg, window, dma, dmachan (transport). Sizes take K, M
 // and G suffixes. The parameters listener and queue, which select how
 // fabric.Open connects, are accepted and not returned.
 func ParseAddr(addr string) (path string, sc ShmConfig, tc Config, err error) {
@@ -155,6 +155,10 @@ func parseAddr(addr string) (ntbAddr, error) {
 			a.tc.MaxMsgSize = n
 		case "window":
 			a.tc.WindowSize = n
+		case "dma":
+			a.tc.DMAThreshold = n
+		case "dmachan":
+			a.tc.DMAChannels = n
 		case "listener":
 			a.listener = n != 0
 		case "queue":

@@ -84,6 +84,9 @@ type Config struct {
 	// the device's DMA engine (DMADevice), if it has one: 0 means
 	// DefaultDMAThreshold, -1 never.
 	DMAThreshold int
+	// DMAChannels is the number of channels of an emulated engine that
+	// the transport starts (0: the device's setting, 1 by default).
+	DMAChannels int
 }
 
 const (
@@ -184,7 +187,7 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.heap.init(lay.heapOff, lay.size)
-	t.dma.init(dev, cfg.DMAThreshold)
+	t.dma.init(dev, cfg.DMAThreshold, cfg.DMAChannels)
 	for q := 0; q < cfg.Queues; q++ {
 		t.eps = append(t.eps, newEndpoint(t, q))
 	}

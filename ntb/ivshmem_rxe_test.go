@@ -7,7 +7,9 @@ package ntb
 // a hardware window would be. The suite runs guest to guest over bridges
 // laid out in that BAR (one 16 MiB slot per case, so a case never meets
 // the previous one's session), then cmd/weft-pingpong runs guest to guest
-// with an address that names the PCI function, and so does tools/perf.
+// with an address that names the PCI function, and so does tools/perf;
+// last, guest 1 runs pingpong against the host, which maps the file that
+// backs the BAR ("mem:" address).
 // (VFIO cannot be shown here: the guests have no IOMMU and Debian 12's
 // kernel is built without CONFIG_VFIO_NOIOMMU; ntb/pci's TestVFIOGuest
 // runs on a machine that has ivshmem bound to vfio-pci.) The guests' clocks are
@@ -36,6 +38,7 @@ const (
 	vmSlotMiB = 16  // one bridge per suite case
 	vmPingOff = 448 // the pingpong bridge's slot, past the suite's
 	vmPerfOff = 464 // tools/perf's
+	vmHostOff = 480 // guest 1 against the host, which maps the BAR's backing file
 )
 
 func ivshmemGuestScript() string {
@@ -62,6 +65,12 @@ if [ "$GUEST_INDEX" = 0 ]; then
 else
   sleep 2; ./weft-perf -backend ntb -addr "$addr" -sizes 1024,65536 -t 1s -runs 3 || { echo "STEP FAILED perf client"; fail=1; }
 fi
+if [ "$GUEST_INDEX" = 1 ]; then
+  # Across a guest and its host: the host maps the file behind the BAR.
+  echo ">>> pingpong to the host"
+  addr="pci:$dev?off=` + strconv.Itoa(vmHostOff) + `M&size=` + strconv.Itoa(vmSlotMiB) + `M&dead=3s&side=1"
+  ./weft-pingpong -backend ntb -addr "$addr" -sizes 8,4096 -n 300 -warmup 30 -no-ref -timeout 300s || { echo "STEP FAILED pingpong to the host"; fail=1; }
+fi
 exit $fail
 `
 }
@@ -86,8 +95,16 @@ func TestIvshmemVM(t *testing.T) {
 	if err := os.WriteFile(script, []byte(ivshmemGuestScript()), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The host serves guest 1's last pingpong over the file behind the
+	// BAR (run.sh puts it at $WORK/ivshmem).
+	work := filepath.Join(dir, "work")
+	hostAddr := fmt.Sprintf("mem:%s?off=%dM&size=%dM&dead=3s&side=0", filepath.Join(work, "ivshmem"), vmHostOff, vmSlotMiB)
 	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-i", strconv.Itoa(vmBARMiB),
-		"-f", bin, "-f", pp, "-f", perf, script)
+		"-f", bin, "-f", pp, "-f", perf, script, pp, "-server", "-backend", "ntb", "-addr", hostAddr, "-timeout", "20m")
+	cmd.Env = append(os.Environ(), "WORK="+work)
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("harness output:\n%s", out)
 	if err != nil {
@@ -113,6 +130,15 @@ func TestIvshmemVM(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Logf("pingpong guest to guest (emulated timing): %s", r)
+	}
+	// Guest 1 against the host: its table after the step's marker.
+	_, hostOut, ok := bytes.Cut(out, []byte(">>> pingpong to the host"))
+	hrows := regexp.MustCompile(`(?m)^\s*(8|4096)\s+300\s+.*$`).FindAll(hostOut, -1)
+	if !ok || len(hrows) < 2 || !bytes.Contains(out, []byte("=== host (exit 0)")) {
+		t.Fatalf("pingpong between guest 1 and the host printed %d rows", len(hrows))
+	}
+	for _, r := range hrows {
+		t.Logf("pingpong guest to host (emulated guest): %s", r)
 	}
 	// tools/perf's table: a row per size after its header.
 	_, perfOut, ok := bytes.Cut(out, []byte("Weft perf:"))

@@ -12,7 +12,7 @@ import (
 // Config.DMAThreshold is 0. It is off (-1) by default: on the emulated
 // engine, whose channels are goroutines copying with the same CPUs, the
 // measured crossover never came (BenchmarkDMACopy, BenchmarkRMAWriteDMA:
-// the hand-off costs ~2-5 µs and a channel copies no faster than the
+// the hand-off costs ~1.5 µs and a channel copies no faster than the
 // caller). A hardware engine moves the crossover; set the threshold there.
 const DefaultDMAThreshold = -1
 

@@ -10,8 +10,13 @@
 // link events. ShmDevice emulates one in a shared-memory file: the two
 // sides of the bridge are whoever opens the same file (two processes or
 // two goroutines), and a process that dies takes its side of the link
-// down at once. Hardware bridges plug in behind Device (OpenHardware
-// reports fabric.ErrNotSupported until their register maps are written).
+// down at once. OpenMapping lays the same registers out in any memory two
+// machines share, such as a PCI BAR (OpenIvshmem: QEMU's ivshmem between
+// virtual machines, mapped through package ntb/pci), with a heartbeat for
+// presence and polled doorbells. A device may offer a DMA engine
+// (DMADevice); the emulated ones do. Hardware bridges plug in behind
+// Device: package ntb/hw has their register maps, untested on hardware,
+// and OpenHardware reports fabric.ErrNotSupported.
 //
 // Transport runs over a Device, in the spirit of Linux ntb_transport: a
 // handshake over the scratchpads, then one SPSC ring per queue and
@@ -36,6 +41,12 @@
 // listener=1 (and optionally queue=N) the endpoint dials a fabric.Listen
 // listener on a free queue of the bridge; see ParseAddr and Listen.
 // DialShm does the same as fabric.Open without the registry.
+//
+// A bridge in a PCI BAR shared with another machine is named by the PCI
+// function, "pci:0000:00:05.0?side=0" (each machine names its side; bar,
+// wc, off, size, poll, link and dead are optional), and one in a mapped
+// file by "mem:PATH?..." (the host's view of an ivshmem device). A process
+// may open any number of bridges; each is its own transport.
 //
 // # Errors
 //

@@ -59,6 +59,7 @@ type Endpoint struct {
 	txSleepP   *atomic.Uint32 // in the peer's window: we wait for room
 	txFirstSeq uint32         // seq of the first record of the burst being written
 	peerWin    []byte
+	txRingOff  int // offset of txRing in the peer's window
 
 	rxMu     sync.Mutex
 	rxValid  bool // rxRing holds records of the current or last session
@@ -100,6 +101,7 @@ func (e *Endpoint) resetLocked() {
 func (e *Endpoint) attachLocked(p peerParams, pw []byte, pn uint32) {
 	t := e.t
 	e.txRing = pw[ringsOff+e.q*p.ring : ringsOff+(e.q+1)*p.ring : ringsOff+(e.q+1)*p.ring]
+	e.txRingOff = ringsOff + e.q*p.ring
 	e.txSalt = pn
 	e.txHeadW = shm.U64(t.win, e.ctrl(ctrlTxHead))
 	e.rxSleep = shm.U32(t.win, e.ctrl(ctrlRxSleep))
@@ -255,7 +257,9 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 		if off < 0 {
 			break
 		}
-		fabric.Gather(e.txRing[off+recHdr:off+recHdr+size], m.SGEs)
+		if !e.t.dma.use(size) || !e.t.dma.copy(true, m.SGEs, uint64(e.txRingOff+off+recHdr), size) {
+			fabric.Gather(e.txRing[off+recHdr:off+recHdr+size], m.SGEs)
+		}
 		var fl uint32
 		if m.Flags&fabric.FlagImm != 0 {
 			fl = recFlagImm
@@ -717,7 +721,9 @@ func (e *Endpoint) rma(msgs []fabric.Message, write bool) (int, error) {
 			rec = off
 		}
 		if st == fabric.StatusOK {
-			if write {
+			if e.t.dma.use(size) && e.t.dma.copy(write, m.SGEs, uint64(addr), size) {
+				// copied by the device's engine
+			} else if write {
 				fabric.Gather(pw[addr:addr+size], m.SGEs)
 			} else {
 				fabric.Scatter(m.SGEs, pw[addr:addr+size])

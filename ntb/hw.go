@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/weft-io/weft/fabric"
+	hwmap "github.com/weft-io/weft/ntb/hw"
 )
 
 // HWInfo describes a hardware NTB function found on the PCI bus.
@@ -57,6 +58,9 @@ func probeHardware(sys string) ([]HWInfo, error) {
 		info.Vendor = uint16(readHex(filepath.Join(pci, "vendor")))
 		info.Device = uint16(readHex(filepath.Join(pci, "device")))
 		info.Family = ntbVendors[info.Vendor]
+		if m, err := hwmap.Lookup(info.Vendor, info.Device); err == nil {
+			info.Family = m.Family
+		}
 		if drv, err := os.Readlink(filepath.Join(pci, "driver")); err == nil {
 			info.Driver = filepath.Base(drv)
 		}
@@ -78,10 +82,12 @@ func readHex(path string) uint64 {
 	return v
 }
 
-// OpenHardware opens a hardware bridge by PCI address. Register-map
-// drivers (mmap of the BARs through VFIO or sysfs resource files) are not
-// written yet: it returns fabric.ErrNotSupported, after checking that the
-// function exists, so a program can fall back to the emulated device.
+// OpenHardware opens a hardware bridge by PCI address. The register map
+// is selected by the function's PCI IDs (package ntb/hw: Intel gen1,
+// gen3, gen4, AMD, IDT 89HPES*NT*, Switchtec), and the BARs map through
+// ntb/pci; but no map has been proven on a real bridge, so the Device
+// over them is not offered yet: it returns fabric.ErrNotSupported, naming
+// the map it found, so a program can fall back to the emulated device.
 func OpenHardware(addr string) (Device, error) {
 	hw, err := ProbeHardware()
 	if err != nil {
@@ -89,8 +95,12 @@ func OpenHardware(addr string) (Device, error) {
 	}
 	for _, h := range hw {
 		if h.Addr == addr {
-			return nil, fmt.Errorf("ntb: %s (%s %04x:%04x): register-map driver not implemented: %w",
-				addr, h.Family, h.Vendor, h.Device, fabric.ErrNotSupported)
+			m, err := hwmap.Lookup(h.Vendor, h.Device)
+			if err != nil {
+				return nil, fmt.Errorf("ntb: %s (%s %04x:%04x): %w", addr, h.Family, h.Vendor, h.Device, err)
+			}
+			return nil, fmt.Errorf("ntb: %s (%s %s %04x:%04x): register map known but untested on hardware, no driver over it yet: %w",
+				addr, m.Family, m.Gen, h.Vendor, h.Device, fabric.ErrNotSupported)
 		}
 	}
 	return nil, fmt.Errorf("ntb: no NTB function at %s: %w", addr, fabric.ErrNotSupported)

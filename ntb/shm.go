@@ -4,8 +4,6 @@ package ntb
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/futex"
 	"github.com/weft-io/weft/internal/shm"
 )
@@ -55,6 +54,8 @@ const (
 	sideDBSeq      = 24
 	sideDBWaiters  = 28
 	sideWakeGen    = 32
+	sideHeartbeat  = 36 // u32: bumped by a polled side's monitor (mapping devices)
+	sideOwner      = 40 // u32: token of the side's owner, 0 when free (mapping devices)
 	sideMWTrans    = 64 // maxMWs × {addr, size, valid} at stride 32
 	sideSpads      = 256
 	stateDetached  = 0
@@ -63,6 +64,7 @@ const (
 	lockInit       = 0
 	mwAlign        = 4096
 	linkPollPeriod = 2 * time.Millisecond
+	shmFormatting  = 0x01424e5446455701 // the magic while a mapping is being formatted
 )
 
 // ShmConfig is the geometry of a new emulated bridge. The zero value is
@@ -83,7 +85,7 @@ type ShmConfig struct {
 // the same file are the two sides of a bridge. It implements Device.
 type ShmDevice struct {
 	path    string
-	fd      int
+	fd      int    // the bridge file; -1 for a mapping device
 	mem     []byte // whole mapping
 	side    int
 	my, per []byte // side register blocks
@@ -101,6 +103,52 @@ type ShmDevice struct {
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
 	closed  atomic.Bool
+
+	// Mapping devices (OpenMapping): the two sides need not share a
+	// kernel, so presence is a heartbeat and doorbell sleeps poll.
+	polled    bool
+	pollEvery time.Duration // doorbell sleep poll interval
+	linkEvery time.Duration // monitor period
+	deadAfter time.Duration // heartbeat silence that means the peer is gone
+	token     uint32        // our owner token in sideOwner
+	mapping   Mapping
+	peerHB    uint32    // monitor only: last peer heartbeat seen
+	peerHBAt  time.Time // monitor only: when it last changed
+
+	dmaMu  sync.Mutex
+	dmaCfg EmuDMAConfig
+	dma    *emuDMA
+}
+
+var _ DMADevice = (*ShmDevice)(nil)
+
+// ConfigureDMA sets the emulated engine's channels and depth. It must
+// come before the first DMA call.
+func (d *ShmDevice) ConfigureDMA(c EmuDMAConfig) error {
+	d.dmaMu.Lock()
+	defer d.dmaMu.Unlock()
+	if d.dma != nil {
+		return fmt.Errorf("ntb: the DMA engine is already running: %w", fabric.ErrInvalid)
+	}
+	d.dmaCfg = c
+	return nil
+}
+
+// DMA implements DMADevice: the emulated engine, started on first use
+// with ConfigureDMA's settings and stopped by Close. Its channels are
+// goroutines that copy between local memory and the peer's windows; a
+// descriptor is checked against the window's current translation before
+// it is queued.
+func (d *ShmDevice) DMA() (DMAEngine, error) {
+	d.dmaMu.Lock()
+	defer d.dmaMu.Unlock()
+	if d.closed.Load() {
+		return nil, os.ErrClosed
+	}
+	if d.dma == nil {
+		d.dma = newEmuDMA(d, d.dmaCfg)
+	}
+	return d.dma, nil
 }
 
 // OpenShm attaches to the emulated bridge in the file at path, creating the
@@ -171,29 +219,11 @@ func (d *ShmDevice) init(c ShmConfig) error {
 	}
 	d.mem = mem
 	if fresh {
-		shm.Put32(mem, hdrLayout, shmLayout)
-		shm.Put32(mem, hdrSpads, uint32(c.Spads))
-		shm.Put64(mem, hdrMemSize, uint64(c.MemSize))
-		shm.Put32(mem, hdrMWs, uint32(c.MWs))
-		valid := uint64(math.MaxUint64)
-		if c.DoorbellBits < 64 {
-			valid = 1<<c.DoorbellBits - 1
-		}
-		shm.Put64(mem, hdrDBValid, valid)
-		shm.U64(mem, hdrMagic).Store(shmMagic)
+		formatHeader(mem, c)
 	}
-	if shm.U64(mem, hdrMagic).Load() != shmMagic || shm.Get32(mem, hdrLayout) != shmLayout {
+	if err := d.readHeader(true); err != nil {
 		d.unmap()
-		return fmt.Errorf("ntb: %s is not an emulated bridge of layout %d", d.path, shmLayout)
-	}
-	d.memSize = shm.Get64(mem, hdrMemSize)
-	d.nMW = int(shm.Get32(mem, hdrMWs))
-	d.nSpad = int(shm.Get32(mem, hdrSpads))
-	d.dbValid = shm.Get64(mem, hdrDBValid)
-	if d.memSize%mwAlign != 0 || d.memSize == 0 || uint64(st.Size) != shmHeaderSize+2*d.memSize ||
-		d.nMW < 1 || d.nMW > maxMWs || d.nSpad < 1 || d.nSpad > maxSpads {
-		d.unmap()
-		return fmt.Errorf("ntb: %s has a corrupt header", d.path)
+		return err
 	}
 
 	// Take a free side.
@@ -213,13 +243,59 @@ func (d *ShmDevice) init(c ShmConfig) error {
 		d.unmap()
 		return fmt.Errorf("ntb: %s: %w", d.path, ErrBusy)
 	}
+	d.takeSide()
+	return nil
+}
+
+// formatHeader writes the geometry of a fresh bridge and publishes it with
+// the magic, stored last.
+func formatHeader(mem []byte, c ShmConfig) {
+	shm.Put32(mem, hdrLayout, shmLayout)
+	shm.Put32(mem, hdrSpads, uint32(c.Spads))
+	shm.Put64(mem, hdrMemSize, uint64(c.MemSize))
+	shm.Put32(mem, hdrMWs, uint32(c.MWs))
+	valid := uint64(math.MaxUint64)
+	if c.DoorbellBits < 64 {
+		valid = 1<<c.DoorbellBits - 1
+	}
+	shm.Put64(mem, hdrDBValid, valid)
+	shm.U64(mem, hdrMagic).Store(shmMagic)
+}
+
+// readHeader validates the header of d.mem, which the other side may
+// have written, and adopts its geometry. A file holds exactly the bridge
+// (exact); a mapping may be larger than the bridge it holds.
+func (d *ShmDevice) readHeader(exact bool) error {
+	mem := d.mem
+	if shm.U64(mem, hdrMagic).Load() != shmMagic || shm.Get32(mem, hdrLayout) != shmLayout {
+		return fmt.Errorf("ntb: %s is not an emulated bridge of layout %d: %w", d.path, shmLayout, fabric.ErrInvalid)
+	}
+	d.memSize = shm.Get64(mem, hdrMemSize)
+	d.nMW = int(shm.Get32(mem, hdrMWs))
+	d.nSpad = int(shm.Get32(mem, hdrSpads))
+	d.dbValid = shm.Get64(mem, hdrDBValid)
+	size := uint64(len(mem))
+	fits := size >= shmHeaderSize && d.memSize <= (size-shmHeaderSize)/2
+	if exact {
+		fits = fits && size == shmHeaderSize+2*d.memSize
+	}
+	if d.memSize%mwAlign != 0 || d.memSize == 0 || !fits || d.dbValid == 0 ||
+		d.nMW < 1 || d.nMW > maxMWs || d.nSpad < 1 || d.nSpad > maxSpads {
+		return fmt.Errorf("ntb: %s has a corrupt header: %w", d.path, fabric.ErrInvalid)
+	}
+	return nil
+}
+
+// takeSide points the device at its side's registers and memory and
+// resets the registers a previous owner of the side left behind.
+func (d *ShmDevice) takeSide() {
+	mem := d.mem
 	d.my = mem[sideBlockOff+d.side*sideBlockSize : sideBlockOff+(d.side+1)*sideBlockSize]
 	d.per = mem[sideBlockOff+(1-d.side)*sideBlockSize : sideBlockOff+(2-d.side)*sideBlockSize]
 	base := uint64(shmHeaderSize)
 	d.local = mem[base+uint64(d.side)*d.memSize : base+uint64(d.side+1)*d.memSize]
 	d.remote = mem[base+uint64(1-d.side)*d.memSize : base+uint64(2-d.side)*d.memSize]
 
-	// Reset the registers a previous owner of this side left behind.
 	shm.U32(d.my, sideState).Store(stateAttached)
 	for i := 0; i < maxSpads; i++ {
 		shm.U32(d.my, sideSpads+4*i).Store(0)
@@ -229,15 +305,16 @@ func (d *ShmDevice) init(c ShmConfig) error {
 	}
 	shm.U64(d.my, sideDB).Store(0)
 	shm.U64(d.my, sideDBMask).Store(0)
-	var b [4]byte
-	rand.Read(b[:])
-	inc := binary.LittleEndian.Uint32(b[:]) | 1
-	shm.U32(d.my, sideIncarn).Store(inc)
+	shm.U32(d.my, sideIncarn).Store(randUint32() | 1)
 	shm.U32(d.my, sideState).Store(stateEnabled)
-	return nil
 }
 
 func (d *ShmDevice) unmap() {
+	if d.mapping != nil {
+		d.mapping.Close()
+		d.mem = nil
+		return
+	}
 	if d.mem != nil {
 		unix.Munmap(d.mem)
 		d.mem = nil
@@ -253,6 +330,9 @@ func (d *ShmDevice) Path() string { return d.path }
 // peerAttached reports whether the peer holds its side lock and has
 // enabled its link.
 func (d *ShmDevice) peerAttached() bool {
+	if d.polled {
+		return d.peerAlive()
+	}
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(2 - d.side), Len: 1}
 	if err := unix.FcntlFlock(uintptr(d.fd), unix.F_OFD_GETLK, &lk); err != nil {
 		return false
@@ -265,9 +345,16 @@ func (d *ShmDevice) peerAttached() bool {
 
 func (d *ShmDevice) monitor() {
 	defer d.wg.Done()
-	t := time.NewTicker(linkPollPeriod)
+	every := linkPollPeriod
+	if d.polled {
+		every = d.linkEvery
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if d.polled {
+			shm.U32(d.my, sideHeartbeat).Add(1)
+		}
 		up := shm.U32(d.my, sideState).Load() == stateEnabled && d.peerAttached()
 		inc := uint32(0)
 		if up {
@@ -427,7 +514,7 @@ func (d *ShmDevice) PeerDBSet(bits uint64) error {
 	shm.U64(d.per, sideDB).Or(bits)
 	seq := shm.U32(d.per, sideDBSeq)
 	seq.Add(1)
-	if shm.U32(d.per, sideDBWaiters).Load() != 0 {
+	if !d.polled && shm.U32(d.per, sideDBWaiters).Load() != 0 {
 		futex.Wake(seq, math.MaxInt32)
 	}
 	return nil
@@ -438,14 +525,17 @@ func (d *ShmDevice) WakeLocal() {
 	shm.U32(d.my, sideWakeGen).Add(1)
 	seq := shm.U32(d.my, sideDBSeq)
 	seq.Add(1)
-	if shm.U32(d.my, sideDBWaiters).Load() != 0 {
+	if !d.polled && shm.U32(d.my, sideDBWaiters).Load() != 0 {
 		futex.Wake(seq, math.MaxInt32)
 	}
 }
 
 // DBWait implements Device. It sleeps on a futex in the shared file, so a
 // PeerDBSet from the other process wakes it. It returns with no bits set
-// when WakeLocal was called (Close, link changes).
+// when WakeLocal was called (Close, link changes). On a mapping device
+// (OpenMapping) the two sides may run in different kernels, where a futex
+// wakes nobody: there it sleeps in steps of MappingConfig.Poll and
+// re-checks the doorbell after each.
 func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 	db, mask := shm.U64(d.my, sideDB), shm.U64(d.my, sideDBMask)
 	seq, waiters, gen := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters), shm.U32(d.my, sideWakeGen)
@@ -476,6 +566,10 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 		}
 		if stop == nil && ctx.Done() != nil {
 			stop = context.AfterFunc(ctx, d.WakeLocal)
+		}
+		if d.polled {
+			time.Sleep(d.pollEvery)
+			continue
 		}
 		waiters.Add(1)
 		futex.Wait(seq, s, 100*time.Millisecond)
@@ -543,9 +637,18 @@ func (d *ShmDevice) Close() error {
 	}
 	close(d.stop)
 	d.wg.Wait()
+	d.dmaMu.Lock()
+	if d.dma != nil {
+		d.dma.close()
+	}
+	d.dmaMu.Unlock()
 	shm.U32(d.my, sideState).Store(stateDetached)
 	d.linkUp.Store(false)
 	d.WakeLocal()
+	if d.mapping != nil {
+		shm.U32(d.my, sideOwner).CompareAndSwap(d.token, 0)
+		return d.mapping.Close()
+	}
 	// Replace the shared mapping in place with private anonymous memory.
 	_, err := unix.MmapPtr(-1, 0, unsafePointer(d.mem), uintptr(len(d.mem)),
 		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)

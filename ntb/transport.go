@@ -53,6 +53,7 @@ type Transport struct {
 	mrAddr    [mrEntries]uint64
 	heap      heap
 	dom       fabric.Domain
+	dma       dmaState
 
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -79,6 +80,13 @@ type Config struct {
 	Spin time.Duration
 	// CQSize is each endpoint's completion queue capacity (0: 4096).
 	CQSize int
+	// DMAThreshold is the copy size from which RMA and sends go through
+	// the device's DMA engine (DMADevice), if it has one: 0 means
+	// DefaultDMAThreshold, -1 never.
+	DMAThreshold int
+	// DMAChannels is the number of channels of an emulated engine that
+	// the transport starts (0: the device's setting, 1 by default).
+	DMAChannels int
 }
 
 const (
@@ -179,6 +187,7 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.heap.init(lay.heapOff, lay.size)
+	t.dma.init(dev, cfg.DMAThreshold, cfg.DMAChannels)
 	for q := 0; q < cfg.Queues; q++ {
 		t.eps = append(t.eps, newEndpoint(t, q))
 	}

@@ -1,0 +1,227 @@
+package ntb
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+)
+
+// fastMapping is a MappingConfig with short periods for tests on one host.
+func fastMapping(side int) MappingConfig {
+	return MappingConfig{Side: side, Poll: 50 * time.Microsecond, Link: 2 * time.Millisecond, Dead: 100 * time.Millisecond}
+}
+
+func openMapped(t testing.TB, path string, off, size int64, c MappingConfig) *ShmDevice {
+	t.Helper()
+	m, err := MapFile(path, off, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenMapping(path, m, c)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestMappingSidesBusyAndDeath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bar")
+	a := openMapped(t, path, 0, 4<<20, fastMapping(-1))
+	b := openMapped(t, path, 0, 4<<20, fastMapping(-1))
+	if a.Side() == b.Side() {
+		t.Fatalf("both took side %d", a.Side())
+	}
+	// The geometry fills the mapping: (4 MiB - 4 KiB) / 2, page aligned.
+	if want := (4<<20 - 4096) / 2 &^ 4095; len(a.Memory()) != want || len(b.Memory()) != want {
+		t.Fatalf("memory %d, %d, want %d", len(a.Memory()), len(b.Memory()), want)
+	}
+	waitLink(t, a, true)
+	waitLink(t, b, true)
+
+	// Both sides alive: a third attacher is refused once Attach passes.
+	m, _ := MapFile(path, 0, 4<<20)
+	c := fastMapping(-1)
+	c.Attach = 300 * time.Millisecond
+	if _, err := OpenMapping(path, m, c); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third attach: %v, want ErrBusy", err)
+	}
+	m.Close()
+
+	// Doorbells cross without a futex: the sleeper polls.
+	got := make(chan uint64, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		bits, _ := b.DBWait(ctx, 4)
+		got <- bits
+	}()
+	time.Sleep(5 * time.Millisecond)
+	a.PeerDBSet(4)
+	if bits := <-got; bits != 4 {
+		t.Fatalf("DBWait = %#x, want 4", bits)
+	}
+
+	// b dies without detaching: its heartbeat stops, its owner word stays.
+	b.closed.Store(true) // Close becomes a no-op: nothing detaches
+	close(b.stop)
+	b.wg.Wait()
+	waitLink(t, a, false)
+	// Its side is taken over once the heartbeat has been silent for Dead.
+	start := time.Now()
+	d := openMapped(t, path, 0, 4<<20, fastMapping(b.Side()))
+	if time.Since(start) < 100*time.Millisecond {
+		t.Fatalf("took a silent side after %v, before Dead", time.Since(start))
+	}
+	waitLink(t, a, true)
+	waitLink(t, d, true)
+	// A clean close frees the side at once.
+	a.Close()
+	waitLink(t, d, false)
+	start = time.Now()
+	e := openMapped(t, path, 0, 4<<20, fastMapping(-1))
+	if e.Side() != 1-d.Side() || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("side %d after %v", e.Side(), time.Since(start))
+	}
+	waitLink(t, d, true)
+}
+
+func TestMappingBadInput(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bar")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Garbage where a header should be.
+	junk := make([]byte, 1<<20)
+	for i := range junk {
+		junk[i] = byte(i*7 + 1)
+	}
+	os.WriteFile(path, junk, 0o600)
+	m, _ := MapFile(path, 0, 0)
+	if _, err := OpenMapping(path, m, fastMapping(-1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("garbage: %v", err)
+	}
+	m.Close()
+	// A header that claims more memory than the mapping holds.
+	clear(junk)
+	os.WriteFile(path, junk, 0o600)
+	m, _ = MapFile(path, 0, 0)
+	formatHeader(m.Bytes(), ShmConfig{MemSize: 1 << 20, MWs: 2, Spads: 16, DoorbellBits: 16})
+	if _, err := OpenMapping(path, m, fastMapping(-1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("oversized header: %v", err)
+	}
+	m.Close()
+	// Too small, a bad side, memory that does not fit.
+	m, _ = MapFile(path, 0, 8192)
+	if _, err := OpenMapping(path, m, fastMapping(-1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("tiny mapping: %v", err)
+	}
+	m.Close()
+	m, _ = MapFile(filepath.Join(t.TempDir(), "b2"), 0, 1<<20)
+	if _, err := OpenMapping(path, m, MappingConfig{Side: 2}); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("side 2: %v", err)
+	}
+	if _, err := OpenMapping(path, m, MappingConfig{Geometry: ShmConfig{MemSize: 1 << 20}}); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("memory too large: %v", err)
+	}
+	m.Close()
+}
+
+// TestConformanceMapping runs the suite over the register block in a
+// shared mapping with heartbeat presence and polled doorbells: what two
+// virtual machines sharing an ivshmem BAR run, here in one kernel.
+func TestConformanceMapping(t *testing.T) {
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		path := filepath.Join(t.TempDir(), "bar")
+		return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (fabric.Endpoint, error) {
+			return fabric.Open(ctx, "ntb", "mem:"+path+"?size=16M&poll=50us&link=2ms&dead=200ms&side="+strconv.Itoa(int(s)), nil)
+		})
+	})
+}
+
+// FuzzMappingHeader opens a bridge over a mapping whose header and side
+// blocks hold arbitrary bytes, as a broken or hostile peer on the other
+// machine could leave them: it must fail with a typed error or open a
+// device whose memory lies inside the mapping, and never panic.
+func FuzzMappingHeader(f *testing.F) {
+	good := make([]byte, shmHeaderSize)
+	formatHeader(good, ShmConfig{MemSize: 64 << 10, MWs: 2, Spads: 16, DoorbellBits: 16})
+	f.Add(good)
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, hdr []byte) {
+		path := filepath.Join(t.TempDir(), "bar")
+		m, err := MapFile(path, 0, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(m.Bytes(), hdr)
+		c := fastMapping(-1)
+		c.Attach = 20 * time.Millisecond
+		d, err := OpenMapping(path, m, c)
+		if err != nil {
+			if !errors.Is(err, fabric.ErrInvalid) && !errors.Is(err, ErrBusy) {
+				t.Fatalf("untyped error %v", err)
+			}
+			m.Close()
+			return
+		}
+		defer d.Close()
+		lo, hi := uintptr(unsafe.Pointer(unsafe.SliceData(d.mem))), uintptr(unsafe.Pointer(unsafe.SliceData(d.mem)))+uintptr(len(d.mem))
+		for _, b := range [][]byte{d.local, d.remote, d.my, d.per} {
+			p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			if p < lo || p+uintptr(len(b)) > hi {
+				t.Fatalf("a slice lies outside the mapping")
+			}
+		}
+		for w := 0; w < d.MWCount(); w++ {
+			d.MWSetTrans(w, 0, uint64(len(d.local)))
+			if pw, err := d.PeerMW(w); err == nil {
+				p := uintptr(unsafe.Pointer(unsafe.SliceData(pw)))
+				if p < lo || p+uintptr(len(pw)) > hi {
+					t.Fatalf("peer window outside the mapping")
+				}
+			}
+		}
+	})
+}
+
+// TestPCIAddressErrors: a pci: address that names no function, or a
+// function that is not shared memory, fails with a typed error before
+// anything is mapped.
+func TestPCIAddressErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for addr, want := range map[string]error{
+		"pci:0000:7f:1f.7":            fabric.ErrNotSupported, // absent
+		"pci:zz:00.0":                 fabric.ErrInvalid,      // not an address
+		"pci:0000:00:05.0?side=2":     fabric.ErrInvalid,
+		"pci:0000:00:05.0?poll=-1ms":  fabric.ErrInvalid,
+		"pci:0000:00:05.0?listener=1": fabric.ErrNotSupported,
+	} {
+		if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, want) {
+			t.Errorf("Open(%q) = %v, want %v", addr, err, want)
+		}
+	}
+	// Any present function that is not class 05h is refused, never mapped.
+	if ds, err := filepath.Glob("/sys/bus/pci/devices/*"); err == nil {
+		for _, d := range ds {
+			class, _ := os.ReadFile(filepath.Join(d, "class"))
+			if len(class) > 4 && string(class[:4]) != "0x05" {
+				addr := "pci:" + filepath.Base(d)
+				if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, fabric.ErrNotSupported) {
+					t.Errorf("Open(%q) of class %s = %v, want ErrNotSupported", addr, class[:8], err)
+				}
+				break
+			}
+		}
+	}
+}

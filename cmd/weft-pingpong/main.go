@@ -14,6 +14,7 @@
 // With flags it runs one side on any registered backend:
 //
 //	weft-pingpong -server -backend ntb -addr /dev/shm/weft0   # one process
+//	weft-pingpong -server -listen -backend roce -addr 10.0.0.1:18515 # any number of clients
 //	weft-pingpong -backend ntb -addr /dev/shm/weft0           # the other
 //
 // Each side says what it waits for and gives up after -timeout (30s) if
@@ -55,6 +56,8 @@ func main() {
 	backend := flag.String("backend", "ntb", "backend: "+strings.Join(fabric.Backends(), ", "))
 	addr := flag.String("addr", "", "address (see -help-addr); empty with no other flags: run both ends")
 	server := flag.Bool("server", false, "run the echoing side")
+	listen := flag.Bool("listen", false, "with -server: listen at -addr (fabric.Listen) and serve any number of clients at once")
+	clients := flag.Int("clients", 0, "with -listen: exit after serving this many clients (0: serve until killed)")
 	sizesFlag := flag.String("sizes", "8,16,32,64,128,256,512,1024,2048,4096,8192,16384,32768,65536", "message sizes in bytes")
 	iters := flag.Int("n", 10000, "iterations per size (fewer for large sizes)")
 	warmup := flag.Int("warmup", 1000, "warm-up iterations per size")
@@ -90,6 +93,15 @@ func main() {
 			fatal(fmt.Errorf("-server needs -addr"))
 		}
 		if err := runBoth(ctx, *backend, opts, sizes, *iters, *warmup, *refIters, *noRef, *timeout); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *listen {
+		if !*server {
+			fatal(fmt.Errorf("-listen needs -server"))
+		}
+		if err := serveMany(ctx, *backend, *addr, opts, *clients); err != nil {
 			fatal(err)
 		}
 		return
@@ -234,6 +246,42 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+// serveMany listens at addr and serves every client that connects in a
+// goroutine of its own, until count clients have been served (0: never).
+func serveMany(ctx context.Context, backend, addr string, opts *fabric.Options, count int) error {
+	l, err := fabric.Listen(ctx, backend, addr, opts)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Fprintf(os.Stderr, "pingpong: listening at %s %s\n", backend, l.Addr())
+	errs := make(chan error, max(count, 0))
+	for n := 0; count == 0 || n < count; n++ {
+		ep, err := l.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer ep.Close()
+			err := serve(ctx, ep)
+			if err != nil {
+				err = fmt.Errorf("client %s: %w", ep.RemoteAddr(), err)
+				fmt.Fprintln(os.Stderr, "pingpong:", err)
+			}
+			if count > 0 {
+				errs <- err
+			}
+		}()
+	}
+	var first error
+	for range count {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
 
 // serve echoes every message until the client's stop message, which it
 // answers before it returns, or the client going away.

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +60,56 @@ func TestNoPeer(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestListenMany: one -server -listen process serves several client
+// processes at once over the RoCE engine (each client on an address of
+// its own), and ends after them with status 0.
+func TestListenMany(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "weft-pingpong")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const clients = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := exec.CommandContext(ctx, exe, "-server", "-listen", "-clients", strconv.Itoa(clients), "-backend", "roce", "-addr", "127.0.0.1:0")
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	addr := ""
+	for addr == "" && lines.Scan() {
+		_, addr, _ = strings.Cut(lines.Text(), "listening at roce ")
+	}
+	if addr == "" {
+		t.Fatal("the server never said where it listens")
+	}
+	drained := make(chan struct{})
+	go func() { io.Copy(io.Discard, stderr); close(drained) }()
+	outs := make(chan string, clients)
+	for i := range clients {
+		go func() {
+			out, err := exec.CommandContext(ctx, exe, "-backend", "roce", "-addr", fmt.Sprintf("%s?local=127.0.0.%d", addr, 2+i),
+				"-sizes", "8,4096", "-n", "200", "-warmup", "20").CombinedOutput()
+			if err != nil {
+				out = append(out, []byte("\nexit: "+err.Error())...)
+			}
+			outs <- string(out)
+		}()
+	}
+	for range clients {
+		if out := <-outs; !strings.Contains(out, "\n4096 ") || strings.Contains(out, "exit:") {
+			t.Errorf("client:\n%s", out)
+		}
+	}
+	<-drained // the server exited: its stderr ended
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server: %v", err)
 	}
 }

@@ -136,6 +136,7 @@ type connIO struct {
 	sbuf *fabric.Region
 	rbuf *fabric.Region
 	msg  [1]fabric.Message
+	sge  [1]fabric.SGE // the listener polls every millisecond: no allocation per poll
 }
 
 func newConnIO(ep *Endpoint) (*connIO, error) {
@@ -155,14 +156,16 @@ func (c *connIO) close() { c.sbuf.Close(); c.rbuf.Close() }
 
 func (c *connIO) send(ctx context.Context, m [connMsgLen]byte) error {
 	copy(c.sbuf.Bytes(), m[:])
-	c.msg[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(c.sbuf)}}
+	c.sge[0] = fabric.SGEOf(c.sbuf)
+	c.msg[0] = fabric.Message{SGEs: c.sge[:]}
 	_, err := c.ep.SendWait(ctx, c.msg[:])
 	return err
 }
 
 // poll returns a received message (nil if none arrived).
 func (c *connIO) poll() ([]byte, error) {
-	c.msg[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(c.rbuf)}}
+	c.sge[0] = fabric.SGEOf(c.rbuf)
+	c.msg[0] = fabric.Message{SGEs: c.sge[:]}
 	n, err := c.ep.Recv(c.msg[:])
 	if n == 0 || err != nil {
 		return nil, err

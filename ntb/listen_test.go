@@ -1,9 +1,11 @@
 package ntb
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
@@ -54,4 +56,36 @@ func FuzzConnMsg(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestListenerIdleAllocs: a listener waiting for connections polls its
+// queues every millisecond (connIO.poll) without allocating.
+func TestListenerIdleAllocs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		t   *Transport
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		tr, err := openBridge(ctx, path, ShmConfig{}, Config{}, true)
+		ch <- res{tr, err}
+	}()
+	a, err := openBridge(ctx, path, ShmConfig{}, Config{}, true)
+	r := <-ch
+	if err != nil || r.err != nil {
+		t.Fatalf("openBridge: %v / %v", err, r.err)
+	}
+	defer a.Close()
+	defer r.t.Close()
+	c, err := newConnIO(a.eps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if n := testing.AllocsPerRun(100, func() { c.poll() }); n != 0 {
+		t.Fatalf("an idle poll allocates %v times", n)
+	}
 }

@@ -33,3 +33,18 @@ func initClock() {
 
 // monoNow returns CLOCK_MONOTONIC in nanoseconds.
 func monoNow() int64 { return monoBase + int64(time.Since(clockBase)) }
+
+// napTime is one idle nap.
+var napTime = unix.NsecToTimespec(int64(20 * time.Microsecond))
+
+// nap gives the core away for a moment. It sleeps in nanosleep(2) on the
+// calling thread rather than in time.Sleep, whose timers wake no sooner
+// than about a millisecond on this kind of host; a nap here costs the
+// kernel's timer slack (50 µs) plus the wake-up.
+func nap() { unix.Nanosleep(&napTime, nil) }
+
+// sleepFor sleeps d in nanosleep(2).
+func sleepFor(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Nanosleep(&ts, nil)
+}

@@ -91,8 +91,8 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		if c.Rate > 0 { // pace: the packets sent so far are due by now
 			due := start.Add(time.Duration(float64(seq) / c.Rate * 1e9))
 			if d := due.Sub(now); d > 0 {
-				if d > 50*time.Microsecond {
-					time.Sleep(d - 20*time.Microsecond)
+				if d > 10*time.Microsecond {
+					sleepFor(d) // a paced generator gives the core away
 				}
 				continue
 			}
@@ -241,7 +241,7 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 			}
 			busy = lastAt
 		} else if spin >= 0 && time.Since(busy) > spin {
-			time.Sleep(20 * time.Microsecond) // idle: give the core away
+			nap() // idle: give the core away
 		}
 	}
 	if !first.IsZero() {

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func parseMAC(s string) (net.HardwareAddr, error) { return net.ParseMAC(s) }
+
+func printJSON(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
+
+// Report is what router.json holds.
+type Report struct {
+	Nodes    int      `json:"nodes"`
+	Duration string   `json:"duration"`
+	LatRate  float64  `json:"lat_rate_pps"`
+	Rows     []Row    `json:"rows"`
+	Claims   []Claim  `json:"claims"`
+	Host     []string `json:"host_notes"`
+}
+
+// Claim is one of the seed's claims as measured in this run.
+type Claim struct {
+	Name   string   `json:"name"`
+	Holds  bool     `json:"holds"`
+	Ratios []string `json:"ratios"`
+	Have   bool     `json:"measured"`
+}
+
+func find(rows []Row, bp string, size int) *Row {
+	for i := range rows {
+		if rows[i].Backplane == bp && rows[i].Size == size && rows[i].Err == "" {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+// claims states the seed's three claims as ratios of this run's rows.
+func claims(rows []Row, sizes []int) []Claim {
+	a := Claim{Name: "a) RoCE back-plane median latency <= Ethernet's at every size", Holds: true}
+	b := Claim{Name: "b) batched RoCE Mpps >= Ethernet's at every size, and >= 3.7x unbatched RoCE at <= 256 B", Holds: true}
+	c := Claim{Name: "c) batching adds <= 14 µs to the median latency", Holds: true}
+	for _, s := range sizes {
+		eth, roce, rb := find(rows, "ethernet", s), find(rows, "roce", s), find(rows, "roce+batch", s)
+		if eth != nil && roce != nil && roce.MedianUs > 0 {
+			a.Have = true
+			a.Ratios = append(a.Ratios, fmt.Sprintf("%d B: ethernet/roce latency %.2fx", s, eth.MedianUs/roce.MedianUs))
+			a.Holds = a.Holds && roce.MedianUs <= eth.MedianUs
+		}
+		if rb != nil && eth != nil && eth.Mpps > 0 {
+			b.Have = true
+			b.Ratios = append(b.Ratios, fmt.Sprintf("%d B: roce+batch/ethernet %.2fx", s, rb.Mpps/eth.Mpps))
+			b.Holds = b.Holds && rb.Mpps >= eth.Mpps
+		}
+		if rb != nil && roce != nil && roce.Mpps > 0 && s <= 256 {
+			b.Ratios = append(b.Ratios, fmt.Sprintf("%d B: roce+batch/roce %.2fx", s, rb.Mpps/roce.Mpps))
+			b.Holds = b.Holds && rb.Mpps >= 3.7*roce.Mpps
+		}
+		if rb != nil && roce != nil && rb.MedianUs > 0 {
+			c.Have = true
+			d := rb.MedianUs - roce.MedianUs
+			c.Ratios = append(c.Ratios, fmt.Sprintf("%d B: +%.1f µs", s, d))
+			c.Holds = c.Holds && d <= 14
+		}
+	}
+	for _, cl := range []*Claim{&a, &b, &c} {
+		cl.Holds = cl.Holds && cl.Have
+	}
+	return []Claim{a, b, c}
+}
+
+// report prints the table and the claims and writes <out>.json and
+// <out>.png.
+func report(w io.Writer, rc RunConfig, rows []Row, out string) {
+	fmt.Fprintf(w, "\n%d nodes, %v per point; latency at a fixed %.0f packets/s\n", rc.Nodes, rc.Duration, rc.LatRate)
+	fmt.Fprintf(w, "%-12s %5s %9s %8s %7s %10s %9s %s\n", "back-plane", "size", "Mpps", "Gb/s", "loss", "median µs", "p99 µs", "drops (ttl/bad/unroutable/bp/peer-down/tx)")
+	for _, r := range rows {
+		if r.Err != "" {
+			fmt.Fprintf(w, "%-12s %5d  error: %s\n", r.Backplane, r.Size, r.Err)
+			continue
+		}
+		var d [6]uint64
+		for _, s := range r.NodeStats {
+			d[0] += s.Verdicts[TTLExpired.String()]
+			d[1] += s.Verdicts[Malformed.String()] + s.Verdicts[BadSum.String()]
+			d[2] += s.Verdicts[Unroutable.String()]
+			d[3] += s.BPDrop
+			d[4] += s.PeerDown
+			d[5] += s.TXDrop
+		}
+		fmt.Fprintf(w, "%-12s %5d %9.3f %8.3f %6.1f%% %10.1f %9.1f %v\n", r.Backplane, r.Size, r.Mpps, r.Gbps, 100*r.Loss, r.MedianUs, r.P99Us, d)
+	}
+	cls := claims(rows, rc.Sizes)
+	fmt.Fprintln(w)
+	for _, c := range cls {
+		verdict := "not reproduced"
+		if !c.Have {
+			verdict = "not measured (back-plane missing)"
+		} else if c.Holds {
+			verdict = "reproduced"
+		}
+		fmt.Fprintf(w, "%s: %s\n    %s\n", c.Name, verdict, strings.Join(c.Ratios, "; "))
+	}
+	rep := Report{Nodes: rc.Nodes, Duration: rc.Duration.String(), LatRate: rc.LatRate, Rows: rows, Claims: cls}
+	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+		if err := os.WriteFile(out+".json", append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	if err := plotRows(out+".png", rows); err != nil {
+		fmt.Fprintln(os.Stderr, "plot:", err)
+	} else {
+		fmt.Fprintf(w, "\nwrote %s.json and %s.png\n", out, out)
+	}
+}
+
+var palette = []color.Color{
+	color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x1f, 0x77, 0xb4, 0xff},
+	color.RGBA{0x2c, 0xa0, 0x2c, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff},
+}
+
+// plotRows draws Mpps and median latency against frame size, one line per
+// back-plane.
+func plotRows(path string, rows []Row) error {
+	var bps []string
+	for _, r := range rows {
+		if !slices.Contains(bps, r.Backplane) {
+			bps = append(bps, r.Backplane)
+		}
+	}
+	mk := func(title, y string, val func(Row) float64) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "frame size (B)", y
+		p.Legend.Top = true
+		for i, bp := range bps {
+			var xy plotter.XYs
+			for _, r := range rows {
+				if r.Backplane == bp && r.Err == "" {
+					xy = append(xy, plotter.XY{X: float64(r.Size), Y: val(r)})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			l, pts, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return nil, err
+			}
+			l.Color, pts.Color = palette[i%len(palette)], palette[i%len(palette)]
+			p.Add(l, pts)
+			p.Legend.Add(bp, l, pts)
+		}
+		return p, nil
+	}
+	thr, err := mk("throughput", "Mpps", func(r Row) float64 { return r.Mpps })
+	if err != nil {
+		return err
+	}
+	lat, err := mk("latency at fixed load", "median µs", func(r Row) float64 { return r.MedianUs })
+	if err != nil {
+		return err
+	}
+	img := vgimg.New(12*vg.Inch, 4.5*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 4}
+	for i, p := range []*plot.Plot{thr, lat} {
+		p.Draw(tiles.At(dc, i, 0))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
+	return err
+}

@@ -36,6 +36,12 @@ type conn struct {
 	gone atomic.Bool
 }
 
+func (p *peer) isGone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
+}
+
 func (p *peer) err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -376,10 +376,23 @@ func (e *Endpoint) Send(p Peer, msgs []fabric.Message) (int, error) {
 		return 0, nil
 	}
 	n, err := c.ep.Send(msgs)
-	if err != nil && errors.Is(err, fabric.ErrPeerGone) {
+	return n, e.sendErr(pe, c, err)
+}
+
+// sendErr turns a connection's send error into the peer's: a connection
+// that failed fails its peer, and one that the peer's failure closed
+// reports that failure.
+func (e *Endpoint) sendErr(pe *peer, c *conn, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case c.gone.Load() || pe.isGone():
+		return e.opErr("send", pe.err())
+	case errors.Is(err, fabric.ErrPeerGone):
 		pe.fail(err)
+		return e.opErr("send", pe.err())
 	}
-	return n, err
+	return err
 }
 
 // SendWait is Send that waits until it has posted at least one message,
@@ -402,10 +415,7 @@ func (e *Endpoint) SendWait(ctx context.Context, p Peer, msgs []fabric.Message) 
 		}
 	}
 	n, err := c.ep.SendWait(ctx, msgs)
-	if err != nil && errors.Is(err, fabric.ErrPeerGone) {
-		pe.fail(err)
-	}
-	return n, err
+	return n, e.sendErr(pe, c, err)
 }
 
 // Connect makes the connection to p now and waits until it is up, ctx is

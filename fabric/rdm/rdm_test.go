@@ -20,27 +20,74 @@ import (
 	_ "github.com/weft-io/weft/ntb"
 )
 
-// ntbMesh returns the listen addresses, name and resolver of rank i of an
-// n-rank mesh over emulated NTB bridges in dir: a bridge joins two hosts
-// only, so rank i listens on one bridge per peer (b-i-j, which rank j
-// dials to reach i).
-func ntbMesh(dir string, i, n int) (string, *rdm.Config) {
+// A mesh says how rank i of an n-rank mesh opens its endpoint over one
+// backend. Ranks publish their names in dir (see publish), so backends
+// whose names are only known once listening (a port chosen by the
+// kernel) work alike.
+type mesh struct {
+	backend string
+	open    func(t testing.TB, dir string, i, n int) *rdm.Endpoint
+}
+
+// meshes are the backends the all-to-all tests run over.
+var meshes = []mesh{{"ntb", ntbMesh}}
+
+// ntbMesh opens rank i over emulated NTB bridges in dir: a bridge joins
+// two hosts only, so rank i listens on one bridge per peer (b-i-j, which
+// rank j dials to reach i).
+func ntbMesh(t testing.TB, dir string, i, n int) *rdm.Endpoint {
 	cfg := &rdm.Config{Name: "rank" + strconv.Itoa(i)}
 	for j := range n {
 		if j != i {
-			cfg.Listen = append(cfg.Listen, filepath.Join(dir, fmt.Sprintf("b-%d-%d", i, j)))
+			cfg.Listen = append(cfg.Listen, filepath.Join(dir, fmt.Sprintf("b-%d-%d", i, j))+ntbGeometry)
 		}
 	}
 	cfg.Resolve = func(name string) (string, error) {
-		j, err := strconv.Atoi(name[len("rank"):])
+		j, err := strconv.Atoi(strings.TrimPrefix(name, "rank"))
 		if err != nil {
 			return "", err
 		}
-		return filepath.Join(dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)), nil
+		return filepath.Join(dir, fmt.Sprintf("b-%d-%d", j, i)) + ntbGeometry + "&listener=1", nil
 	}
-	// Small rings: memory per connection is what grows with the peers.
-	cfg.Options.MaxMsgSize = 4096
-	return "", cfg
+	// Ranks sleep rather than spin when idle: 8 processes share 2 cores.
+	cfg.Options.Spin = -1
+	e, err := rdm.Open(context.Background(), "ntb", "", cfg)
+	if err != nil {
+		t.Fatalf("rank %d: %v", i, err)
+	}
+	return e
+}
+
+// ntbGeometry keeps the bridges of a mesh small: one queue (the bridge
+// joins one pair) with a 256 KiB ring each way in 2 MiB of memory.
+const ntbGeometry = "?queues=1&ring=256K&maxmsg=4K&mem=2M"
+
+// publish writes rank i's name into dir; names waits for every rank's.
+func publish(t testing.TB, dir string, i int, e *rdm.Endpoint) {
+	p := filepath.Join(dir, "name-"+strconv.Itoa(i))
+	if err := os.WriteFile(p+".tmp", []byte(e.Name()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(p+".tmp", p)
+}
+
+func names(t testing.TB, dir string, n int) []string {
+	out := make([]string, n)
+	deadline := time.Now().Add(30 * time.Second)
+	for j := range n {
+		for {
+			b, err := os.ReadFile(filepath.Join(dir, "name-"+strconv.Itoa(j)))
+			if err == nil {
+				out[j] = string(b)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d never published its name", j)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return out
 }
 
 const msgSize = 64
@@ -51,7 +98,8 @@ const msgSize = 64
 // to finish: their loss must be reported as an event instead. heard, if
 // set, is called with each rank the first time a message from it
 // arrives; lost with each dead rank and the time its loss was reported.
-func rank(t testing.TB, e *rdm.Endpoint, me, n, count int, dead map[int]bool, heard func(int), lostAt func(int, time.Time)) {
+func rank(t testing.TB, e *rdm.Endpoint, dir string, me, n, count int, dead map[int]bool, heard func(int), lostAt func(int, time.Time)) {
+	name := names(t, dir, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	peers := make([]rdm.Peer, n)
@@ -60,7 +108,7 @@ func rank(t testing.TB, e *rdm.Endpoint, me, n, count int, dead map[int]bool, he
 		if j == me {
 			continue
 		}
-		p, err := e.Insert("rank" + strconv.Itoa(j))
+		p, err := e.Insert(name[j])
 		if err != nil {
 			t.Fatalf("rank %d: Insert %d: %v", me, j, err)
 		}
@@ -184,92 +232,115 @@ func rank(t testing.TB, e *rdm.Endpoint, me, n, count int, dead map[int]bool, he
 	}
 }
 
-// TestAllToAll runs 4 ranks in this process over one emulated bridge per
-// pair and direction.
+// TestAllToAll runs 4 ranks in this process over every mesh.
 func TestAllToAll(t *testing.T) {
 	const n, count = 4, 2000
-	dir := t.TempDir()
-	eps := make([]*rdm.Endpoint, n)
-	for i := range n {
-		listen, cfg := ntbMesh(dir, i, n)
-		e, err := rdm.Open(context.Background(), "ntb", listen, cfg)
-		if err != nil {
-			t.Fatal(err)
+	for _, m := range meshes {
+		t.Run(m.backend, func(t *testing.T) {
+			dir := t.TempDir()
+			eps := make([]*rdm.Endpoint, n)
+			for i := range n {
+				eps[i] = m.open(t, dir, i, n)
+				defer eps[i].Close()
+				publish(t, dir, i, eps[i])
+			}
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t.Run(fmt.Sprintf("rank%d", i), func(t *testing.T) { rank(t, eps[i], dir, i, n, count, nil, nil, nil) })
+				}()
+			}
+			wg.Wait()
+			for i, e := range eps {
+				st := e.Stats()
+				if st.Peers != n-1 || st.PeersGone != 0 || st.BadHellos != 0 {
+					t.Errorf("rank %d: %+v", i, st)
+				}
+			}
+		})
+	}
+}
+
+const (
+	envRank    = "WEFT_RDM_RANK"
+	envDir     = "WEFT_RDM_DIR"
+	envBackend = "WEFT_RDM_BACKEND"
+	envRanks   = "WEFT_RDM_RANKS"
+)
+
+// TestAllToAllProcesses runs ranks as processes over every mesh and kills
+// one with SIGKILL while they exchange: the others finish, and report the
+// loss within a second.
+func TestAllToAllProcesses(t *testing.T) {
+	if v := os.Getenv(envRank); v != "" {
+		childRank(t, v)
+		return
+	}
+	for _, m := range meshes {
+		t.Run(m.backend, func(t *testing.T) { allToAllProcesses(t, m, 8) })
+	}
+}
+
+const killCount = 3000
+
+func childRank(t *testing.T, v string) {
+	i, _ := strconv.Atoi(v)
+	n, _ := strconv.Atoi(os.Getenv(envRanks))
+	dir, backend := os.Getenv(envDir), os.Getenv(envBackend)
+	victim := n - 1
+	var m mesh
+	for _, mm := range meshes {
+		if mm.backend == backend {
+			m = mm
 		}
-		defer e.Close()
-		eps[i] = e
 	}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(fmt.Sprintf("rank%d", i), func(t *testing.T) { rank(t, eps[i], i, n, count, nil, nil, nil) })
-		}()
+	e := m.open(t, dir, i, n)
+	defer e.Close()
+	publish(t, dir, i, e)
+	if i == victim {
+		rank(t, e, dir, i, n, 1<<30, nil, nil, nil) // exchanges until it is killed
 	}
-	wg.Wait()
-	for i, e := range eps {
-		st := e.Stats()
-		if st.Peers != n-1 || st.PeersGone != 0 || st.BadHellos != 0 {
-			t.Errorf("rank %d: %+v", i, st)
+	heard := func(src int) {
+		if src == victim {
+			os.WriteFile(filepath.Join(dir, "heard-"+v), nil, 0o600)
+		}
+	}
+	lostAt := func(j int, at time.Time) {
+		b, err := os.ReadFile(filepath.Join(dir, "killed"))
+		ns, _ := strconv.ParseInt(string(b), 10, 64)
+		if err != nil || ns == 0 {
+			t.Fatalf("rank %d: loss of rank %d reported before the kill was recorded", i, j)
+		}
+		if d := at.Sub(time.Unix(0, ns)); d > time.Second {
+			t.Errorf("rank %d: the loss of rank %d was reported %v after the kill, want within 1s", i, j, d)
+		} else {
+			t.Logf("rank %d: loss of rank %d reported %v after the kill", i, j, d)
+		}
+	}
+	rank(t, e, dir, i, n, killCount, map[int]bool{victim: true}, heard, lostAt)
+	// Stay until every survivor is done, so none sees us go early.
+	os.WriteFile(filepath.Join(dir, "done-"+v), nil, 0o600)
+	for j := range victim {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "done-"+strconv.Itoa(j))); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
 
-const envRank = "WEFT_RDM_RANK"
-
-// TestAllToAllProcesses runs 4 ranks as processes and kills one with
-// SIGKILL while the others exchange: they finish, and report the loss.
-func TestAllToAllProcesses(t *testing.T) {
-	const n, count, victim = 4, 3000, 3
-	if v := os.Getenv(envRank); v != "" {
-		i, _ := strconv.Atoi(v)
-		dir := os.Getenv(envRank + "_DIR")
-		listen, cfg := ntbMesh(dir, i, n)
-		e, err := rdm.Open(context.Background(), "ntb", listen, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		if i == victim {
-			rank(t, e, i, n, 1<<30, nil, nil, nil) // exchanges until it is killed
-		}
-		heard := func(src int) {
-			if src == victim {
-				os.WriteFile(filepath.Join(dir, "heard-"+v), nil, 0o600)
-			}
-		}
-		lostAt := func(j int, at time.Time) {
-			b, err := os.ReadFile(filepath.Join(dir, "killed"))
-			ns, _ := strconv.ParseInt(string(b), 10, 64)
-			if err != nil || ns == 0 {
-				t.Fatalf("rank %d: loss of rank %d reported before the kill was recorded", i, j)
-			}
-			if d := at.Sub(time.Unix(0, ns)); d > time.Second {
-				t.Errorf("rank %d: the loss of rank %d was reported %v after the kill, want within 1s", i, j, d)
-			} else {
-				t.Logf("rank %d: loss of rank %d reported %v after the kill", i, j, d)
-			}
-		}
-		rank(t, e, i, n, count, map[int]bool{victim: true}, heard, lostAt)
-		// Stay until every survivor is done, so none sees us go early.
-		os.WriteFile(filepath.Join(dir, "done-"+v), nil, 0o600)
-		for j := range n {
-			for j != victim {
-				if _, err := os.Stat(filepath.Join(dir, "done-"+strconv.Itoa(j))); err == nil {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		return
-	}
+func allToAllProcesses(t *testing.T, m mesh, n int) {
+	victim := n - 1
 	dir := t.TempDir()
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*lockedBuf, n)
 	for i := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestAllToAllProcesses$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(i), envRank+"_DIR="+dir)
+		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(i), envDir+"="+dir,
+			envBackend+"="+m.backend, envRanks+"="+strconv.Itoa(n))
 		outs[i] = &lockedBuf{}
 		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
 		if err := cmd.Start(); err != nil {
@@ -280,13 +351,13 @@ func TestAllToAllProcesses(t *testing.T) {
 	}
 	// Kill the victim mid-run, once every survivor has heard from it, and
 	// record when, for the survivors to time their report of the loss.
-	for j := 0; j < n; j++ {
-		for deadline := time.Now().Add(time.Minute); j != victim; time.Sleep(time.Millisecond) {
+	for j := range victim {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 			if _, err := os.Stat(filepath.Join(dir, "heard-"+strconv.Itoa(j))); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("rank %d never heard from rank %d", j, victim)
+				t.Fatalf("rank %d never heard from rank %d:\n%s", j, victim, outs[j].String())
 			}
 		}
 	}
@@ -294,17 +365,14 @@ func TestAllToAllProcesses(t *testing.T) {
 	os.Rename(filepath.Join(dir, "killed.tmp"), filepath.Join(dir, "killed"))
 	cmds[victim].Process.Signal(syscall.SIGKILL)
 	cmds[victim].Wait()
-	for i, cmd := range cmds {
-		if i == victim {
-			continue
-		}
+	for i, cmd := range cmds[:victim] {
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("rank %d: %v\n%s", i, err, outs[i].String())
-		} else {
-			for _, l := range strings.Split(outs[i].String(), "\n") {
-				if strings.Contains(l, "after the kill") {
-					t.Log(strings.TrimSpace(l))
-				}
+			continue
+		}
+		for _, l := range strings.Split(outs[i].String(), "\n") {
+			if strings.Contains(l, "after the kill") {
+				t.Log(strings.TrimSpace(l))
 			}
 		}
 	}

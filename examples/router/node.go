@@ -10,7 +10,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/ethernet/xsk"
 )
 
 // NodeConfig configures one forwarding node.
@@ -35,6 +37,11 @@ type NodeStats struct {
 	TXDrop   uint64            `json:"tx_drop"`   // dropped: egress ring or pool full
 	TX       uint64            `json:"tx"`        // frames put on the egress ring
 	Rejoins  uint64            `json:"rejoins"`
+	// Batch counts the coalescers' and splitters' work on the batched
+	// back-planes (sent: coalescers; received: splitters).
+	BatchSent, BatchRecv batch.Stats
+	// In and Out are the kernel's counters of the AF_XDP sockets.
+	In, Out xsk.Statistics
 }
 
 // Forwarder is a node's data path: ingress frames go through ForwardFrame
@@ -167,6 +174,18 @@ func (f *Forwarder) poll(now time.Time) (int, error) {
 func (f *Forwarder) stats() NodeStats {
 	s := f.st
 	s.Rank = f.rank
+	s.In, s.Out = f.in.Stats().Kernel, f.out.Stats().Kernel
+	for _, l := range f.links {
+		if l == nil {
+			continue
+		}
+		if l.co != nil {
+			cs := l.co.Stats()
+			s.BatchSent.Add(&cs)
+		}
+		ss := l.sp.Stats()
+		s.BatchRecv.Add(&ss)
+	}
 	s.Verdicts = map[string]uint64{}
 	for v, n := range f.c {
 		s.Verdicts[Verdict(v).String()] = n

@@ -38,6 +38,9 @@ func (t *Topology) nsGen() string       { return t.Prefix + "gen" }
 func (t *Topology) nsSink() string      { return t.Prefix + "sink" }
 func (t *Topology) nsNode(i int) string { return t.Prefix + "n" + strconv.Itoa(i) }
 
+// maxNodes is the largest cluster.
+const maxNodes = 4
+
 func pairIf(j int) string { return "b" + strconv.Itoa(j) }
 
 // pairIP is node i's address on its back-plane link to node j.
@@ -144,8 +147,13 @@ func (t *Topology) Command(ns string, args ...string) (*exec.Cmd, error) {
 	c := exec.Command("ip", append([]string{"netns", "exec", ns, exe}, args...)...)
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	c.Stderr = os.Stderr
+	c.Env = append(os.Environ(), childEnv+"=1")
 	return c, nil
 }
+
+// childEnv marks a process of the run started by Command (the test binary
+// runs main for it).
+const childEnv = "WEFT_ROUTER_CHILD"
 
 // Remove deletes every namespace of the topology. It is idempotent.
 func (t *Topology) Remove() error {

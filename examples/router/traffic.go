@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/ethernet/xsk"
 )
 
 // Test packets are UDP/IPv4 to dataPort. The payload starts with
@@ -17,8 +18,8 @@ import (
 const (
 	dataPort   = 9000
 	probeMagic = 0x57525452 // "WRTR"
-	probeLen   = 4 + 8 + 8
-	minFrame   = ethernet.UDP4HdrLen + probeLen // 62: every size from 64 fits
+	probeLen   = 4 + 8 + 8 + 1
+	minFrame   = ethernet.UDP4HdrLen + probeLen // 63: every size from 64 fits
 	genTTL     = 64
 )
 
@@ -54,8 +55,8 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 	if _, err := GenFIB(c.Routes, c.Nodes, dsts); err != nil {
 		return res, err
 	}
-	if c.Size < minFrame+2 || c.Size > 1514 {
-		return res, fmt.Errorf("size %d out of [%d, 1514]", c.Size, minFrame+2)
+	if c.Size < minFrame || c.Size > 1514 {
+		return res, fmt.Errorf("size %d out of [%d, 1514]", c.Size, minFrame)
 	}
 	type port struct {
 		p    *ethernet.Port
@@ -111,6 +112,7 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 			binary.BigEndian.PutUint32(b[42:], probeMagic)
 			binary.BigEndian.PutUint64(b[46:], seq)
 			binary.BigEndian.PutUint64(b[54:], uint64(ts))
+			b[62] = byte(k % len(ports))
 			b[24], b[25] = 0, 0
 			if c.BadEvery > 0 && seq%uint64(c.BadEvery) == uint64(c.BadEvery-1) {
 				kind := int(seq/uint64(c.BadEvery)) % len(badKinds)
@@ -153,8 +155,8 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 // corrupt turns the frame b (checksum field zero) into bad kind k.
 func corrupt(b []byte, k int) {
 	switch k {
-	case 0: // header length beyond the frame
-		b[14] = 0x4f
+	case 0: // header length below the minimum
+		b[14] = 0x44
 	case 1: // checksum off by one
 		binary.BigEndian.PutUint16(b[24:], checksum(b[14:34])+1)
 		return
@@ -178,12 +180,17 @@ type SinkResult struct {
 	MedianUs  float64  `json:"median_us"`
 	P99Us     float64  `json:"p99_us"`
 	PerPort   []uint64 `json:"per_port"`
+	// Kernel are the kernel's counters of the sink's sockets.
+	Kernel []xsk.Statistics `json:"kernel"`
 }
 
 // runSink receives on its ports until ctx is done and measures. A packet
 // that arrives with a lower sequence number than one seen before on the
-// same port counts as reordered (packets of one flow take one path).
+// flow (generator port to sink port: one path) counts as reordered.
 func runSink(ctx context.Context, ports []string, spin time.Duration, ready func()) (SinkResult, error) {
+	if len(ports) > maxNodes {
+		return SinkResult{}, fmt.Errorf("%d sink ports, at most %d", len(ports), maxNodes)
+	}
 	res := SinkResult{PerPort: make([]uint64, len(ports))}
 	qs := make([]*ethernet.Queue, len(ports))
 	for i, name := range ports {
@@ -198,7 +205,7 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 	}
 	ready()
 	var h Hist
-	last := make([]uint64, len(ports))
+	var last [256][maxNodes]uint64 // by generator port, sink port
 	frms := make([]ethernet.Frame, 64)
 	var first, lastAt time.Time
 	var u ethernet.UDP4
@@ -223,10 +230,11 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 					continue
 				}
 				seq := binary.BigEndian.Uint64(pl[4:])
-				if seq < last[pi] {
+				if in := pl[20]; seq < last[in][pi] {
 					res.Reordered++
+				} else {
+					last[in][pi] = seq
 				}
-				last[pi] = seq
 				h.Add(now - int64(binary.BigEndian.Uint64(pl[12:])))
 				res.Received++
 				res.PerPort[pi]++
@@ -243,6 +251,9 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 		} else if spin >= 0 && time.Since(busy) > spin {
 			nap() // idle: give the core away
 		}
+	}
+	for _, q := range qs {
+		res.Kernel = append(res.Kernel, q.Stats().Kernel)
 	}
 	if !first.IsZero() {
 		res.Seconds = lastAt.Sub(first).Seconds()

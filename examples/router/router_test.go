@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
+)
+
+// TestMain runs main for the children that the router test starts (nodes,
+// generator, sink): they are this test binary run again by Topology.Command.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// canListen reports whether backend can listen (a back-plane needs it).
+func canListen(t *testing.T, backend string) bool {
+	_, cfg, err := meshConfig(backend, t.TempDir(), 0, 2, DefaultSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := fabric.Listen(ctx, backend, cfg.Listen[0], nil)
+	if errors.Is(err, fabric.ErrNotSupported) || (err != nil && strings.Contains(err.Error(), "unknown backend")) {
+		return false
+	}
+	if l != nil {
+		l.Close()
+	}
+	return true
+}
+
+// TestRouter is the short run CI makes: 2 nodes, sizes 64 and 1500, 1 s
+// each, over the single-node floor and every back-plane that can listen,
+// with every 50th packet malformed, expired or unroutable. It checks
+// delivery (every good packet arrives, at a load far below capacity),
+// the drop counters against what the generator spoiled, the hand-off
+// between the nodes, and that nothing is left behind. Not speed.
+func TestRouter(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		testenv.SkipOrFail(t, "needs iproute2's ip")
+	}
+	bps := []string{"none"}
+	for _, bp := range []string{"ntb", "ntb+batch", "roce", "roce+batch", "ethernet"} {
+		backend, _ := splitBackplane(bp)
+		if canListen(t, backend) {
+			bps = append(bps, bp)
+		} else {
+			t.Logf("%s: the backend cannot listen (yet); not tested", bp)
+		}
+	}
+	rc := RunConfig{
+		Backplanes: bps, Nodes: 2, Sizes: []int{64, 1500}, Duration: time.Second,
+		Rate: 3000, Routes: 100000, Bad: 50, Defaults: DefaultSettings, Kill: -1,
+		Log: t.Logf,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rows, err := Run(ctx, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(bps)*len(rc.Sizes) {
+		t.Fatalf("%d rows, want %d", len(rows), len(bps)*len(rc.Sizes))
+	}
+	for _, r := range rows {
+		checkRow(t, r)
+	}
+	if left := Leftovers(true); len(left) > 0 {
+		for _, ns := range left {
+			if strings.HasPrefix(ns, runPrefix()) {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
+	}
+	if m, _ := filepath.Glob("/dev/shm/weft-router-*"); len(m) > 0 {
+		t.Errorf("left behind: %v", m)
+	}
+}
+
+func checkRow(t *testing.T, r Row) {
+	t.Helper()
+	name := r.Backplane + "/" + itoa(r.Size)
+	if r.Err != "" {
+		t.Errorf("%s: %s", name, r.Err)
+		return
+	}
+	g, s := r.Gen, r.Sink
+	good := g.Sent - badTotal(g)
+	if g.Sent < 1000 || s.Received != good || s.Bad != 0 {
+		t.Errorf("%s: sent %d (%d good), received %d, bad %d: want every good packet delivered intact", name, g.Sent, good, s.Received, s.Bad)
+	}
+	if s.Reordered != 0 {
+		t.Errorf("%s: %d reordered", name, s.Reordered)
+	}
+	var sum NodeStats
+	sum.Verdicts = map[string]uint64{}
+	for _, st := range r.NodeStats {
+		for k, v := range st.Verdicts {
+			sum.Verdicts[k] += v
+		}
+		sum.Handoff += st.Handoff
+		sum.FromPeer += st.FromPeer
+		sum.Local += st.Local
+		sum.TX += st.TX
+		if st.BPDrop+st.TXDrop+st.PeerDown != 0 {
+			t.Errorf("%s: node %d dropped %+v at a light load", name, st.Rank, st)
+		}
+	}
+	for _, v := range []Verdict{Malformed, BadSum, TTLExpired, Unroutable} {
+		if got, want := sum.Verdicts[v.String()], g.Bad[v.String()]; got != want || want == 0 {
+			t.Errorf("%s: nodes counted %d %s, generator made %d", name, got, v, want)
+		}
+	}
+	if sum.Verdicts[Forward.String()] != good || sum.TX != good {
+		t.Errorf("%s: forwarded %d, transmitted %d, want %d", name, sum.Verdicts[Forward.String()], sum.TX, good)
+	}
+	if r.Nodes > 1 && (sum.Handoff == 0 || sum.Handoff != sum.FromPeer || sum.Local+sum.Handoff != good) {
+		t.Errorf("%s: handed off %d, received from peers %d, local %d: want a share of %d crossing the back-plane", name, sum.Handoff, sum.FromPeer, sum.Local, good)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

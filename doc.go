@@ -33,8 +33,10 @@
 //     the technique that lets a RoCE back-plane beat Ethernet on small
 //     packets, over any backend; where the backend has zero-copy receive
 //     (ntb, the RoCE engine, verbs) its splitter copies nothing.
-//   - examples holds runnable programs: pingpong (latency), perf
-//     (bandwidth and message rate).
+//   - examples holds short programs over the public API, one concept
+//     each: pingpong, stream, rma, batching, listener. The measuring
+//     tools are cmd/weft-pingpong (latency) and the tools/perf module
+//     (bandwidth, message rate, the batching sweep).
 //
 // Importing a backend package registers it:
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/ntb"
 )
 
@@ -17,30 +18,9 @@ import (
 func pair(t testing.TB, tc ntb.Config) (a, b *ntb.Endpoint) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	type res struct {
-		ep  *ntb.Endpoint
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		ep, err := ntb.DialShm(ctx, path, ntb.ShmConfig{}, tc)
-		ch <- res{ep, err}
-	}()
-	a, err := ntb.DialShm(ctx, path, ntb.ShmConfig{}, tc)
-	r := <-ch
-	if err != nil || r.err != nil {
-		if a != nil {
-			a.Close()
-		}
-		if r.ep != nil {
-			r.ep.Close()
-		}
-		t.Fatalf("DialShm: %v / %v", err, r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.ep.Close() })
-	return a, r.ep
+	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, _ fabrictest.Side) (*ntb.Endpoint, error) {
+		return ntb.DialShm(ctx, path, ntb.ShmConfig{}, tc)
+	})
 }
 
 func newCoalescer(t testing.TB, ep fabric.Endpoint, o *batch.Options) *batch.Coalescer {

@@ -16,7 +16,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/netns"
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // dialPair opens a connected pair of endpoints over a fresh veth pair,
@@ -24,39 +24,18 @@ import (
 func dialPair(t testing.TB, c netns.PairConfig, addrA, addrB string) (a, b fabric.Endpoint) {
 	t.Helper()
 	p := newPair(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		ep  fabric.Endpoint
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		var ep fabric.Endpoint
-		err := p.B.Do(func() error {
+	return fabrictest.OpenPair(t, 10*time.Second, func(ctx context.Context, s fabrictest.Side) (ep fabric.Endpoint, err error) {
+		ns, addr := p.A, fmt.Sprintf(addrA, p.NameA)
+		if s == fabrictest.SideB {
+			ns, addr = p.B, fmt.Sprintf(addrB, p.NameB)
+		}
+		err = ns.Do(func() error {
 			var err error
-			ep, err = fabric.Open(ctx, "ethernet", fmt.Sprintf(addrB, p.NameB), nil)
+			ep, err = fabric.Open(ctx, "ethernet", addr, nil)
 			return err
 		})
-		ch <- res{ep, err}
-	}()
-	err := p.A.Do(func() error {
-		var err error
-		a, err = fabric.Open(ctx, "ethernet", fmt.Sprintf(addrA, p.NameA), nil)
-		return err
+		return ep, err
 	})
-	r := <-ch
-	if err != nil || r.err != nil {
-		if a != nil {
-			a.Close()
-		}
-		if r.ep != nil {
-			r.ep.Close()
-		}
-		t.Fatalf("dial pair: %v / %v", err, r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.ep.Close() })
-	return a, r.ep
 }
 
 func TestConformance(t *testing.T) {
@@ -109,7 +88,7 @@ func TestConformanceProcesses(t *testing.T) {
 		} else {
 			ifname = "veth1"
 			var err error
-			ok := testutil.Eventually(15*time.Second, func() bool {
+			ok := testenv.Eventually(15*time.Second, func() bool {
 				if ns, err = netns.OpenNamed(name + "-b"); err != nil {
 					return false
 				}
@@ -147,7 +126,7 @@ func TestConformanceProcesses(t *testing.T) {
 		}
 		t.Fatalf("no case %q", name)
 	}
-	testutil.RequireAFXDP(t)
+	testenv.RequireAFXDP(t)
 	for i, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			key := fmt.Sprintf("%s-%d-%d", c.Name, os.Getpid(), i)
@@ -224,7 +203,7 @@ func TestEndpointLeaks(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, b.Close())
 	runtime.GC()
-	fds := testutil.FDCount(t)
+	fds := testenv.FDCount(t)
 	g := runtime.NumGoroutine()
 	progs := progIDs(t)
 	maps := mapIDs(t)
@@ -239,10 +218,10 @@ func TestEndpointLeaks(t *testing.T) {
 		_, err = b.Recv(nil)
 		require.ErrorIs(t, err, fabric.ErrClosed)
 	}
-	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
-	require.LessOrEqual(t, testutil.Goroutines(g, 2*time.Second), g, "goroutine leak")
+	require.Equal(t, fds, testenv.FDCount(t), "fd leak")
+	require.LessOrEqual(t, testenv.Goroutines(g, 2*time.Second), g, "goroutine leak")
 	require.Empty(t, newWeftProgs(t, progs), "program leak")
 	// Maps are freed in a deferred work item after their last reference.
-	require.True(t, testutil.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
+	require.True(t, testenv.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
 		"map leak: %v", newWeftMaps(t, maps))
 }

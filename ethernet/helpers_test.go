@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/internal/netns"
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func newPair(t testing.TB, c netns.PairConfig) *netns.Pair {
 	t.Helper()
-	testutil.RequireAFXDP(t)
+	testenv.RequireAFXDP(t)
 	c.StaticNeigh = true
 	p, err := netns.NewPair(c)
 	if err != nil {
-		testutil.Skip(t, "cannot create namespaces and veth pair: %v", err)
+		testenv.Skip(t, "cannot create namespaces and veth pair: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p

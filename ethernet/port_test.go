@@ -14,7 +14,7 @@ import (
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestKernelInterop: a kernel UDP socket in the peer namespace receives
@@ -68,7 +68,7 @@ func TestKernelInterop(t *testing.T) {
 				require.True(t, from.IP.Equal(p.IPA))
 				require.Equal(t, 9000, from.Port)
 			}
-			require.True(t, testutil.Eventually(time.Second, func() bool { n, _ := q.Flush(); return n == 0 }))
+			require.True(t, testenv.Eventually(time.Second, func() bool { n, _ := q.Flush(); return n == 0 }))
 
 			// Port 9002 is not steered: the host's socket gets it.
 			host := listenUDP(t, p.A, p.IPA, 9002)
@@ -168,7 +168,7 @@ func TestBackpressure(t *testing.T) {
 	}
 	require.Equal(t, 200, total)
 	require.Equal(t, uint64(200), q.Stats().TXPackets)
-	require.True(t, testutil.Eventually(2*time.Second, func() bool { n, _ := q.Flush(); return n == 0 }))
+	require.True(t, testenv.Eventually(2*time.Second, func() bool { n, _ := q.Flush(); return n == 0 }))
 	require.Equal(t, uint64(200), q.Stats().TXCompleted)
 }
 
@@ -234,7 +234,7 @@ func TestCloseLeaks(t *testing.T) {
 	// Warm up (first use loads lazily initialised state).
 	require.NoError(t, open().Close())
 	runtime.GC()
-	fds := testutil.FDCount(t)
+	fds := testenv.FDCount(t)
 	g := runtime.NumGoroutine()
 	progs := progIDs(t)
 	maps := mapIDs(t)
@@ -247,11 +247,11 @@ func TestCloseLeaks(t *testing.T) {
 		_, err = port.Queue(1).Send(make([]ethernet.Frame, 1))
 		require.ErrorIs(t, err, fabric.ErrClosed)
 	}
-	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
-	require.LessOrEqual(t, testutil.Goroutines(g, time.Second), g, "goroutine leak")
+	require.Equal(t, fds, testenv.FDCount(t), "fd leak")
+	require.LessOrEqual(t, testenv.Goroutines(g, time.Second), g, "goroutine leak")
 	require.Empty(t, newWeftProgs(t, progs), "program leak")
 	// Maps are freed in a deferred work item after their last reference.
-	require.True(t, testutil.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
+	require.True(t, testenv.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
 		"map leak: %v", newWeftMaps(t, maps))
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/ethernet"
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func udp4Frame(dport uint16, ihl int, frag uint16) []byte {
@@ -44,7 +44,7 @@ func udp6Frame(dport uint16) []byte {
 // TestFilterProgram runs the generated XDP program on crafted frames
 // with BPF_PROG_TEST_RUN.
 func TestFilterProgram(t *testing.T) {
-	testutil.RequireRoot(t)
+	testenv.RequireRoot(t)
 	raw := make([]byte, 60)
 	ethernet.PutEthernet(raw, net.HardwareAddr{2, 0, 0, 0, 0, 2}, net.HardwareAddr{2, 0, 0, 0, 0, 1}, ethernet.EtherTypeWeft)
 	arp := make([]byte, 60)
@@ -77,7 +77,7 @@ func TestFilterProgram(t *testing.T) {
 	for _, c := range cases {
 		got, err := ethernet.FilterMatches(c.f, c.frame)
 		if err != nil {
-			testutil.SkipOn(t, err)
+			testenv.SkipOn(t, err)
 		}
 		require.Equal(t, c.want, got, c.name)
 	}

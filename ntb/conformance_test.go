@@ -15,30 +15,9 @@ import (
 func pair(t testing.TB, sc ShmConfig, tc Config) (a, b *Endpoint) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	type res struct {
-		ep  *Endpoint
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		ep, err := DialShm(ctx, path, sc, tc)
-		ch <- res{ep, err}
-	}()
-	a, err := DialShm(ctx, path, sc, tc)
-	r := <-ch
-	if err != nil || r.err != nil {
-		if a != nil {
-			a.Close()
-		}
-		if r.ep != nil {
-			r.ep.Close()
-		}
-		t.Fatalf("DialShm: %v / %v", err, r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.ep.Close() })
-	return a, r.ep
+	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, _ fabrictest.Side) (*Endpoint, error) {
+		return DialShm(ctx, path, sc, tc)
+	})
 }
 
 func TestConformance(t *testing.T) {

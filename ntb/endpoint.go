@@ -370,7 +370,7 @@ func (e *Endpoint) nextLocked(r []byte, ring uint64) (rec record, ok bool, err e
 // recvLocked copies arrived records into msgs. It parses records itself
 // rather than through nextLocked: this is the latency path, and with the
 // shared parser a 64 B message took 0.48 µs one way instead of 0.42
-// (examples/pingpong, eight interleaved runs of each build).
+// (cmd/weft-pingpong, eight interleaved runs of each build).
 func (e *Endpoint) recvLocked(msgs []fabric.Message) (int, error) {
 	if !e.rxValid {
 		return 0, e.downErr("recv")

@@ -29,30 +29,17 @@ func freePort(t testing.TB) int {
 func rcPair(t testing.TB, query string) (a, b *Endpoint) {
 	t.Helper()
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	type res struct {
-		ep  fabric.Endpoint
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?%s", port, query), nil)
-		ch <- res{ep, err}
-	}()
-	z, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&%s", port, query), nil)
-	r := <-ch
-	if err != nil || r.err != nil {
-		if z != nil {
-			z.Close()
+	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
+		addr := fmt.Sprintf("listen:127.0.0.1:%d?%s", port, query)
+		if s == fabrictest.SideB {
+			addr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&%s", port, query)
 		}
-		if r.ep != nil {
-			r.ep.Close()
+		ep, err := fabric.Open(ctx, "roce", addr, nil)
+		if err != nil {
+			return nil, err
 		}
-		t.Fatalf("open: %v / %v", r.err, err)
-	}
-	t.Cleanup(func() { z.Close(); r.ep.Close() })
-	return r.ep.(*Endpoint), z.(*Endpoint)
+		return ep.(*Endpoint), nil
+	})
 }
 
 func TestConformance(t *testing.T) {

@@ -1,295 +1,131 @@
-// Command pingpong measures message latency over a Weft backend, in the
-// style of perftest's ib_send_lat.
+// Command pingpong sends a message to a peer and waits for it to come
+// back, over any Weft backend, and prints the average round trip.
 //
-// With no arguments it runs both ends itself: it starts a second process
-// of itself as the server, connects the two over an emulated NTB bridge in
-// /dev/shm, and prints a latency table for sizes 8 B to 64 KiB, beside the
-// floor for any cross-process message: a plain shared-memory spin
-// ping-pong measured in the same run.
+// With no arguments it runs both ends in this process, over an emulated
+// NTB bridge in a temporary file:
 //
 //	go run ./examples/pingpong
 //
-// With flags it runs one side on any registered backend:
+// With -addr it runs one end; start the server first:
 //
-//	pingpong -server -backend ntb -addr /dev/shm/weft0   # one process
-//	pingpong -backend ntb -addr /dev/shm/weft0           # the other
+//	go run ./examples/pingpong -server -backend roce -addr listen:127.0.0.1:18515
+//	go run ./examples/pingpong -backend roce -addr '127.0.0.1:18515?local=127.0.0.2'
 //
-// "-backend roce" with no address runs both ends as well, over two
-// user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2).
-//
-// Latencies are one-way, half the round trip, as perftest reports them.
+// Each end says what it waits for and gives up after -timeout. At the end
+// the client sends a stop message and waits for the server's answer, so
+// both exit cleanly. (cmd/weft-pingpong is the measuring tool: sizes,
+// percentiles, the shared-memory floor.)
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
-	_ "github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/internal/shmref"
-	"github.com/weft-io/weft/internal/stats"
-	_ "github.com/weft-io/weft/ntb"
-	_ "github.com/weft-io/weft/roce"
-	_ "github.com/weft-io/weft/roce/verbs"
+	_ "github.com/weft-io/weft/ntb"  // registers "ntb"
+	_ "github.com/weft-io/weft/roce" // registers "roce"
 )
 
-const stopImm = 0x5707
+const stop = 1 // the immediate data of the client's last message
 
 func main() {
-	backend := flag.String("backend", "ntb", "backend: "+strings.Join(fabric.Backends(), ", "))
-	addr := flag.String("addr", "", "address (see -help-addr); empty with no other flags: run both ends")
-	server := flag.Bool("server", false, "run the echoing side")
-	sizesFlag := flag.String("sizes", "8,16,32,64,128,256,512,1024,2048,4096,8192,16384,32768,65536", "message sizes in bytes")
-	iters := flag.Int("n", 10000, "iterations per size (fewer for large sizes)")
-	warmup := flag.Int("warmup", 1000, "warm-up iterations per size")
-	refIters := flag.Int("ref-n", 100000, "iterations of the shared-memory reference")
-	noRef := flag.Bool("no-ref", false, "skip the shared-memory reference")
-	refServe := flag.String("shmref-serve", "", "internal: run the reference responder on this file")
-	helpAddr := flag.Bool("help-addr", false, "print the address syntax of every backend")
-	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
+	backend := flag.String("backend", "ntb", "backend")
+	addr := flag.String("addr", "", "address of the connection (empty: run both ends here, over ntb)")
+	server := flag.Bool("server", false, "run the echoing end")
+	size := flag.Int("size", 64, "message size in bytes")
+	n := flag.Int("n", 10000, "round trips")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for the peer")
 	flag.Parse()
-	if *helpAddr {
-		for _, b := range fabric.Backends() {
-			u, _ := fabric.Usage(b)
-			fmt.Printf("%s: %s\n", b, u)
-		}
-		return
-	}
-	if *refServe != "" {
-		runtime.LockOSThread()
-		if err := shmref.Serve(*refServe); err != nil {
-			fatal(err)
-		}
-		return
-	}
-	sizes, err := parseSizes(*sizesFlag)
-	if err != nil {
-		fatal(err)
-	}
-	opts := &fabric.Options{MaxMsgSize: max(64<<10, slicesMax(sizes)), Spin: *spin}
-	ctx := context.Background()
-	if *addr == "" {
-		if *server {
-			fatal(fmt.Errorf("-server needs -addr"))
-		}
-		if err := runBoth(ctx, *backend, opts, sizes, *iters, *warmup, *refIters, *noRef); err != nil {
-			fatal(err)
-		}
-		return
-	}
-	ep, err := fabric.Open(ctx, *backend, *addr, opts)
-	if err != nil {
-		fatal(err)
-	}
-	defer ep.Close()
-	if *server {
-		err = serve(ctx, ep)
-	} else {
-		err = client(ctx, ep, sizes, *iters, *warmup)
-	}
-	if err != nil {
-		fatal(err)
-	}
-}
+	log.SetFlags(0)
 
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "pingpong:", err)
-	os.Exit(1)
-}
-
-func slicesMax(s []int) int {
-	m := 0
-	for _, v := range s {
-		m = max(m, v)
-	}
-	return m
-}
-
-func parseSizes(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad size %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func shmDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
-}
-
-// runBoth starts a server process of this binary and runs the client.
-func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool) error {
-	if backend != "ntb" && backend != "roce" {
-		return fmt.Errorf("running both ends needs -backend ntb or roce; for %s start a -server and a client with -addr", backend)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	var ref *stats.Summary
-	if !noRef && backend == "ntb" {
-		path := filepath.Join(shmDir(), fmt.Sprintf("weft-shmref-%d", os.Getpid()))
-		defer os.Remove(path)
-		var cmd *exec.Cmd
-		rtt, err := shmref.Ping(path, refIters, refIters/10, func() error {
-			cmd = exec.Command(self, "-shmref-serve", path)
-			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-			return cmd.Start()
-		})
-		if cmd != nil {
-			defer cmd.Wait()
-		}
+	if *addr == "" { // both ends: the server in a goroutine
+		dir, err := os.MkdirTemp("", "pingpong")
 		if err != nil {
-			return err
+			log.Fatal(err)
 		}
-		s := stats.Summarize(rtt)
-		ref = &s
+		defer os.RemoveAll(dir)
+		*backend, *addr = "ntb", filepath.Join(dir, "bridge") // both ends name the same file
+		go func() {
+			if err := run(true, "ntb", *addr, *size, *n, *timeout); err != nil {
+				log.Fatal("server: ", err)
+			}
+		}()
 	}
-	path := filepath.Join(shmDir(), fmt.Sprintf("weft-pingpong-%d", os.Getpid()))
-	serverAddr, clientAddr := path, path
-	if backend == "roce" {
-		// Two user-space RoCE engines over loopback: the server on
-		// 127.0.0.1, the client on 127.0.0.2, path MTU 4096.
-		port := 18515 + os.Getpid()%1000
-		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port)
-		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port)
-	} else {
-		os.Remove(path)
-		defer os.Remove(path)
+	if err := run(*server, *backend, *addr, *size, *n, *timeout); err != nil {
+		log.Fatal(err)
 	}
-	cmd := exec.Command(self, "-server", "-backend", backend, "-addr", serverAddr, "-spin", opts.Spin.String())
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer cmd.Wait()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ep, err := fabric.Open(ctx, backend, clientAddr, opts)
+}
+
+func run(server bool, backend, addr string, size, n int, timeout time.Duration) error {
+	// Opening connects to the peer: it blocks until the peer is there, so
+	// bound it with a context.
+	log.Printf("waiting up to %v for the peer of %s %s", timeout, backend, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ep, err := fabric.Open(ctx, backend, addr, &fabric.Options{MaxMsgSize: size})
 	cancel()
 	if err != nil {
-		cmd.Process.Kill()
 		return err
 	}
 	defer ep.Close()
-	fmt.Printf("Weft pingpong: backend %s (%s), client pid %d, server pid %d, GOMAXPROCS %d\n",
-		backend, clientAddr, os.Getpid(), cmd.Process.Pid, runtime.GOMAXPROCS(0))
-	if ref != nil {
-		fmt.Printf("reference: plain shared-memory spin ping-pong between two processes, %d round trips:\n", ref.N)
-		fmt.Printf("  one-way min %.3f  median %.3f  p99 %.3f  max %.3f usec (round trip median %d ns)\n\n",
-			us(ref.Min/2), us(ref.Median/2), us(ref.P99/2), us(ref.Max/2), ref.Median.Nanoseconds())
-	}
-	if err := client(context.Background(), ep, sizes, iters, warmup); err != nil {
-		return err
-	}
-	if ref != nil {
-		fmt.Printf("\nreference round trip median: %d ns\n", ref.Median.Nanoseconds())
-	}
-	return nil
-}
 
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
-
-// serve echoes every message until the client's stop message or the
-// client going away.
-func serve(ctx context.Context, ep fabric.Endpoint) error {
-	buf, err := ep.Alloc(ep.Caps().MaxMsgSize, fabric.AccessLocalWrite)
+	// One registered buffer, one message whose only SGE covers it.
+	buf, err := ep.Alloc(max(size, 1), fabric.AccessLocalWrite)
 	if err != nil {
 		return err
 	}
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}}
-	for {
-		msgs[0].SGEs[0].Length = buf.Len()
+	if server {
+		return echo(ep, msgs)
+	}
+
+	ctx = context.Background()
+	start := time.Now()
+	for range n {
+		msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: size}}}
+		if _, err := ep.SendWait(ctx, msgs); err != nil { // spins, then sleeps
+			return err
+		}
+		msgs[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
 		if _, err := ep.RecvWait(ctx, msgs); err != nil {
-			if errorsIsPeerGone(err) {
-				return nil
-			}
-			return err
-		}
-		if msgs[0].Flags&fabric.FlagImm != 0 && msgs[0].Imm == stopImm {
-			return nil
-		}
-		msgs[0].SGEs[0].Length = msgs[0].Len
-		msgs[0].Flags = 0
-		if _, err := ep.SendWait(ctx, msgs); err != nil {
 			return err
 		}
 	}
-}
+	rtt := time.Since(start) / time.Duration(n)
+	fmt.Printf("%s: %d round trips of %d bytes, average %v (one way %v)\n", backend, n, size, rtt, rtt/2)
 
-func errorsIsPeerGone(err error) bool {
-	for e := err; e != nil; {
-		if e == fabric.ErrPeerGone {
-			return true
-		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		e = u.Unwrap()
-	}
-	return false
-}
-
-// client runs the ping-pong for every size and prints the table.
-func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup int) error {
-	caps := ep.Caps()
-	buf, err := ep.Alloc(caps.MaxMsgSize, fabric.AccessLocalWrite)
-	if err != nil {
+	// Tell the server we are done and wait for its answer: closing at
+	// once could lose the stop message.
+	msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: 1}}, Flags: fabric.FlagImm, Imm: stop}
+	if _, err := ep.SendWait(ctx, msgs); err != nil {
 		return err
 	}
-	for i := range buf.Bytes() {
-		buf.Bytes()[i] = byte(i)
-	}
-	fmt.Printf("%-10s %-12s %-12s %-12s %-12s %-12s\n", "#bytes", "#iterations", "t_min[usec]", "t_median", "t_p99", "t_max")
-	msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf}}}}
-	rtt := make([]time.Duration, 0, iters)
-	for _, size := range sizes {
-		if size > caps.MaxMsgSize {
-			fmt.Printf("%-10d skipped: over the backend's max message size %d\n", size, caps.MaxMsgSize)
-			continue
-		}
-		n := iters
-		if size > 4096 {
-			n = max(1000, min(iters, (256<<20)/size))
-		}
-		rtt = rtt[:0]
-		for i := 0; i < warmup+n; i++ {
-			msgs[0].SGEs[0].Length = size
-			t0 := time.Now()
-			if _, err := ep.SendWait(ctx, msgs); err != nil {
-				return err
-			}
-			msgs[0].SGEs[0].Length = caps.MaxMsgSize
-			if _, err := ep.RecvWait(ctx, msgs); err != nil {
-				return err
-			}
-			if i >= warmup {
-				rtt = append(rtt, time.Since(t0))
-			}
-			if msgs[0].Len != size {
-				return fmt.Errorf("echo of %d bytes came back with %d", size, msgs[0].Len)
-			}
-		}
-		s := stats.Summarize(rtt)
-		fmt.Printf("%-10d %-12d %-12.3f %-12.3f %-12.3f %-12.3f\n", size, n,
-			us(s.Min/2), us(s.Median/2), us(s.P99/2), us(s.Max/2))
-	}
-	msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: 1}}, Flags: fabric.FlagImm, Imm: stopImm}
-	_, err = ep.SendWait(ctx, msgs)
+	msgs[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
+	_, err = ep.RecvWait(ctx, msgs)
 	return err
+}
+
+// echo sends every message back until the client's stop message.
+func echo(ep fabric.Endpoint, msgs []fabric.Message) error {
+	ctx := context.Background()
+	buf := msgs[0].SGEs[0].Region
+	for {
+		msgs[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			if errors.Is(err, fabric.ErrPeerGone) {
+				return nil // the client went away: nothing more to echo
+			}
+			return err
+		}
+		last := msgs[0].Flags&fabric.FlagImm != 0 && msgs[0].Imm == stop
+		msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: msgs[0].Len}}}
+		if _, err := ep.SendWait(ctx, msgs); err != nil || last {
+			return err
+		}
+	}
 }

@@ -3,18 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
@@ -130,65 +122,4 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 	} else {
 		fmt.Fprintf(w, "\nwrote %s.json and %s.png\n", out, out)
 	}
-}
-
-var palette = []color.Color{
-	color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x1f, 0x77, 0xb4, 0xff},
-	color.RGBA{0x2c, 0xa0, 0x2c, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff},
-}
-
-// plotRows draws Mpps and median latency against frame size, one line per
-// back-plane.
-func plotRows(path string, rows []Row) error {
-	var bps []string
-	for _, r := range rows {
-		if !slices.Contains(bps, r.Backplane) {
-			bps = append(bps, r.Backplane)
-		}
-	}
-	mk := func(title, y string, val func(Row) float64) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "frame size (B)", y
-		p.Legend.Top = true
-		for i, bp := range bps {
-			var xy plotter.XYs
-			for _, r := range rows {
-				if r.Backplane == bp && r.Err == "" {
-					xy = append(xy, plotter.XY{X: float64(r.Size), Y: val(r)})
-				}
-			}
-			if len(xy) == 0 {
-				continue
-			}
-			l, pts, err := plotter.NewLinePoints(xy)
-			if err != nil {
-				return nil, err
-			}
-			l.Color, pts.Color = palette[i%len(palette)], palette[i%len(palette)]
-			p.Add(l, pts)
-			p.Legend.Add(bp, l, pts)
-		}
-		return p, nil
-	}
-	thr, err := mk("throughput", "Mpps", func(r Row) float64 { return r.Mpps })
-	if err != nil {
-		return err
-	}
-	lat, err := mk("latency at fixed load", "median µs", func(r Row) float64 { return r.MedianUs })
-	if err != nil {
-		return err
-	}
-	img := vgimg.New(12*vg.Inch, 4.5*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 4}
-	for i, p := range []*plot.Plot{thr, lat} {
-		p.Draw(tiles.At(dc, i, 0))
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	return err
 }

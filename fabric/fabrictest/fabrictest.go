@@ -84,6 +84,7 @@ func Cases() []Case {
 		{"CloseWhileBlocked", closeA, closeB},
 		{"Concurrent", concurrentA, concurrentB},
 		{"Views", viewsA, viewsB},
+		{"Mistakes", mistakesA, mistakesB},
 	}
 	return append(cs, violationCases()...)
 }

@@ -10,14 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/internal/netns"
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
 func TestPairUDP(t *testing.T) {
-	testutil.RequireLinux(t)
-	testutil.RequireRoot(t)
-	fds := testutil.FDCount(t)
+	testenv.RequireLinux(t)
+	testenv.RequireRoot(t)
+	fds := testenv.FDCount(t)
 	// MACs of this run only, so that no other interface on the machine
 	// can have them.
 	pid := os.Getpid()
@@ -68,12 +68,12 @@ func TestPairUDP(t *testing.T) {
 	require.NoError(t, tx.Close())
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
-	require.Equal(t, fds, testutil.FDCount(t), "fd leak")
+	require.Equal(t, fds, testenv.FDCount(t), "fd leak")
 }
 
 func TestNamed(t *testing.T) {
-	testutil.RequireLinux(t)
-	testutil.RequireRoot(t)
+	testenv.RequireLinux(t)
+	testenv.RequireRoot(t)
 	name := "weft-test-" + time.Now().Format("150405.000000")
 	ns, err := netns.NewNamed(name)
 	require.NoError(t, err)

@@ -752,7 +752,9 @@ func (ep *Endpoint) post(msgs []fabric.Message, op fabric.Op, a, b uint64) (int,
 			if total > ep.caps.MaxRMASize {
 				err = opErr(op.String(), fabric.ErrMessageSize)
 			} else if uint64(total) > m.Remote.Len {
-				err = opErr(op.String(), fabric.ErrBounds)
+				// The same sentinel as the other backends: the message
+				// contradicts itself, nothing is out of a region yet.
+				err = opErr(op.String(), fmt.Errorf("%d bytes for a remote buffer of %d: %w", total, m.Remote.Len, fabric.ErrInvalid))
 			}
 		}
 		if err != nil {

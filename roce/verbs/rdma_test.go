@@ -87,27 +87,12 @@ func loopPair(t testing.TB, params string) (a, b fabric.Endpoint) {
 	if params != "" {
 		q += "&" + params
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	type res struct {
-		ep  fabric.Endpoint
-		err error
-	}
-	c := make(chan res, 1)
-	go func() {
-		ep, err := fabric.Open(ctx, "verbs", "listen:127.0.0.1:"+strconv.Itoa(port)+q, nil)
-		c <- res{ep, err}
-	}()
-	b, err := fabric.Open(ctx, "verbs", "127.0.0.1:"+strconv.Itoa(port)+q, nil)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	r := <-c
-	if r.err != nil {
-		b.Close()
-		t.Fatalf("Open (listener): %v", r.err)
-	}
-	return r.ep, b
+	return fabrictest.OpenPair(t, 60*time.Second, func(ctx context.Context, s fabrictest.Side) (fabric.Endpoint, error) {
+		if s == fabrictest.SideA {
+			return fabric.Open(ctx, "verbs", "listen:127.0.0.1:"+strconv.Itoa(port)+q, nil)
+		}
+		return fabric.Open(ctx, "verbs", "127.0.0.1:"+strconv.Itoa(port)+q, nil)
+	})
 }
 
 func TestDevices(t *testing.T) {

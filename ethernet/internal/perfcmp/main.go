@@ -44,7 +44,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,6 +53,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/internal/stats"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -174,7 +174,7 @@ func Table(res []Result) string {
 				q = append(q, x[i]/y[i])
 			}
 		}
-		return median(q)
+		return stats.Median(q)
 	}
 	for _, t := range []string{"rx", "tx"} {
 		for _, impl := range []string{"weft", "weft-xsk"} {
@@ -279,8 +279,8 @@ func Run(cfg Config) ([]Result, error) {
 		}
 	}
 	for i := range res {
-		res[i].Median = median(res[i].Mpps)
-		res[i].Offered = median(offered[i])
+		res[i].Median = stats.Median(res[i].Mpps)
+		res[i].Offered = stats.Median(offered[i])
 	}
 	return res, nil
 }
@@ -310,18 +310,6 @@ func tasksetCmd(cpu int, name string, args ...string) *exec.Cmd {
 		return exec.Command(name, args...)
 	}
 	return exec.Command("taskset", append([]string{"-c", fmt.Sprint(cpu % runtime.NumCPU()), name}, args...)...)
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func buildC(dir string) (string, error) {

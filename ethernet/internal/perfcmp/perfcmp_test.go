@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-io/weft/internal/testutil"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestPerfCmp runs a short comparison when WEFT_PERF=1 (it is a
@@ -14,7 +14,7 @@ func TestPerfCmp(t *testing.T) {
 	if os.Getenv("WEFT_PERF") != "1" {
 		t.Skip("set WEFT_PERF=1 to run the packet-rate comparison")
 	}
-	testutil.RequireAFXDP(t)
+	testenv.RequireAFXDP(t)
 	res, err := Run(Config{Duration: time.Second, Rounds: 3, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)

@@ -2,14 +2,20 @@
 // the style of perftest's ib_send_bw: one side streams bursts of messages,
 // the other receives and counts them.
 //
+// It is a module of its own (github.com/weft-io/weft/tools/perf, which
+// uses the SDK in ../.. through a replace directive), so that its plotting
+// library stays out of the SDK's go.mod. From the repository root:
+//
+//	go -C tools/perf run .
+//
 // With no arguments it runs both ends itself over an emulated NTB bridge
 // (a second process of itself is the receiver) and prints, per message
 // size, the message rate (Mmsg/s) and bandwidth (MB/s), beside a reference
 // measured in the same run: Go copy() bandwidth for the same size, the
 // ceiling for a transport that moves bytes through memory.
 //
-//	go run ./examples/perf
-//	go run ./examples/perf -json
+//	go run .                 # in tools/perf
+//	go run . -json
 //
 // With flags it runs one side on any registered backend:
 //
@@ -25,8 +31,8 @@
 // p99) at a paced rate, from CLOCK_MONOTONIC timestamps in the packets.
 // It prints a table (or -json) and can draw a PNG (-plot):
 //
-//	go run ./examples/perf -mode sweep -plot sweep.png
-//	go run ./examples/perf -mode sweep -json
+//	go run . -mode sweep -plot sweep.png
+//	go run . -mode sweep -json
 //
 // Figures are medians of -runs runs in which the modes are measured back to
 // back; ratios and latency differences are taken run by run. Both ends

@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/stats"
 )
 
 // The sweep (-mode sweep) measures small-packet forwarding with and
@@ -822,18 +823,6 @@ func sweepServeErr(err error) error {
 	return err
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	c := slices.Clone(xs)
-	slices.Sort(c)
-	if len(c)%2 == 1 {
-		return c[len(c)/2]
-	}
-	return (c[len(c)/2-1] + c[len(c)/2]) / 2
-}
-
 // clean reports whether a run's throughput (lat: latency) phase kept
 // both ends on a CPU for at least frac of the time.
 func (p *Point) clean(frac float64, lat bool) bool {
@@ -851,7 +840,7 @@ func medianPoint(thr, lat []Point) Point {
 		for i, p := range ps {
 			xs[i] = f(p)
 		}
-		return median(xs)
+		return stats.Median(xs)
 	}
 	var m Point
 	if len(thr) > 0 {
@@ -957,10 +946,10 @@ func summarize(cfg sweepConfig, runs []Point) SweepReport {
 				vb = append(vb, bs[i].PktPerSec/ws[i].PktPerSec)
 			}
 		}
-		c.Speedup, c.VsBurst, c.AddedP99us, c.AddedP99Winus = median(sp), median(vb), median(add), median(addw)
-		c.SpeedupClean, c.CleanRuns = median(spc), len(spc)
-		c.AddedP90us = median(add90)
-		c.AddedP99Cleanus, c.LatCleanRuns = median(addc), len(addc)
+		c.Speedup, c.VsBurst, c.AddedP99us, c.AddedP99Winus = stats.Median(sp), stats.Median(vb), stats.Median(add), stats.Median(addw)
+		c.SpeedupClean, c.CleanRuns = stats.Median(spc), len(spc)
+		c.AddedP90us = stats.Median(add90)
+		c.AddedP99Cleanus, c.LatCleanRuns = stats.Median(addc), len(addc)
 		// One full batch: as many packets as fit by count and by bytes.
 		full := b.PktPerBatch
 		if mp := cfg.opts.MaxPackets; mp > 0 {

@@ -1,0 +1,48 @@
+// Package ntb is Weft's backend for PCIe non-transparent bridges (NTB):
+// two hosts, or two processes, that reach each other's memory through
+// windows of a bridge. Importing it registers the fabric backend "ntb".
+//
+// # Model
+//
+// Device is an NTB after Linux include/linux/ntb.h, for a two-port bridge:
+// inbound memory windows translated into local memory, outbound windows
+// that land in the peer's memory, a doorbell register, scratchpads and
+// link events. ShmDevice emulates one in a shared-memory file: the two
+// sides of the bridge are whoever opens the same file (two processes or
+// two goroutines), and a process that dies takes its side of the link
+// down at once. Hardware bridges plug in behind Device (OpenHardware
+// reports fabric.ErrNotSupported until their register maps are written).
+//
+// Transport runs over a Device, in the spirit of Linux ntb_transport: a
+// handshake over the scratchpads, then one SPSC ring per queue and
+// direction in the receiver's window, with coalesced doorbells. Every
+// store crosses the bridge as a write into the peer's window; nothing
+// reads across it on the message path. Endpoint is one queue of a
+// Transport as a fabric.Endpoint: Send and Recv of message bursts,
+// zero-copy receive (fabric.ViewReceiver), RMA Write, write with
+// immediate and Read against the regions the peer published, and peer
+// loss reported as fabric.ErrPeerGone.
+//
+// # Addresses
+//
+// Through the registry an endpoint is opened by the file that emulates
+// the bridge; both sides name the same file:
+//
+//	ep, err := fabric.Open(ctx, "ntb", "/dev/shm/weft0", nil)
+//
+// A query sets the device geometry (mem, mws, spads, dbbits; used when the
+// file is created) and the transport (queues, ring, maxmsg, window), sizes
+// with K, M or G suffixes: "/dev/shm/weft0?queues=4&ring=1M". With
+// listener=1 (and optionally queue=N) the endpoint dials a fabric.Listen
+// listener on a free queue of the bridge; see ParseAddr and Listen.
+// DialShm does the same as fabric.Open without the registry.
+//
+// # Errors
+//
+// Errors match the fabric sentinels with errors.Is. A value the peer
+// writes that does not validate is dropped, counted in
+// Stats.Drops[fabric.DropMalformed], reported as an event and ends the
+// session, which the transport then renegotiates; no input from the peer
+// can make this package read or write outside the windows or panic.
+// ErrBusy reports that both sides of an emulated bridge are taken.
+package ntb

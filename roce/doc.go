@@ -1,0 +1,52 @@
+// Package roce is Weft's user-space RoCEv2 engine: RDMA over Converged
+// Ethernet in pure Go, over UDP, that interoperates with Linux Soft-RoCE
+// (rxe) and RDMA NICs. Importing it registers the fabric backend "roce".
+//
+// # Model
+//
+// Engine is a software RDMA device, the user-space equivalent of rxe. It
+// owns a Link (a UDP socket on port 4791 batched with recvmmsg and
+// sendmmsg, or any other carrier of datagrams), protection domains (PD),
+// memory regions (MR), completion queues (CQ) and reliable-connected or
+// unreliable-datagram queue pairs (QP) with the verbs state machine, and
+// speaks the RoCEv2 wire protocol (roce/wire): SEND, WRITE, READ and
+// atomics, segmentation to the path MTU, go-back-N with RNR and duplicate
+// handling, and the ICRC. Packets are processed by whoever polls; when
+// nobody does, a background goroutine runs the retransmission timers.
+//
+// Endpoint is one queue pair as a fabric.Endpoint, connected to its peer
+// by Connect: Send and Recv of message bursts, zero-copy receive
+// (fabric.ViewReceiver), RMA Write and Read, and a peer that stops
+// answering reported as fabric.ErrPeerGone.
+//
+// # Addresses
+//
+// Through the registry an endpoint is opened by the TCP address of the
+// out-of-band exchange, in the format of rdma-core's ibv_rc_pingpong:
+//
+//	srv, err := fabric.Open(ctx, "roce", "listen:10.0.0.1:18515", nil) // one side
+//	cli, err := fabric.Open(ctx, "roce", "10.0.0.1:18515", nil)        // the other
+//
+// "listen:" accepts one connection; otherwise the endpoint dials, retrying
+// until the peer listens or ctx is done, so give Open a context with a
+// deadline. A query sets the queue pair and the engine
+// ("?mtu=4096&type=ud&local=10.0.0.2"); see ParseAddr. DialBootstrap,
+// ExchangeClient and ExchangeServer are the exchange itself, shared with
+// the verbs backend (roce/verbs), which runs the same API and addresses
+// over libibverbs.
+//
+// # Errors
+//
+// Errors match the fabric sentinels with errors.Is. Every remote access is
+// checked (key, protection domain, permission, bounds) before memory is
+// touched; a violation is refused with a remote-access NAK and changes
+// nothing.
+//
+// # Test tools
+//
+// PerftestConn (perftest's TCP exchange) and LossyLink (a Link that drops,
+// reorders, duplicates and corrupts datagrams) exist for testing: the
+// interop tests against perftest and the lossy soak use them. They are
+// exported so that tests of programs built on Weft can use them too, and
+// are not needed to move data.
+package roce

@@ -94,6 +94,9 @@ type Backplane struct {
 	ups     chan *Link
 	ctx     context.Context
 	logf    func(string, ...any)
+	// rejoin: this node was restarted and dials every peer; the others
+	// wait for it.
+	rejoin bool
 }
 
 // Link is the connection to one peer node with its send staging and its
@@ -124,7 +127,11 @@ type Link struct {
 
 // openBackplane opens node rank's endpoint and connects to every peer,
 // waiting up to the context's deadline for the whole mesh.
-func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Settings, logf func(string, ...any)) (*Backplane, error) {
+//
+// A node that was restarted (rejoin) dials every peer, since they only
+// wait for it: a survivor never dials a lost peer, so no attempt is wasted
+// on a node that is not back yet.
+func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Settings, rejoin bool, logf func(string, ...any)) (*Backplane, error) {
 	backend, batched := splitBackplane(bp)
 	listen, cfg, err := meshConfig(backend, dir, rank, n, set)
 	if err != nil {
@@ -134,13 +141,16 @@ func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Setting
 	if err != nil {
 		return nil, err
 	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
 	b := &Backplane{rank: rank, n: n, backend: backend, batched: batched, set: set, ep: ep,
-		links: make([]*Link, n), ups: make(chan *Link, n), ctx: ctx, logf: logf}
+		links: make([]*Link, n), ups: make(chan *Link, n), ctx: ctx, logf: logf, rejoin: rejoin}
 	for j := range n {
 		if j == rank {
 			continue
 		}
-		l, err := b.connect(ctx, j)
+		l, err := b.connect(ctx, j, rank < j || rejoin)
 		if err != nil {
 			ep.Close()
 			return nil, fmt.Errorf("node %d: peer %d: %w", rank, j, err)
@@ -150,14 +160,14 @@ func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Setting
 	return b, nil
 }
 
-// connect makes (as the lower rank) or waits for (as the higher) the
-// connection to peer j and sets up its link.
-func (b *Backplane) connect(ctx context.Context, j int) (*Link, error) {
+// connect makes (dial) or waits for the connection to peer j and sets up
+// its link.
+func (b *Backplane) connect(ctx context.Context, j int, dial bool) (*Link, error) {
 	p, err := b.ep.Insert(nodeName(j))
 	if err != nil {
 		return nil, err
 	}
-	if b.rank < j {
+	if dial {
 		if err := b.ep.Connect(ctx, p); err != nil {
 			return nil, err
 		}
@@ -307,24 +317,29 @@ func (l *Link) close() {
 func (b *Backplane) Events() <-chan rdm.Event { return b.ep.Events() }
 
 // Rejoin takes the link to the node of a lost peer out of service and
-// starts making a new one in the background; the loop picks it up from
-// Ups when it is there (the peer may take any time to come back).
+// waits in the background for the peer to come back and dial us; the loop
+// picks the new link up from Ups (the peer may take any time).
 func (b *Backplane) Rejoin(ev rdm.Event) {
 	j, err := nodeRank(ev.Name)
 	if err != nil || j < 0 || j >= b.n || b.links[j] == nil || b.links[j].peer != ev.Peer {
 		return
 	}
 	b.links[j].close()
+	b.logf("node %d: peer %d gone (%v); rejoining", b.rank, j, ev.Err)
 	go func() {
 		for b.ctx.Err() == nil {
 			ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
-			l, err := b.connect(ctx, j)
+			l, err := b.connect(ctx, j, false)
 			cancel()
 			if err == nil {
+				b.logf("node %d: peer %d back", b.rank, j)
 				b.ups <- l
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			if b.ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				b.logf("node %d: peer %d: %v", b.rank, j, err)
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 	}()
 }

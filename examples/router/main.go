@@ -54,6 +54,7 @@ func main() {
 	ports := flag.String("ports", "", "internal: interfaces of the generator or sink")
 	macs := flag.String("macs", "", "internal: the nodes' ingress MACs")
 	size := flag.Int("size", 64, "internal: generator frame size")
+	rejoin := flag.Bool("rejoin", false, "internal: the node was restarted")
 	flag.Parse()
 	initClock()
 
@@ -70,7 +71,7 @@ func main() {
 	}
 	switch *role {
 	case "node":
-		check(runNode(NodeConfig{Rank: *rank, Nodes: *nodes, Backplane: *bp, Dir: *dir, Routes: *routes, Settings: set}))
+		check(runNode(NodeConfig{Rank: *rank, Nodes: *nodes, Backplane: *bp, Dir: *dir, Routes: *routes, Settings: set, Rejoin: *rejoin}))
 		return
 	case "gen":
 		gc := GenConfig{Ports: strings.Split(*ports, ","), Size: *size, Rate: *rate, Duration: *dur, Nodes: *nodes, Routes: *routes, BadEvery: *bad}

@@ -22,6 +22,7 @@ type NodeConfig struct {
 	Dir         string // where NTB bridges live
 	Routes      int
 	Settings    Settings
+	Rejoin      bool // restarted: dial every peer (they wait for us)
 }
 
 // NodeStats are a node's counters, reported as a JSON line.
@@ -235,7 +236,8 @@ func runNode(c NodeConfig) error {
 	copy(f.dst[:], nh)
 	if c.Backplane != "" && c.Backplane != "none" && c.Nodes > 1 {
 		bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
-		f.bp, err = openBackplane(bctx, c.Backplane, c.Dir, c.Rank, c.Nodes, c.Settings, nil)
+		f.bp, err = openBackplane(bctx, c.Backplane, c.Dir, c.Rank, c.Nodes, c.Settings, c.Rejoin,
+			func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) })
 		bcancel()
 		if err != nil {
 			return fmt.Errorf("back-plane: %w", err)

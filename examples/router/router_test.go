@@ -135,3 +135,36 @@ func checkRow(t *testing.T, r Row) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestRouterNodeKilled kills node 2 of 3 a third into the run and restarts
+// it: the other nodes go on, count what they could not hand to it as
+// peer-down, take it back when it returns (rejoins), and it forwards again.
+func TestRouterNodeKilled(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		testenv.SkipOrFail(t, "needs iproute2's ip")
+	}
+	rc := RunConfig{
+		Backplanes: []string{"ntb"}, Nodes: 3, Sizes: []int{64}, Duration: 3 * time.Second,
+		Rate: 10000, Routes: 100000, Defaults: DefaultSettings, Kill: 2, Log: t.Logf,
+	}
+	rows, err := Run(context.Background(), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rows[0]
+	if r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	for _, st := range r.NodeStats[:2] {
+		if st.PeerDown == 0 || st.Rejoins != 1 || st.FromPeer == 0 {
+			t.Errorf("survivor %d: peer-down %d, rejoins %d, from peers %d: want the dead node's share counted and the node taken back", st.Rank, st.PeerDown, st.Rejoins, st.FromPeer)
+		}
+	}
+	if st := r.NodeStats[2]; st.RX == 0 || st.Handoff == 0 || st.FromPeer == 0 {
+		t.Errorf("restarted node: %+v: want it forwarding and handing off again", st)
+	}
+	if r.Sink.Received == 0 || r.Sink.Bad != 0 || r.Sink.PerPort[2] == 0 {
+		t.Errorf("sink: %+v", r.Sink)
+	}
+}

@@ -206,14 +206,14 @@ func settingsArg(s Settings) string {
 func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *Row) error {
 	n := row.Nodes
 	common := []string{"-nodes", strconv.Itoa(n), "-routes", strconv.Itoa(rc.Routes)}
-	startNode := func(i int) (*child, error) {
-		args := append([]string{"-role", "node", "-rank", strconv.Itoa(i), "-backplane", row.Backplane,
+	startNode := func(i int, rejoin bool) (*child, error) {
+		args := append([]string{"-role", "node", "-rejoin=" + strconv.FormatBool(rejoin), "-rank", strconv.Itoa(i), "-backplane", row.Backplane,
 			"-dir", dir, "-settings", settingsArg(row.Settings)}, common...)
 		return startChild(topo, topo.nsNode(i), args...)
 	}
 	nodes := make([]*child, n)
 	for i := range n {
-		c, err := startNode(i)
+		c, err := startNode(i, false)
 		if err != nil {
 			return err
 		}
@@ -256,7 +256,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			<-nodes[rc.Kill].done
 			time.Sleep(rc.Duration / 6)
 			rc.Log("restarting node %d", rc.Kill)
-			if nodes[rc.Kill], err = startNode(rc.Kill); err != nil {
+			if nodes[rc.Kill], err = startNode(rc.Kill, true); err != nil {
 				return GenResult{}, SinkResult{}, err
 			}
 		}

@@ -47,7 +47,7 @@ func nodeRank(name string) (int, error) { return strconv.Atoi(strings.TrimPrefix
 // meshConfig returns the listen address and rdm configuration of node i of
 // n over backend. NTB joins two hosts per bridge, so node i listens on one
 // emulated bridge per peer (a file in dir); the network back-planes listen
-// on the point-to-point veth of each pair (pairIP).
+// on the point-to-point veth of each pair (pairIP, pairMAC).
 func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Config, error) {
 	cfg := &rdm.Config{Name: nodeName(i), DialTimeout: 5 * time.Second}
 	cfg.Options.QueueDepth = set.QueueDepth
@@ -63,8 +63,10 @@ func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Confi
 		listen = func(j int) string { return "listen:" + pairIP(i, j).String() + ":18515" }
 		dial = func(j int) string { return pairIP(j, i).String() + ":18515" }
 	case "ethernet":
-		listen = func(j int) string { return pairIf(j) + ":local=" + pairIP(i, j).String() }
-		dial = func(j int) string { return pairIf(j) + ":udp=" + pairIP(j, i).String() }
+		// Raw Ethernet framing (EtherType 0x88B5), the paper's
+		// DPDK-Ethernet baseline: no IP or UDP on the back-plane.
+		listen = func(j int) string { return pairIf(j) }
+		dial = func(j int) string { return pairIf(j) + ":peer=" + pairMAC(j, i).String() }
 	default:
 		return "", nil, fmt.Errorf("back-plane %q: want ntb, roce or ethernet (+batch)", backend)
 	}

@@ -52,6 +52,14 @@ func pairIP(i, j int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 3, byte(4*lo + hi), host})
 }
 
+// pairMAC is node i's MAC on its back-plane link to node j.
+func pairMAC(i, j int) net.HardwareAddr {
+	if i < j {
+		return mac(3, 4*i+j, 1)
+	}
+	return mac(3, 4*j+i, 2)
+}
+
 func mac(kind, i, side int) net.HardwareAddr {
 	return net.HardwareAddr{2, byte(kind), 0, 0, byte(i), byte(side)}
 }
@@ -127,8 +135,8 @@ func BuildTopology(n int) (t *Topology, err error) {
 			return t, err
 		}
 		for j := i + 1; j < n; j++ {
-			if err := veth(t.nsNode(i), pairIf(j), mac(3, 4*i+j, 1), pairIP(i, j).String()+"/24",
-				t.nsNode(j), pairIf(i), mac(3, 4*i+j, 2), pairIP(j, i).String()+"/24"); err != nil {
+			if err := veth(t.nsNode(i), pairIf(j), pairMAC(i, j), pairIP(i, j).String()+"/24",
+				t.nsNode(j), pairIf(i), pairMAC(j, i), pairIP(j, i).String()+"/24"); err != nil {
 				return t, err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -100,6 +101,12 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 		}
 		fmt.Fprintf(w, "%-12s %5d %9.3f %8.3f %6.1f%% %10.1f %9.1f %v\n", r.Backplane, r.Size, r.Mpps, r.Gbps, 100*r.Loss, r.MedianUs, r.P99Us, d)
 	}
+	fmt.Fprintf(w, "\nCPU in cores (throughput phase | latency phase); host = all work on the machine, %d cores\n", countCPUs())
+	for _, r := range rows {
+		if r.Err == "" {
+			fmt.Fprintf(w, "%-12s %5d  %s | %s\n", r.Backplane, r.Size, cpuString(r.CPU), cpuString(r.LatCPU))
+		}
+	}
 	cls := claims(rows, rc.Sizes)
 	fmt.Fprintln(w)
 	for _, c := range cls {
@@ -122,4 +129,17 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 	} else {
 		fmt.Fprintf(w, "\nwrote %s.json and %s.png\n", out, out)
 	}
+}
+
+func cpuString(m map[string]float64) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	var b strings.Builder
+	for _, k := range ks {
+		fmt.Fprintf(&b, "%s %.2f ", k, m[k])
+	}
+	return strings.TrimSpace(b.String())
 }

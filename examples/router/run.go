@@ -48,7 +48,11 @@ type Row struct {
 	Sink      SinkResult  `json:"sink"`
 	LatSink   SinkResult  `json:"lat_sink"`
 	NodeStats []NodeStats `json:"node_stats"`
-	Err       string      `json:"error,omitempty"`
+	// CPU is the CPU use of each process in the throughput phase, and
+	// LatCPU in the latency phase, in cores (see cpuMeter).
+	CPU    map[string]float64 `json:"cpu"`
+	LatCPU map[string]float64 `json:"lat_cpu,omitempty"`
+	Err    string             `json:"error,omitempty"`
 }
 
 // child is a process of the run (node, generator or sink) whose stdout
@@ -229,6 +233,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		ports = append(ports, "g"+strconv.Itoa(i))
 		macs = append(macs, inMAC(i).String())
 	}
+	var cpu map[string]float64
 	phase := func(rate float64, kill bool) (GenResult, SinkResult, error) {
 		var sinkPorts []string
 		for i := range n {
@@ -249,6 +254,11 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if err != nil {
 			return GenResult{}, SinkResult{}, err
 		}
+		pids := map[string]int{"sink": sink.cmd.Process.Pid}
+		for i, c := range nodes {
+			pids["node"+strconv.Itoa(i)] = c.cmd.Process.Pid
+		}
+		meter := newCPUMeter(pids)
 		if kill && rc.Kill >= 0 && rc.Kill < n {
 			time.Sleep(rc.Duration / 3)
 			rc.Log("killing node %d", rc.Kill)
@@ -264,6 +274,12 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if err != nil {
 			return g, SinkResult{}, err
 		}
+		<-gen.done
+		var genCPU map[string]time.Duration
+		if ps := gen.cmd.ProcessState; ps != nil {
+			genCPU = map[string]time.Duration{"gen": ps.UserTime() + ps.SystemTime()}
+		}
+		cpu = meter.done(genCPU)
 		time.Sleep(200 * time.Millisecond) // drain
 		sink.signal(syscall.SIGTERM)
 		s, err := decodeLine[SinkResult](ctx, sink, 10*time.Second)
@@ -273,7 +289,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 	if err != nil {
 		return err
 	}
-	row.Gen, row.Sink = g, s
+	row.Gen, row.Sink, row.CPU = g, s, cpu
 	if g.Seconds > 0 && g.Sent > 0 {
 		row.Offered = float64(g.Sent) / g.Seconds / 1e6
 		row.Mpps = float64(s.Received) / g.Seconds / 1e6
@@ -291,7 +307,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if err != nil {
 			return err
 		}
-		row.LatSink = s
+		row.LatSink, row.LatCPU = s, cpu
 		row.MedianUs, row.P99Us = s.MedianUs, s.P99Us
 		if sent := g.Sent - badTotal(g); sent > 0 {
 			row.LatLoss = 1 - float64(s.Received)/float64(sent)

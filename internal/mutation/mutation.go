@@ -162,6 +162,30 @@ var List = []Mutation{
 		Pkg:  "./internal/testenv/", Run: "^TestSkipOrFail$",
 		Why: "under CI=true a skip for a missing environment is a failure",
 	},
+	{
+		Name: "router-ttl1-forwarded",
+		File: "examples/router/forward.go",
+		Old:  "\tif ip[8] <= 1 {\n",
+		New:  "\tif ip[8] == 0 {\n",
+		Pkg:  "./examples/router/", Run: "^TestForwardFrame$",
+		Why: "the router drops and counts TTL 1 (forwarding would send TTL 0)",
+	},
+	{
+		Name: "router-checksum-not-updated",
+		File: "examples/router/forward.go",
+		Old:  "\tbinary.BigEndian.PutUint16(ip[10:12], ^uint16(s))\n",
+		New:  "",
+		Pkg:  "./examples/router/", Run: "^TestDecTTL$",
+		Why: "the TTL decrement updates the header checksum (RFC 1624)",
+	},
+	{
+		Name: "router-bad-checksum-forwarded",
+		File: "examples/router/forward.go",
+		Old:  "\tif checksum(ip[:ihl]) != 0 {\n",
+		New:  "\tif false {\n",
+		Pkg:  "./examples/router/", Run: "^TestForwardFrame$",
+		Why: "a frame with a bad IPv4 header checksum is dropped and counted",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

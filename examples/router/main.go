@@ -105,8 +105,12 @@ func main() {
 	for _, ns := range Leftovers(false) {
 		ipCmd("netns", "del", ns) // a run that was SIGKILLed
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	removeStaleShm()
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer cancel()
+	// A closed output pipe (| head) must not kill us before we clean up:
+	// with SIGPIPE caught, writes fail with EPIPE instead.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	rc := RunConfig{
 		Backplanes: strings.Split(*backplanes, ","), Nodes: *nodes, Duration: *dur, Rate: *rate,
 		LatRate: *latRate, Routes: *routes, Bad: *bad, Tuned: tuned, Defaults: set, Kill: *kill,

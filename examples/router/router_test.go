@@ -87,7 +87,7 @@ func TestRouter(t *testing.T) {
 			}
 		}
 	}
-	if m, _ := filepath.Glob("/dev/shm/weft-router-*"); len(m) > 0 {
+	if m, _ := filepath.Glob("/dev/shm/" + shmPrefix() + "*"); len(m) > 0 {
 		t.Errorf("left behind: %v", m)
 	}
 }
@@ -167,4 +167,87 @@ func TestRouterNodeKilled(t *testing.T) {
 	if r.Sink.Received == 0 || r.Sink.Bad != 0 || r.Sink.PerPort[2] == 0 {
 		t.Errorf("sink: %+v", r.Sink)
 	}
+}
+
+// TestRouterInterrupt runs the program as a user would and presses Ctrl-C
+// (SIGINT) in the middle of a measurement: it must end, and leave no
+// namespace, link, XDP program (they go with the namespaces), process or
+// bridge file behind.
+func TestRouterInterrupt(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		testenv.SkipOrFail(t, "needs iproute2's ip")
+	}
+	cmd := exec.Command(os.Args[0], "-backplanes", "ntb", "-sizes", "64", "-duration", "20s", "-out", filepath.Join(t.TempDir(), "r"))
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "wr" + strconv.Itoa(cmd.Process.Pid) + "-"
+	deadline := time.Now().Add(60 * time.Second)
+	for { // wait until the nodes and the generator run
+		if m, _ := filepath.Glob("/run/netns/" + prefix + "*"); len(m) >= 4 && len(runProcs(t, cmd.Process.Pid)) >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the run did not start:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 30 s after SIGINT:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "interrupted; cleaned up") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	if m, _ := filepath.Glob("/run/netns/" + prefix + "*"); len(m) > 0 {
+		t.Errorf("namespaces left behind: %v", m)
+	}
+	if ps := runProcs(t, cmd.Process.Pid); len(ps) > 0 {
+		t.Errorf("processes left behind: %v", ps)
+	}
+	if m, _ := filepath.Glob("/proc/[0-9]*/environ"); len(m) > 0 {
+		for _, f := range m { // orphans of the run would still carry its marker
+			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), childEnv+"=1") && !strings.Contains(f, "/"+strconv.Itoa(os.Getpid())+"/") {
+				if b2, _ := os.ReadFile(strings.Replace(f, "environ", "cmdline", 1)); strings.Contains(string(b2), prefix) || strings.Contains(string(b2), "-role") {
+					t.Errorf("process left behind: %s", strings.ReplaceAll(string(b2), "\x00", " "))
+				}
+			}
+		}
+	}
+	if m, _ := filepath.Glob("/dev/shm/weft-router-" + strconv.Itoa(cmd.Process.Pid) + "-*"); len(m) > 0 {
+		t.Errorf("left behind: %v", m)
+	}
+}
+
+// runProcs lists the processes whose parent is pid (the run's nodes,
+// generator and sink).
+func runProcs(t *testing.T, pid int) []string {
+	t.Helper()
+	var ps []string
+	m, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range m {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				ps = append(ps, s[:i+1])
+			}
+		}
+	}
+	return ps
 }

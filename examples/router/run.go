@@ -171,7 +171,7 @@ func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
 		if err != nil {
 			return rows, err
 		}
-		dir, err := os.MkdirTemp("/dev/shm", "weft-router-")
+		dir, err := os.MkdirTemp("/dev/shm", shmPrefix())
 		if err != nil {
 			topo.Remove()
 			return rows, err

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -173,6 +174,21 @@ func (t *Topology) Remove() error {
 	}
 	t.ns = nil
 	return first
+}
+
+// shmPrefix names this process's NTB bridge directories in /dev/shm.
+func shmPrefix() string { return "weft-router-" + strconv.Itoa(os.Getpid()) + "-" }
+
+// removeStaleShm removes the bridge directories of runs whose process is
+// gone (killed with SIGKILL or by a broken pipe).
+func removeStaleShm() {
+	m, _ := filepath.Glob("/dev/shm/weft-router-*-*")
+	for _, d := range m {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), "weft-router-"), "-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Leftovers lists namespaces of this program whose run is over: those of

@@ -51,7 +51,7 @@ func Tune(ctx context.Context, rc RunConfig, path string) error {
 		if err != nil {
 			return err
 		}
-		dir, err := os.MkdirTemp("/dev/shm", "weft-router-")
+		dir, err := os.MkdirTemp("/dev/shm", shmPrefix())
 		if err != nil {
 			topo.Remove()
 			return err

@@ -313,8 +313,10 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			row.LatLoss = 1 - float64(s.Received)/float64(sent)
 		}
 	}
+	for _, c := range nodes {
+		c.signal(syscall.SIGTERM) // all at once: none sees another go first
+	}
 	for i, c := range nodes {
-		c.signal(syscall.SIGTERM)
 		st, err := decodeLine[NodeStats](ctx, c, 10*time.Second)
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i, err)

@@ -47,6 +47,7 @@ func main() {
 	settings := flag.String("settings", "", "node settings: a file written by -tune, or JSON")
 	out := flag.String("out", "router", "prefix of the JSON and PNG files")
 	tune := flag.Bool("tune", false, "search the parameters per back-plane and size; write <out>-tuned.json")
+	reps := flag.Int("reps", 3, "with -tune: runs per setting (the median counts)")
 	// internal flags of the roles
 	rank := flag.Int("rank", 0, "internal: node rank")
 	bp := flag.String("backplane", "none", "internal: the node's back-plane")
@@ -123,7 +124,7 @@ func main() {
 	}
 	var err error
 	if *tune {
-		err = Tune(ctx, rc, *out+"-tuned.json")
+		err = Tune(ctx, rc, *out+"-tuned.json", *reps)
 	} else {
 		var rows []Row
 		rows, err = Run(ctx, rc)

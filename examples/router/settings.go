@@ -83,3 +83,9 @@ func (t Tuned) save(path string) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// String formats the settings on one line.
+func (s Settings) String() string {
+	return fmt.Sprintf("burst=%d batch=%d/%dB/%v spin=%v depth=%d", s.Burst, s.BatchPackets, s.BatchBytes,
+		time.Duration(s.BatchDeadline), time.Duration(s.Spin), s.QueueDepth)
+}

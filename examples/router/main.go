@@ -40,7 +40,7 @@ func main() {
 	sizes := flag.String("sizes", "64,128,256,512,1024,1500", "frame sizes in bytes")
 	dur := flag.Duration("duration", 2*time.Second, "length of each measurement")
 	rate := flag.Float64("rate", 0, "offered load of the throughput phase, packets/s (0: as fast as the generator can)")
-	latRate := flag.Float64("lat-rate", 20000, "fixed offered load of the latency phase, packets/s (0: skip)")
+	latRate := flag.Float64("lat-rate", 5000, "fixed offered load of the latency phase, packets/s (0: skip)")
 	routes := flag.Int("routes", 100000, "FIB size")
 	bad := flag.Int("bad", 0, "make every N-th generated packet malformed, expired or unroutable")
 	kill := flag.Int("kill", -1, "kill node N a third into each throughput phase and restart it")

@@ -101,6 +101,16 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 		}
 		fmt.Fprintf(w, "%-12s %5d %9.3f %8.3f %6.1f%% %10.1f %9.1f %v\n", r.Backplane, r.Size, r.Mpps, r.Gbps, 100*r.Loss, r.MedianUs, r.P99Us, d)
 	}
+	var mallocs, pkts uint64
+	for _, r := range rows {
+		for _, s := range r.NodeStats {
+			mallocs += s.Mallocs
+			pkts += s.RX + s.FromPeer
+		}
+	}
+	if pkts > 0 {
+		fmt.Fprintf(w, "\nheap allocations per packet handled, whole node processes: %.5f (%d in %d)\n", float64(mallocs)/float64(pkts), mallocs, pkts)
+	}
 	fmt.Fprintf(w, "\nCPU in cores (throughput phase | latency phase); host = all work on the machine, %d cores\n", countCPUs())
 	for _, r := range rows {
 		if r.Err == "" {
@@ -118,7 +128,10 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 		}
 		fmt.Fprintf(w, "%s: %s\n    %s\n", c.Name, verdict, strings.Join(c.Ratios, "; "))
 	}
-	rep := Report{Nodes: rc.Nodes, Duration: rc.Duration.String(), LatRate: rc.LatRate, Rows: rows, Claims: cls}
+	load, _ := os.ReadFile("/proc/loadavg")
+	note := fmt.Sprintf("%d cores; load average at the end %s", countCPUs(), strings.TrimSpace(string(load)))
+	fmt.Fprintf(w, "\nhost: %s (the run itself is 3 to 6 processes)\n", note)
+	rep := Report{Nodes: rc.Nodes, Duration: rc.Duration.String(), LatRate: rc.LatRate, Rows: rows, Claims: cls, Host: []string{note}}
 	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
 		if err := os.WriteFile(out+".json", append(b, '\n'), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -322,11 +322,15 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515)"
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); " +
+		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 
 // Open implements fabric.Driver.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
+	if IsCMAddr(addr) {
+		return openCM(ctx, addr, o) // rdmacm.go, rdmacm_fabric.go
+	}
 	opts, err := ParseAddr(addr)
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}

@@ -54,6 +54,8 @@ type Engine struct {
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
 	started time.Time
+
+	gsi atomic.Pointer[CM] // the communication manager on QP 1 (gsi.go), if started
 }
 
 // EngineConfig configures an Engine. The zero value is the default,
@@ -366,6 +368,10 @@ func (e *Engine) input(p *Packet) {
 	op := pkt.OpCode()
 	if op == wire.OpCNP {
 		return // congestion notification: no rate control yet
+	}
+	if pkt.BTH.DestQP() == gsiQPN {
+		e.gsiInput(&pkt, p.Addr.Addr().Unmap())
+		return
 	}
 	e.objMu.RLock()
 	qp := e.qps[pkt.BTH.DestQP()]

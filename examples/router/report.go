@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -117,6 +118,7 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 			fmt.Fprintf(w, "%-12s %5d  %s | %s\n", r.Backplane, r.Size, cpuString(r.CPU), cpuString(r.LatCPU))
 		}
 	}
+	fmt.Fprintln(w, saturation(rows))
 	cls := claims(rows, rc.Sizes)
 	fmt.Fprintln(w)
 	for _, c := range cls {
@@ -155,4 +157,41 @@ func cpuString(m map[string]float64) string {
 		fmt.Fprintf(&b, "%s %.2f ", k, m[k])
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// saturation says what limited the run, from the CPU measurements: a
+// process near a full core is the bottleneck; a host whose cores were all
+// busy while the run's processes used less than that was starving them.
+func saturation(rows []Row) string {
+	var runSum, host, maxProc float64
+	maxName, n := "", 0
+	for _, r := range rows {
+		if r.CPU == nil {
+			continue
+		}
+		n++
+		for k, v := range r.CPU {
+			if k == "host" {
+				host += v
+				continue
+			}
+			runSum += v
+			if v > maxProc {
+				maxProc, maxName = v, r.Backplane+"/"+strconv.Itoa(r.Size)+" "+k
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	runSum, host = runSum/float64(n), host/float64(n)
+	s := fmt.Sprintf("saturation (throughput phases, mean): the run's processes used %.2f cores together, the host %.2f of %d; busiest process %s at %.2f cores",
+		runSum, host, countCPUs(), maxName, maxProc)
+	switch {
+	case maxProc > 0.9:
+		s += ": that process saturates its core"
+	case host > 0.95*float64(countCPUs()) && runSum < 0.8*host:
+		s += fmt.Sprintf(": no process of the run reaches a core; the cores were saturated, %.2f of them by other work, so every process ran on a fraction of a core and queued for it (latency in scheduler time slices)", host-runSum)
+	}
+	return s
 }

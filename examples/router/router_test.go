@@ -139,14 +139,15 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // TestRouterNodeKilled kills node 2 of 3 a third into the run and restarts
 // it: the other nodes go on, count what they could not hand to it as
 // peer-down, take it back when it returns (rejoins), and it forwards again.
+// (A smaller FIB: the restart must fit in the run, even under -race.)
 func TestRouterNodeKilled(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		testenv.SkipOrFail(t, "needs iproute2's ip")
 	}
 	rc := RunConfig{
-		Backplanes: []string{"ntb"}, Nodes: 3, Sizes: []int{64}, Duration: 3 * time.Second,
-		Rate: 10000, Routes: 100000, Defaults: DefaultSettings, Kill: 2, Log: t.Logf,
+		Backplanes: []string{"ntb"}, Nodes: 3, Sizes: []int{64}, Duration: 6 * time.Second,
+		Rate: 5000, Routes: 10000, Defaults: DefaultSettings, Kill: 2, Log: t.Logf,
 	}
 	rows, err := Run(context.Background(), rc)
 	if err != nil {

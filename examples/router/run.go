@@ -269,6 +269,10 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			if nodes[rc.Kill], err = startNode(rc.Kill, true); err != nil {
 				return GenResult{}, SinkResult{}, err
 			}
+			if l, err := nodes[rc.Kill].line(ctx, 60*time.Second); err != nil || l != "ready" {
+				return GenResult{}, SinkResult{}, fmt.Errorf("restarted node %d: %q %v", rc.Kill, l, err)
+			}
+			rc.Log("node %d is back", rc.Kill)
 		}
 		g, err := decodeLine[GenResult](ctx, gen, rc.Duration+30*time.Second)
 		if err != nil {
@@ -295,11 +299,6 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		row.Mpps = float64(s.Received) / g.Seconds / 1e6
 		row.Gbps = float64(s.Bytes) * 8 / g.Seconds / 1e9
 		row.Loss = 1 - float64(s.Received)/float64(g.Sent-badTotal(g))
-	}
-	if rc.Kill >= 0 && rc.Kill < n {
-		if l, err := nodes[rc.Kill].line(ctx, 60*time.Second); err != nil || l != "ready" {
-			return fmt.Errorf("restarted node %d: %q %v", rc.Kill, l, err)
-		}
 	}
 	if rc.LatRate > 0 {
 		row.LatRate = rc.LatRate

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,8 +46,53 @@ func (d Dest) MarshalPingpong() [PingpongMsgSize]byte {
 	return b
 }
 
-// ParsePingpong parses a pingpong exchange message.
+// refusalMarker starts the reply of a Weft listener that refuses a
+// connection: a message of PingpongMsgSize bytes, so that a Weft dialer
+// reads it where it expects the server's address and recognises it, while
+// ibv_rc_pingpong's parser simply rejects it.
+const refusalMarker = "weft:refused:"
+
+// MarshalRefusal formats the refusal a listener sends in place of its
+// address (reason is cut to fit).
+func MarshalRefusal(reason string) [PingpongMsgSize]byte {
+	var b [PingpongMsgSize]byte
+	n := copy(b[:PingpongMsgSize-1], refusalMarker)
+	copy(b[n:PingpongMsgSize-1], reason)
+	return b
+}
+
+// RefusedError is the error of a dialer whose peer refused the connection
+// (a full backlog, a closing listener). It matches fabric.ErrRefused.
+type RefusedError struct {
+	// Reason is the reason the peer gave.
+	Reason string
+}
+
+// Error implements error.
+func (e *RefusedError) Error() string {
+	return "roce: connection refused by the peer: " + e.Reason
+}
+
+// Unwrap returns fabric.ErrRefused.
+func (e *RefusedError) Unwrap() error { return fabric.ErrRefused }
+
+// ParsePingpong parses a pingpong exchange message. A refusal
+// (MarshalRefusal) gives a *RefusedError, which matches fabric.ErrRefused;
+// anything else that is not an address gives an error matching
+// fabric.ErrMalformed.
 func ParsePingpong(b []byte) (Dest, error) {
+	if r, ok := bytes.CutPrefix(b, []byte(refusalMarker)); ok {
+		if i := bytes.IndexByte(r, 0); i >= 0 {
+			r = r[:i]
+		}
+		reason := strings.Map(func(c rune) rune {
+			if c < 0x20 || c > 0x7e {
+				return '?'
+			}
+			return c
+		}, string(r))
+		return Dest{}, &RefusedError{Reason: reason}
+	}
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
@@ -65,6 +111,19 @@ func ParsePingpong(b []byte) (Dest, error) {
 	d.LID, d.QPN, d.PSN = uint16(lid), uint32(qpn), wire.PSN(psn)
 	copy(d.GID[:], g)
 	return d, nil
+}
+
+// checkPeer rejects a peer address that no real queue pair can have: the
+// special QPs 0 and 1, and GIDs that are not a unicast IP address. A
+// listener must not aim a queue pair at such a target on a stranger's
+// word.
+func checkPeer(d Dest) error {
+	a := d.GID.Addr()
+	if d.QPN <= 1 || !a.IsValid() || a.IsUnspecified() || a.IsMulticast() ||
+		(a.Is4() && a.As4() == [4]byte{255, 255, 255, 255}) {
+		return fmt.Errorf("roce: peer address %06x@%v: %w", d.QPN, a, fabric.ErrMalformed)
+	}
+	return nil
 }
 
 func deadlineFrom(ctx context.Context, conn net.Conn) func() {
@@ -102,24 +161,41 @@ func ExchangeClient(ctx context.Context, conn net.Conn, local Dest) (Dest, error
 // before the client learns its address), send ours, wait for "done".
 func ExchangeServer(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
 	defer deadlineFrom(ctx, conn)()
-	var in [PingpongMsgSize]byte
-	if _, err := io.ReadFull(conn, in[:]); err != nil {
-		return Dest{}, fmt.Errorf("roce: bootstrap: reading the client's address: %w", err)
-	}
-	remote, err := ParsePingpong(in[:])
+	remote, err := readClient(conn)
 	if err != nil {
 		return Dest{}, err
 	}
 	if err := connect(remote); err != nil {
 		return Dest{}, err
 	}
+	return remote, replyServer(conn, local)
+}
+
+// readClient reads and parses the client's address.
+func readClient(conn net.Conn) (Dest, error) {
+	var in [PingpongMsgSize]byte
+	if _, err := io.ReadFull(conn, in[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w (%w)", err, fabric.ErrMalformed)
+		}
+		return Dest{}, fmt.Errorf("roce: bootstrap: reading the client's address: %w", err)
+	}
+	return ParsePingpong(in[:])
+}
+
+// replyServer sends the server's address and waits for the client's
+// "done".
+func replyServer(conn net.Conn, local Dest) error {
 	msg := local.MarshalPingpong()
 	if _, err := conn.Write(msg[:]); err != nil {
-		return Dest{}, fmt.Errorf("roce: bootstrap: %w", err)
+		return fmt.Errorf("roce: bootstrap: %w", err)
 	}
 	var done [5]byte
-	if _, err := io.ReadFull(conn, done[:4]); err != nil || string(done[:4]) != "done" {
-		return Dest{}, fmt.Errorf("roce: bootstrap: no \"done\" from the client: %v", err)
+	if _, err := io.ReadFull(conn, done[:4]); err != nil {
+		return fmt.Errorf("roce: bootstrap: no \"done\" from the client: %w", err)
 	}
-	return remote, nil
+	if string(done[:4]) != "done" {
+		return fmt.Errorf("roce: bootstrap: %q from the client instead of \"done\": %w", done[:4], fabric.ErrMalformed)
+	}
+	return nil
 }

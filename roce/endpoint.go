@@ -212,21 +212,27 @@ type Options struct {
 	KeepAlive time.Duration  // idle keep-alive (default 100 ms; 0 via "keepalive=0")
 	NoICRC    bool           // do not verify received ICRCs
 	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
+	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
 }
 
+// DefaultDialRetry is how long a dial retries an exchange address where
+// nobody listens yet (Options.DialRetry).
+const DefaultDialRetry = 5 * time.Second
+
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&noicrc=1&raw=0]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
-// connection there, otherwise the endpoint dials it. The RoCE traffic
+// connection there, otherwise the endpoint dials it (fabric.Listen
+// accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
-		KeepAlive: 100 * time.Millisecond}
+		KeepAlive: 100 * time.Millisecond, DialRetry: DefaultDialRetry}
 	var vals url.Values
 	var err error
 	o.Listen, o.Bootstrap, vals, err = SplitAddr(addr)
@@ -278,6 +284,16 @@ func ParseAddr(addr string) (Options, error) {
 			} else {
 				err = fmt.Errorf("roce: keepalive=%q: %w", v, e)
 			}
+		case "dialretry":
+			if v == "0" {
+				o.DialRetry = 0
+			} else if v == "-1" {
+				o.DialRetry = -1
+			} else if d, e := time.ParseDuration(v); e == nil && d >= 0 {
+				o.DialRetry = d
+			} else {
+				err = fmt.Errorf("roce: dialretry=%q: %w", v, fabric.ErrInvalid)
+			}
 		case "noicrc":
 			o.NoICRC = v != "0"
 		case "raw":
@@ -322,8 +338,8 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); " +
-		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&dialretry=5s]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 
 // Open implements fabric.Driver.
@@ -335,6 +351,16 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
 	}
+	opts.apply(o)
+	ep, err := Connect(ctx, opts)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+	}
+	return ep, nil
+}
+
+// apply takes the queue pair settings of fabric options.
+func (opts *Options) apply(o fabric.Options) {
 	if o.MaxMsgSize > 0 && opts.QP.MaxMsgSize == 0 {
 		opts.QP.MaxMsgSize = o.MaxMsgSize
 	}
@@ -345,61 +371,53 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 	if o.QueueDepth > 0 {
 		opts.QP.SQDepth = o.QueueDepth
 	}
-	ep, err := Connect(ctx, opts)
-	if err != nil {
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
-	}
-	return ep, nil
 }
 
 // Connect sets up an endpoint: the TCP exchange with the peer (dialing or
-// listening), then a queue pair connected to the peer's.
+// listening), then a queue pair connected to the peer's. A dialer makes its
+// queue pair before it connects, so that the peer's handshake timer does
+// not run while this side allocates.
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
-	conn, err := DialBootstrap(ctx, o.Listen, o.Bootstrap, o.Local)
+	if o.Listen {
+		conn, err := DialBootstrapRetry(ctx, true, o.Bootstrap, o.Local, o.DialRetry)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		ep, mine, err := newEndpoint(o, localOf(conn, o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ExchangeServer(ctx, conn, mine, func(peer Dest) error { return ep.connect(o, mine, peer) }); err != nil {
+			ep.Close()
+			return nil, err
+		}
+		return ep, nil
+	}
+	local := o.Local
+	if !local.IsValid() {
+		// The address the exchange will leave from: the engine's.
+		c, err := net.Dial("udp", o.Bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("roce: no route to %s: %w", o.Bootstrap, err)
+		}
+		local = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}
+	ep, mine, err := newEndpoint(o, local, "", o.Bootstrap)
 	if err != nil {
+		return nil, err
+	}
+	conn, err := DialBootstrapRetry(ctx, false, o.Bootstrap, local, o.DialRetry)
+	if err != nil {
+		ep.Close()
 		return nil, err
 	}
 	defer conn.Close()
-	local := o.Local
-	if !local.IsValid() {
-		local = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	}
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
-	if err != nil {
-		return nil, err
-	}
-	pd := eng.AllocPD()
-	cfg := o.QP
-	cfg.Type = o.Type
-	qp, err := pd.CreateQP(cfg)
-	if err != nil {
-		release()
-		return nil, err
-	}
-	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: conn.LocalAddr().String(), raddr: o.Bootstrap}
-	if o.Listen {
-		ep.raddr = conn.RemoteAddr().String()
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
-	connect := func(peer Dest) error {
-		attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
-			SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
-			MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}
-		if o.Type == RC {
-			attr.KeepAlive = o.KeepAlive
-		}
-		return qp.Connect(attr)
-	}
-	if o.Listen {
-		_, err = ExchangeServer(ctx, conn, mine, connect)
-	} else {
-		var peer Dest
-		peer, err = ExchangeClient(ctx, conn, mine)
-		if err == nil {
-			err = connect(peer)
-		}
+	ep.laddr = conn.LocalAddr().String()
+	peer, err := ExchangeClient(ctx, conn, mine)
+	if err == nil {
+		err = ep.connect(o, mine, peer)
 	}
 	if err != nil {
 		ep.Close()
@@ -408,12 +426,63 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	return ep, nil
 }
 
+// localOf is the engine address of an exchange connection: o.Local if
+// set, else the connection's local address.
+func localOf(conn net.Conn, local netip.Addr) netip.Addr {
+	if local.IsValid() {
+		return local
+	}
+	return conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+}
+
+// newEndpoint creates a queue pair on the engine of local and returns it
+// with the address to tell the peer.
+func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, Dest, error) {
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+	if err != nil {
+		return nil, Dest{}, err
+	}
+	pd := eng.AllocPD()
+	cfg := o.QP
+	cfg.Type = o.Type
+	qp, err := pd.CreateQP(cfg)
+	if err != nil {
+		release()
+		return nil, Dest{}, err
+	}
+	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
+	var b [4]byte
+	rand.Read(b[:])
+	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
+	return ep, mine, nil
+}
+
+// connect moves the endpoint's queue pair to RTS towards peer.
+func (ep *Endpoint) connect(o Options, mine, peer Dest) error {
+	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
+		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
+		MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}
+	if o.Type == RC {
+		attr.KeepAlive = o.KeepAlive
+	}
+	return ep.qp.Connect(attr)
+}
+
 // DialBootstrap opens the TCP connection of the out-of-band exchange:
 // with listen it accepts one connection on hostport, otherwise it dials
-// hostport (from local, if valid), retrying while the peer does not listen
-// yet until ctx is done. The verbs backend uses it too, so both ends speak
-// the same exchange whichever implementation they run.
+// hostport (from local, if valid), retrying for DefaultDialRetry while
+// nobody listens there yet (see DialBootstrapRetry). The verbs backend
+// uses it too, so both ends speak the same exchange whichever
+// implementation they run.
 func DialBootstrap(ctx context.Context, listen bool, hostport string, local netip.Addr) (net.Conn, error) {
+	return DialBootstrapRetry(ctx, listen, hostport, local, DefaultDialRetry)
+}
+
+// DialBootstrapRetry is DialBootstrap with the time a dial retries a
+// refused connection (the peer does not listen yet): at most retry
+// (negative: until ctx is done), after which it fails with an error
+// matching fabric.ErrRefused.
+func DialBootstrapRetry(ctx context.Context, listen bool, hostport string, local netip.Addr, retry time.Duration) (net.Conn, error) {
 	var conn net.Conn
 	var err error
 	if listen {
@@ -437,9 +506,10 @@ func DialBootstrap(ctx context.Context, listen bool, hostport string, local neti
 		if local.IsValid() {
 			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
 		}
+		start := time.Now()
 		for {
 			// The server may not listen yet, or not even be up: retry
-			// until ctx says stop.
+			// for a while.
 			conn, err = d.DialContext(ctx, "tcp", hostport)
 			if err == nil || ctx.Err() != nil {
 				break
@@ -447,12 +517,18 @@ func DialBootstrap(ctx context.Context, listen bool, hostport string, local neti
 			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
 				break // no deadline: give up on errors other than refusal
 			}
+			if retry >= 0 && time.Since(start) >= retry {
+				break
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 		if err != nil {
+			if isRefused(err) {
+				return nil, fmt.Errorf("roce: bootstrap: nobody listens at %s: %w (%w)", hostport, fabric.ErrRefused, err)
+			}
 			return nil, err
 		}
 	}

@@ -37,6 +37,10 @@ type Engine struct {
 	qps    map[uint32]*QP
 	mrs    map[uint32]*MR // by rkey and by lkey (both random)
 	nextQP uint32
+	// QPNs are qpnBase | n&qpnMask: the engine's block, or any 24-bit
+	// number for an engine on a Link of its own.
+	qpnBase, qpnMask uint32
+	block            *qpnBlock
 
 	pollMu  sync.Mutex // one poller at a time
 	rx      []Packet
@@ -87,21 +91,34 @@ const rxBatch = 64
 // NewEngine starts an engine.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	link := cfg.Link
+	var blk *qpnBlock
 	if link == nil {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("roce: EngineConfig needs a Link or an Addr: %w", fabric.ErrInvalid)
 		}
-		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw})
+		// The engine's QPNs are unique on the host, so that engines of
+		// several processes can share the address and port.
+		b, err := claimQPNBlock()
 		if err != nil {
+			return nil, err
+		}
+		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, QPNBlock: b.n})
+		if err != nil {
+			b.release()
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
 		}
-		link = l
+		link, blk = l, b
 	}
 	e := &Engine{cfg: cfg, link: link, local: link.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
-		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now()}
+		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
 	var b [4]byte
 	rand.Read(b[:])
-	e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
+	if blk != nil {
+		e.qpnBase, e.qpnMask = blk.base(), QPNBlockSize-1
+		e.nextQP = e.qpnBase | binary.LittleEndian.Uint32(b[:])&e.qpnMask
+	} else {
+		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
+	}
 	e.rx = make([]Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)
 	for i := range e.rxBufs {
@@ -110,6 +127,16 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.wg.Add(1)
 	go e.background()
 	return e, nil
+}
+
+// QPNBlock returns the block of QPNs the engine owns on the host (see
+// QPNBlockBits), or 0 if it runs on a Link it was given and numbers its
+// QPs without regard to other processes.
+func (e *Engine) QPNBlock() uint32 {
+	if e.block == nil {
+		return 0
+	}
+	return e.block.n
 }
 
 // LocalAddr returns the engine's IP address (its RoCEv2 GID).
@@ -142,6 +169,7 @@ func (e *Engine) Close() error {
 	close(e.stop)
 	err := e.link.Close()
 	e.wg.Wait()
+	e.block.release()
 	return err
 }
 

@@ -96,6 +96,9 @@ type UDPLink struct {
 
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
+
+	steer *steering // the port's steering, if the link shares it
+	block uint32    // the QPN block the link receives (0: all)
 }
 
 type sender struct {
@@ -112,6 +115,13 @@ type UDPConfig struct {
 	// the raw socket for rxe peers. It saves the kernel a second delivery
 	// of every packet (about 30% of the receive cost on loopback).
 	NoRaw bool
+	// QPNBlock, if not zero, is the block of QPNs the link's engine owns
+	// (see QPNBlockBits). The link then shares its address and port with
+	// the links of other processes, each packet steered to the owner of
+	// its destination QP; without the privileges for that it binds the
+	// port alone, and fails with a *SharedPortError if another process
+	// holds it. Zero binds with SO_REUSEADDR and steers nothing.
+	QPNBlock uint32
 }
 
 // ListenUDP opens a UDPLink on addr (port 0 means Port) with the default
@@ -125,16 +135,33 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	if addr.Port() == 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), Port)
 	}
-	conn, err := listen(addr)
+	var conn *net.UDPConn
+	var st *steering
+	var err error
+	if c.QPNBlock != 0 {
+		conn, st, err = joinSteering(addr, c.QPNBlock)
+		if err != nil && privilegeError(err) {
+			why := err
+			conn, err = listenUDP(addr, bindExclusive)
+			if errors.Is(err, unix.EADDRINUSE) {
+				return nil, &SharedPortError{Addr: addr, Err: why}
+			}
+		} else if errors.Is(err, unix.EADDRINUSE) {
+			return nil, &SharedPortError{Addr: addr, Err: err}
+		}
+	} else {
+		conn, err = listen(addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		conn.Close()
+		st.close()
 		return nil, err
 	}
-	l := &UDPLink{conn: conn, rc: rc, local: addr, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
+	l := &UDPLink{conn: conn, rc: rc, local: addr, steer: st, block: c.QPNBlock, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
 		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
 	rc.Control(func(fd uintptr) { l.fd = int(fd) })
 	l.waitFn = func(uintptr) bool {
@@ -173,6 +200,26 @@ func (l *UDPLink) openRaw() {
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 1, K: uint32(l.local.Port())},
 		{Code: unix.BPF_RET | unix.BPF_K, K: 0x40000},
 		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	if l.block != 0 {
+		// Every raw socket sees every packet to the port: keep those
+		// whose destination QP is in our block (UDP payload bytes 4-7).
+		accept := prog[len(prog)-2]
+		prog = append(prog[:len(prog)-2:len(prog)-2],
+			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_IND, K: 8 + 4},
+			unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0xffffff},
+			unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_RSH | unix.BPF_K, K: QPNBlockBits},
+			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 1, K: l.block},
+			accept,
+			unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0})
+		// The jumps to the drop at the end now land in the block test:
+		// point them at the new drop, four instructions further.
+		for i := range prog[:7] {
+			if prog[i].Code&0x07 == unix.BPF_JMP && prog[i].Jf > 0 {
+				prog[i].Jf += 4
+			}
+		}
+		prog[1].Jt += 4 // the fragment test jumps to the drop on true
 	}
 	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp); err != nil {
@@ -216,11 +263,29 @@ func setBuffers(fd, n int) {
 // real IP headers.
 func (l *UDPLink) Raw() bool { return l.raw != nil }
 
-func listen(addr netip.AddrPort) (*net.UDPConn, error) {
+// Shared reports whether the link shares its address and port with the
+// links of other processes, steered by QPN.
+func (l *UDPLink) Shared() bool { return l.steer != nil }
+
+func listen(addr netip.AddrPort) (*net.UDPConn, error) { return listenUDP(addr, bindReuseAddr) }
+
+// How a UDP socket binds its address.
+const (
+	bindReuseAddr = iota // SO_REUSEADDR (send sockets, links that own no QPN block)
+	bindShared           // SO_REUSEADDR and SO_REUSEPORT: a steered group
+	bindExclusive        // alone
+)
+
+func listenUDP(addr netip.AddrPort, mode int) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
 		var serr error
 		c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			if mode != bindExclusive {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}
+			if mode == bindShared && serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
 			if addr.Addr().Is4() {
 				unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 			} else {
@@ -407,7 +472,9 @@ func (l *UDPLink) Close() error {
 	if l.raw != nil {
 		l.raw.Close()
 	}
-	return l.conn.Close()
+	err := l.conn.Close()
+	l.steer.close()
+	return err
 }
 
 // LossConfig sets the fault rates of a LossyLink, each a probability per

@@ -337,8 +337,12 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		qp.txBufs[i] = make([]byte, maxPacket)
 	}
 	e.objMu.Lock()
-	for {
-		e.nextQP = (e.nextQP + 1) & 0xffffff
+	for tries := 0; ; tries++ {
+		if tries > int(e.qpnMask) {
+			e.objMu.Unlock()
+			return nil, fmt.Errorf("roce: all %d QP numbers of the engine are in use: %w", e.qpnMask+1, fabric.ErrNotSupported)
+		}
+		e.nextQP = e.qpnBase | (e.nextQP+1)&e.qpnMask
 		if _, used := e.qps[e.nextQP]; e.nextQP > 1 && !used {
 			break
 		}

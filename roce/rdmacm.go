@@ -29,8 +29,8 @@ type CM struct {
 	mu          sync.Mutex
 	conns       map[uint32]*cmConn   // by local communication id
 	peers       map[peerKey]*cmConn  // by the peer's address and communication id
-	listeners   map[uint16]*Listener // by rdma_cm port (TCP port space)
-	udListeners map[uint16]*Listener // by rdma_cm port (UDP port space, rdmacm_sidr.go)
+	listeners   map[uint16]*CMListener // by rdma_cm port (TCP port space)
+	udListeners map[uint16]*CMListener // by rdma_cm port (UDP port space, rdmacm_sidr.go)
 	guid        uint64
 	closed      bool
 }
@@ -48,8 +48,8 @@ func (e *Engine) CM() *CM {
 	if m := e.gsi.Load(); m != nil {
 		return m
 	}
-	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*Listener{},
-		udListeners: map[uint16]*Listener{}}
+	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*CMListener{},
+		udListeners: map[uint16]*CMListener{}}
 	m.tx.init()
 	// A channel adapter GUID: EUI-64 style, from the engine's address.
 	a := e.local.As16()
@@ -61,7 +61,7 @@ func (e *Engine) CM() *CM {
 }
 
 // ConnConfig are the parameters of a connection made by Dial or accepted
-// from a Listener. The zero value is the default.
+// from a CMListener. The zero value is the default.
 type ConnConfig struct {
 	// PrivateData is the user data sent with the REQ (at most
 	// cm.UserREQPrivateDataSize bytes: 56), the REP
@@ -166,7 +166,7 @@ type cmConn struct {
 	err     error
 	done    chan struct{} // closed when the handshake ends (established or failed)
 	closed  chan struct{} // closed when the disconnection ends (DREP, timeout)
-	lst     *Listener
+	lst     *CMListener
 }
 
 // newConn allocates a connection with a fresh local communication id.
@@ -433,7 +433,7 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 		return true
 	}
 	sid := req.ServiceID()
-	var lst *Listener
+	var lst *CMListener
 	if sid.IsRDMACM() && sid.PortSpace() == cm.PortSpaceTCP {
 		lst = m.listeners[sid.Port()]
 	}
@@ -698,9 +698,9 @@ func (m *CM) Dial(ctx context.Context, pd *PD, raddr netip.AddrPort, cfg *ConnCo
 	return &Conn{c: c}, nil
 }
 
-// Listener takes rdma_cm connection requests for one port of the TCP port
+// CMListener takes rdma_cm connection requests for one port of the TCP port
 // space, like rdma_listen.
-type Listener struct {
+type CMListener struct {
 	m       *CM
 	port    uint16
 	ud      bool
@@ -712,18 +712,18 @@ type Listener struct {
 
 // Listen starts taking connection requests for rdma_cm port port. backlog
 // bounds the requests waiting for Accept (0: 128); more are rejected.
-func (m *CM) Listen(port uint16, backlog int, cfg *ConnConfig) (*Listener, error) {
+func (m *CM) Listen(port uint16, backlog int, cfg *ConnConfig) (*CMListener, error) {
 	return m.listen(port, backlog, cfg, false)
 }
 
-func (m *CM) listen(port uint16, backlog int, cfg *ConnConfig, ud bool) (*Listener, error) {
+func (m *CM) listen(port uint16, backlog int, cfg *ConnConfig, ud bool) (*CMListener, error) {
 	if cfg == nil {
 		cfg = &ConnConfig{}
 	}
 	if backlog <= 0 {
 		backlog = 128
 	}
-	l := &Listener{m: m, port: port, ud: ud, cfg: cfg.withDefaults(), q: make(chan *ConnRequest, backlog), done: make(chan struct{})}
+	l := &CMListener{m: m, port: port, ud: ud, cfg: cfg.withDefaults(), q: make(chan *ConnRequest, backlog), done: make(chan struct{})}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -742,7 +742,7 @@ func (m *CM) listen(port uint16, backlog int, cfg *ConnConfig, ud bool) (*Listen
 
 // offer queues a request; false if the backlog is full. The caller holds
 // m.mu.
-func (l *Listener) offer(r *ConnRequest) bool {
+func (l *CMListener) offer(r *ConnRequest) bool {
 	select {
 	case l.q <- r:
 		return true
@@ -752,11 +752,11 @@ func (l *Listener) offer(r *ConnRequest) bool {
 }
 
 // Port returns the rdma_cm port the listener takes requests for.
-func (l *Listener) Port() uint16 { return l.port }
+func (l *CMListener) Port() uint16 { return l.port }
 
 // Next returns the next connection request, waiting until one arrives,
 // ctx is done or the listener is closed (os.ErrClosed).
-func (l *Listener) Next(ctx context.Context) (*ConnRequest, error) {
+func (l *CMListener) Next(ctx context.Context) (*ConnRequest, error) {
 	for {
 		select {
 		case r := <-l.q:
@@ -775,7 +775,7 @@ func (l *Listener) Next(ctx context.Context) (*ConnRequest, error) {
 }
 
 // Close stops taking requests; requests not yet accepted are rejected.
-func (l *Listener) Close() error {
+func (l *CMListener) Close() error {
 	l.closeMu.Do(func() {
 		m := l.m
 		m.mu.Lock()

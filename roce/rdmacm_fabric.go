@@ -156,7 +156,7 @@ func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoin
 	cfg := o.connConfig(fo)
 	var c *Conn
 	if o.Listen {
-		var l *Listener
+		var l *CMListener
 		l, err = eng.CM().Listen(ap.Port(), 1, cfg)
 		if err == nil {
 			var r *ConnRequest
@@ -216,7 +216,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 }
 
 type cmListener struct {
-	l       *Listener
+	l       *CMListener
 	eng     *Engine
 	key     netip.AddrPort // of the shared engine
 	noICRC  bool

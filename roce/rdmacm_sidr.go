@@ -144,7 +144,7 @@ func (m *CM) onSIDRReq(mad cm.MAD, req cm.SIDRReq, src netip.Addr) bool {
 		return true
 	}
 	sid := req.ServiceID()
-	var lst *Listener
+	var lst *CMListener
 	if sid.IsRDMACM() && sid.PortSpace() == cm.PortSpaceUDP {
 		lst = m.udListeners[sid.Port()]
 	}
@@ -205,11 +205,11 @@ func (c *cmConn) sidrReply(status cm.SIDRStatus, qpn, qkey uint32, data []byte) 
 
 // ListenUD starts taking SIDR requests for rdma_cm port port of the UDP
 // port space, like rdma_listen on a UD rdma_cm id.
-func (m *CM) ListenUD(port uint16, backlog int, cfg *ConnConfig) (*Listener, error) {
+func (m *CM) ListenUD(port uint16, backlog int, cfg *ConnConfig) (*CMListener, error) {
 	return m.listen(port, backlog, cfg, true)
 }
 
-// AcceptUD answers a UD service request (from a Listener of ListenUD)
+// AcceptUD answers a UD service request (from a CMListener of ListenUD)
 // with the QPN and Q_Key of qp, a UD queue pair that takes the client's
 // datagrams, and private data (at most cm.SIDRRepPrivateDataSize bytes).
 func (r *ConnRequest) AcceptUD(qp *QP, qkey uint32, data []byte) error {

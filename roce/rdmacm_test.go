@@ -19,7 +19,7 @@ import (
 
 // cmPair starts two engines (127.0.0.1 dials, 127.0.0.2 listens on
 // rdma_cm port 7471) and their CMs.
-func cmPair(t *testing.T, loss LossConfig, cfg *ConnConfig) (*Engine, *Engine, *Listener) {
+func cmPair(t *testing.T, loss LossConfig, cfg *ConnConfig) (*Engine, *Engine, *CMListener) {
 	t.Helper()
 	ea, eb, _ := enginePair(t, Port, loss)
 	l, err := eb.CM().Listen(7471, 0, cfg)
@@ -31,7 +31,7 @@ func cmPair(t *testing.T, loss LossConfig, cfg *ConnConfig) (*Engine, *Engine, *
 }
 
 // acceptOne accepts one request in the background.
-func acceptOne(t *testing.T, ctx context.Context, l *Listener, pd *PD, data []byte) <-chan *Conn {
+func acceptOne(t *testing.T, ctx context.Context, l *CMListener, pd *PD, data []byte) <-chan *Conn {
 	out := make(chan *Conn, 1)
 	go func() {
 		defer close(out)

@@ -57,9 +57,12 @@ func TestRouter(t *testing.T) {
 	bps := []string{"none"}
 	for _, bp := range []string{"ntb", "ntb+batch", "roce", "roce+batch", "ethernet"} {
 		backend, _ := splitBackplane(bp)
-		if canListen(t, backend) {
+		switch {
+		case canListen(t, backend):
 			bps = append(bps, bp)
-		} else {
+		case backend == "ntb" || backend == "roce":
+			t.Errorf("%s: the backend cannot listen", bp) // it could when this test was written
+		default:
 			t.Logf("%s: the backend cannot listen (yet); not tested", bp)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/units"
 )
 
@@ -23,19 +24,71 @@ type driver struct{}
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
 	return "IFACE[:opt=val,...]: AF_XDP on interface IFACE; opts queue=N, peer=MAC, udp=PEERIP[:PORT], " +
-		"local=IP[:PORT], ethertype=0x88b5, xdp=auto|native|generic, bind=auto|copy|zerocopy, " +
+		"local=IP[:PORT], netns=NAME, ethertype=0x88b5, xdp=auto|native|generic, bind=auto|copy|zerocopy, " +
 		"busypoll=DURATION, budget=N, window=N, maxmsg=SIZE, timeout=DURATION " +
 		"(e.g. veth0, eth0:queue=0,peer=02:00:00:00:00:02, eth0:udp=10.0.0.2:34997)"
 }
 
 // Open implements fabric.Driver. It opens the interface in the calling
-// thread's network namespace and blocks until the handshake with the
-// peer completes or ctx is done.
+// thread's network namespace (or the one netns= names) and blocks until
+// the handshake with the peer completes or ctx is done.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
 	c, err := ParseAddr(addr)
+	if err == nil && c.UDP && !c.PeerIP.IsValid() {
+		err = fmt.Errorf("UDP framing needs udp=PEERIP: %w", fabric.ErrInvalid)
+	}
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "ethernet", Addr: addr, Err: err}
 	}
+	applyOptions(&c, &o)
+	var ep fabric.Endpoint
+	err = inNetns(c.Netns, func() error {
+		e, err := Dial(ctx, c)
+		if err == nil {
+			ep = e
+		}
+		return err
+	})
+	return ep, err
+}
+
+// Listen implements fabric.ListenDriver: a Listener on the interface's
+// shared queue, in the calling thread's network namespace or the one
+// netns= names. The address takes no peer= or udp=; with UDP framing
+// give local=IP[:PORT].
+func (driver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric.Listener, error) {
+	c, err := ParseAddr(addr)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "listen", Backend: "ethernet", Addr: addr, Err: err}
+	}
+	applyOptions(&c, &o)
+	var l fabric.Listener
+	err = inNetns(c.Netns, func() error {
+		ll, err := Listen(c, o.BacklogSize(), o.HandshakeLimit())
+		if err == nil {
+			l = ll
+		}
+		return err
+	})
+	return l, err
+}
+
+// inNetns runs fn in the named network namespace (or, for "", in the
+// calling thread's).
+func inNetns(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	ns, err := netns.OpenNamed(name)
+	if err != nil {
+		return &fabric.OpError{Op: "open", Backend: "ethernet", Addr: "netns=" + name,
+			Err: fmt.Errorf("%v: %w", err, fabric.ErrInvalid)}
+	}
+	defer ns.Close()
+	return ns.Do(fn)
+}
+
+func applyOptions(c *EndpointConfig, o *fabric.Options) {
 	if c.MaxMsgSize == 0 {
 		c.MaxMsgSize = o.MaxMsgSize
 	}
@@ -47,7 +100,6 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 		c.Window = w
 	}
 	c.CQSize, c.Spin = o.CQSize, o.Spin
-	return Dial(ctx, c)
 }
 
 // ParseAddr parses an ethernet address string (see the driver's Usage):
@@ -95,6 +147,11 @@ func ParseAddr(addr string) (EndpointConfig, error) {
 			} else {
 				c.LocalIP, c.LocalPort = ip, port
 			}
+		case "netns":
+			if v == "" || strings.ContainsAny(v, "/") {
+				return bad(fmt.Errorf("not a namespace name"))
+			}
+			c.Netns = v
 		case "ethertype":
 			n, err := strconv.ParseUint(v, 0, 16)
 			if err != nil || n < 0x600 {
@@ -149,9 +206,6 @@ func ParseAddr(addr string) (EndpointConfig, error) {
 		default:
 			return c, fmt.Errorf("unknown option %q: %w", k, fabric.ErrInvalid)
 		}
-	}
-	if c.UDP && !c.PeerIP.IsValid() {
-		return c, fmt.Errorf("UDP framing needs udp=PEERIP: %w", fabric.ErrInvalid)
 	}
 	return c, nil
 }

@@ -24,6 +24,10 @@ import (
 type EndpointConfig struct {
 	// Interface is the network interface name.
 	Interface string
+	// Netns names the network namespace (under /run/netns) the
+	// interface is in; the driver opens the endpoint there. Empty: the
+	// calling thread's. Dial and Listen themselves ignore it.
+	Netns string
 	// Queue is the interface queue id (default 0). The XDP program
 	// steers the endpoint's frames arriving on this queue to it; a NIC
 	// must be configured (RSS, flow steering) to deliver them there.
@@ -101,9 +105,8 @@ const (
 // and drains acknowledgements while the application is not calling.
 type Endpoint struct {
 	cfg        EndpointConfig
-	port       *Port
-	s          *xsk.Socket
-	u          *xsk.UMEM
+	m          *mux  // the shared queue
+	in         inbox // received frames from the mux
 	mem        []byte
 	fsize      uint64
 	link       LinkInfo
@@ -117,10 +120,15 @@ type Endpoint struct {
 	dom        fabric.Domain
 	ctr        fabric.Counters
 	evs        chan fabric.Event
-	watcher    *LinkWatcher
-	l2         [UDP4HdrLen]byte // Ethernet (and IPv4/UDP) header template
 	localMAC   [6]byte
 	udpHdr     UDP4
+	ctl        [1]txEnt
+
+	// Set for an endpoint a listener created: the listener, when the
+	// handshake must be done, and whether the listener heard the outcome.
+	lis        *Listener
+	hsDeadline int64
+	settled    bool
 
 	closed atomic.Bool
 	once   sync.Once
@@ -128,8 +136,10 @@ type Endpoint struct {
 	done   chan struct{}
 
 	mu          sync.Mutex
-	session     uint32
+	session     uint32 // our connection id
+	nonce       uint64 // our handshake nonce
 	peerSession uint32
+	peerNonce   uint64
 	peerMAC     [6]byte
 	peerKnown   bool
 	up          bool
@@ -138,23 +148,22 @@ type Endpoint struct {
 	lastHeard   int64
 	lastSent    int64
 	nextHello   int64
+	hsDrops     uint64 // handshake packets refused (forged, stale, malformed)
 
 	// TX
 	txPool       []uint32
-	txRefs       []uint16 // per frame: transmissions not yet completed
-	held         []bool   // per frame: data awaiting acknowledgement
-	unacked      []txEnt  // indexed by psn & (window-1)
-	sndUna       uint32   // oldest unacknowledged psn
-	sndNxt       uint32   // next psn to assign
-	sndNext      uint32   // next psn to transmit
-	sndMax       uint32   // highest psn transmitted + 1
-	peerLimit    uint32   // the peer takes psns below this
+	unacked      []txEnt // indexed by psn & (window-1)
+	sndUna       uint32  // oldest unacknowledged psn
+	sndNxt       uint32  // next psn to assign
+	sndNext      uint32  // next psn to transmit
+	sndMax       uint32  // highest psn transmitted + 1
+	peerLimit    uint32  // the peer takes psns below this
 	rto          time.Duration
+	rtt          rttEst
 	rtoAt        int64
 	lastProgress int64
 	goBackFor    uint32
 	goBackValid  bool
-	comp         [256]uint64
 
 	// RX
 	rxPool     []uint32
@@ -171,11 +180,6 @@ type Endpoint struct {
 	nakValid   bool
 	dropEvery  int // tests: discard every n-th data packet received
 	dropCount  int
-}
-
-type txEnt struct {
-	frame uint32
-	len   uint32
 }
 
 type rxEnt struct {
@@ -198,10 +202,12 @@ func (e *Endpoint) opErr(op string, err error) error {
 }
 
 // Dial opens an endpoint on cfg.Interface (in the calling thread's
-// network namespace) and performs the handshake with the peer; it blocks
-// until the connection is up or ctx is done.
+// network namespace) and performs the handshake with the peer, a
+// listener or another Dial; it blocks until the connection is up or ctx
+// is done. Endpoints of one process on the same interface queue share
+// one AF_XDP socket (see the package documentation).
 func Dial(ctx context.Context, cfg EndpointConfig) (*Endpoint, error) {
-	e, err := newEndpoint(cfg)
+	e, err := newEndpoint(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -214,22 +220,24 @@ func Dial(ctx context.Context, cfg EndpointConfig) (*Endpoint, error) {
 	return e, nil
 }
 
-func newEndpoint(c EndpointConfig) (*Endpoint, error) {
+// prepare validates c, fills its defaults and returns the link and the
+// frame size of the interface.
+func prepare(c *EndpointConfig, listen bool) (LinkInfo, int, error) {
 	oerr := func(err error) error {
 		return &fabric.OpError{Op: "open", Backend: "ethernet", Addr: c.Interface, Err: err}
 	}
 	li, err := LinkByName(c.Interface)
 	if err != nil {
-		return nil, err
+		return li, 0, err
 	}
 	if c.EtherType == 0 {
 		c.EtherType = EtherTypeWeft
 	}
 	if c.Window == 0 {
-		c.Window = 1024
+		c.Window = DefaultWindow
 	}
 	if !pow2(c.Window) || c.Window < 16 || c.Window > 1<<14 {
-		return nil, oerr(fmt.Errorf("window %d: need a power of two in [16, 16384]: %w", c.Window, fabric.ErrInvalid))
+		return li, 0, oerr(fmt.Errorf("window %d: need a power of two in [16, 16384]: %w", c.Window, fabric.ErrInvalid))
 	}
 	if c.MaxMsgSize == 0 {
 		c.MaxMsgSize = 64 << 10
@@ -237,34 +245,88 @@ func newEndpoint(c EndpointConfig) (*Endpoint, error) {
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = 5 * time.Second
 	}
-	e := &Endpoint{cfg: c, link: li, window: uint32(c.Window), dcap: uint32(c.Window),
+	if c.PeerMAC != nil && len(c.PeerMAC) != 6 {
+		return li, 0, oerr(fmt.Errorf("peer MAC %v: %w", c.PeerMAC, fabric.ErrInvalid))
+	}
+	switch {
+	case c.UDP && listen:
+		if c.LocalPort == 0 {
+			c.LocalPort = DefaultUDPPort
+		}
+		if err := localIPv4(c, li); err != nil {
+			return li, 0, oerr(err)
+		}
+	case c.UDP:
+		if err := resolveUDP(c, li); err != nil {
+			return li, 0, oerr(err)
+		}
+	}
+	frameSize := 2048
+	if mtu := max(li.MTU, 0); mtu+EthHdrLen > frameSize-unix.XDP_PACKET_HEADROOM {
+		frameSize = 4096
+	}
+	return li, frameSize, nil
+}
+
+// DefaultWindow is the number of packets in flight per connection when
+// EndpointConfig.Window is zero.
+const DefaultWindow = 256
+
+// newEndpoint builds an endpoint on its interface's shared queue: a
+// dialer (lis nil), or a connection accepted by lis on lis's queue.
+func newEndpoint(c EndpointConfig, lis *Listener) (*Endpoint, error) {
+	var (
+		li        LinkInfo
+		frameSize int
+		m         *mux
+		err       error
+	)
+	if lis == nil {
+		if li, frameSize, err = prepare(&c, false); err != nil {
+			return nil, err
+		}
+		if m, err = acquireMux(li, &c, frameSize); err != nil {
+			return nil, err
+		}
+	} else {
+		m = lis.m
+		li, frameSize = m.link, int(m.fsize)
+		m.ref()
+	}
+	e, err := buildEndpoint(c, li, m, frameSize)
+	if err != nil {
+		m.release()
+		return nil, err
+	}
+	e.lis = lis
+	if !m.attach(e, lis == nil) {
+		m.release()
+		return nil, e.opErr("open", fmt.Errorf("connection id %#x taken: %w", e.session, fabric.ErrInvalid))
+	}
+	return e, nil
+}
+
+func buildEndpoint(c EndpointConfig, li LinkInfo, m *mux, frameSize int) (*Endpoint, error) {
+	oerr := func(err error) error {
+		return &fabric.OpError{Op: "open", Backend: "ethernet", Addr: c.Interface, Err: err}
+	}
+	e := &Endpoint{cfg: c, link: li, m: m, window: uint32(c.Window), dcap: uint32(c.Window),
 		spin: (&fabric.Options{Spin: c.Spin}).SpinBudget(), evs: make(chan fabric.Event, 64),
 		stop: make(chan struct{}), done: make(chan struct{}), rto: rtoMin}
 	copy(e.localMAC[:], li.MAC)
 	e.hdrOff = EthHdrLen
-	filter := Filter{EtherTypes: []uint16{c.EtherType}}
 	if c.UDP {
-		if err := e.setupUDP(&c, li); err != nil {
-			return nil, oerr(err)
-		}
-		e.cfg = c
 		e.hdrOff = UDP4HdrLen
-		filter = Filter{UDPPorts: []uint16{c.LocalPort}}
+		e.udpHdr = UDP4{SrcMAC: li.MAC, DstMAC: c.PeerMAC, SrcIP: c.LocalIP, DstIP: c.PeerIP,
+			SrcPort: c.LocalPort, DstPort: c.PeerPort}
 	}
 	if c.PeerMAC != nil {
-		if len(c.PeerMAC) != 6 {
-			return nil, oerr(fmt.Errorf("peer MAC %v: %w", c.PeerMAC, fabric.ErrInvalid))
-		}
 		copy(e.peerMAC[:], c.PeerMAC)
 		e.peerKnown = true
 	}
 	mtu := li.MTU
 	if mtu <= 0 {
 		mtu = 1500
-	}
-	frameSize := 2048
-	if mtu+EthHdrLen > frameSize-unix.XDP_PACKET_HEADROOM {
-		frameSize = 4096
 	}
 	if mtu+EthHdrLen > frameSize-unix.XDP_PACKET_HEADROOM {
 		mtu = frameSize - unix.XDP_PACKET_HEADROOM - EthHdrLen
@@ -278,27 +340,14 @@ func newEndpoint(c EndpointConfig) (*Endpoint, error) {
 	e.cq = cq.New(c.CQSize, e.spin)
 	e.dom.Name, e.dom.HostMemory = "ethernet "+c.Interface, true
 
-	// TX frames: the window plus control packets; RX frames: the deliver
-	// queue plus as many again for the fill ring.
-	txFrames := c.Window + 256
+	// Private frames: TX the window plus control packets; RX the
+	// deliver queue plus as many again posted to the inbox.
+	txFrames := c.Window + ctlReserve
 	rxFrames := 2 * c.Window
-	ring := 2048
-	if c.Window > 1024 {
-		ring = 2 * c.Window
-	}
-	port, err := OpenLink(li, &Config{Queues: []int{c.Queue}, Filter: filter, Attach: c.Attach, Bind: c.Bind,
-		FrameSize: frameSize, Frames: txFrames + rxFrames, RingSize: ring, BusyPoll: c.BusyPoll, raw: true})
-	if err != nil {
-		return nil, err
-	}
-	e.port = port
-	e.s = port.Queue(0).Socket()
-	e.u = e.s.UMEM()
-	e.mem = e.u.Bytes()
-	e.fsize = uint64(frameSize)
 	n := txFrames + rxFrames
-	e.txRefs = make([]uint16, n)
-	e.held = make([]bool, n)
+	e.fsize = uint64(frameSize)
+	e.mem = make([]byte, n*frameSize)
+	e.in.init(e.mem, e.fsize, rxFrames)
 	e.unacked = make([]txEnt, c.Window)
 	e.dq = make([]rxEnt, e.dcap)
 	e.dqValid = make([]bool, e.dcap)
@@ -310,27 +359,24 @@ func newEndpoint(c EndpointConfig) (*Endpoint, error) {
 	for i := n - 1; i >= txFrames; i-- {
 		e.rxPool = append(e.rxPool, uint32(i))
 	}
-	e.fillTarget = min(e.s.Fill().Size(), rxFrames-int(e.dcap))
-	var sb [4]byte
-	for e.session == 0 {
-		rand.Read(sb[:])
-		e.session = binary.BigEndian.Uint32(sb[:])
+	e.fillTarget = rxFrames - int(e.dcap)
+	e.session = m.newConnID()
+	var nb [8]byte
+	for e.nonce == 0 {
+		rand.Read(nb[:])
+		e.nonce = binary.BigEndian.Uint64(nb[:])
 	}
 	e.mu.Lock()
 	e.now = clock()
 	e.lastHeard, e.lastProgress = e.now, e.now
 	e.refillLocked()
 	e.mu.Unlock()
-	w, err := WatchLink(li.Index, e.onLink)
-	if err != nil {
-		port.Close()
-		return nil, err
-	}
-	e.watcher = w
 	return e, nil
 }
 
-func (e *Endpoint) setupUDP(c *EndpointConfig, li LinkInfo) error {
+// resolveUDP fills the defaults of UDP framing: ports, the local
+// address, the peer's MAC.
+func resolveUDP(c *EndpointConfig, li LinkInfo) error {
 	if !c.PeerIP.Is4() {
 		return fmt.Errorf("UDP framing needs an IPv4 peer address, have %v: %w", c.PeerIP, fabric.ErrInvalid)
 	}
@@ -340,20 +386,8 @@ func (e *Endpoint) setupUDP(c *EndpointConfig, li LinkInfo) error {
 	if c.LocalPort == 0 {
 		c.LocalPort = DefaultUDPPort
 	}
-	if !c.LocalIP.IsValid() {
-		addrs, err := Addrs(li.Index)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if a.Addr().Is4() {
-				c.LocalIP = a.Addr()
-				break
-			}
-		}
-		if !c.LocalIP.IsValid() {
-			return fmt.Errorf("%s has no IPv4 address; give local=: %w", li.Name, fabric.ErrInvalid)
-		}
+	if err := localIPv4(c, li); err != nil {
+		return err
 	}
 	if c.PeerMAC == nil {
 		mac, err := ResolveMAC(li.Index, c.PeerIP, 2*time.Second)
@@ -362,17 +396,26 @@ func (e *Endpoint) setupUDP(c *EndpointConfig, li LinkInfo) error {
 		}
 		c.PeerMAC = mac
 	}
-	e.udpHdr = UDP4{SrcMAC: li.MAC, DstMAC: c.PeerMAC, SrcIP: c.LocalIP, DstIP: c.PeerIP,
-		SrcPort: c.LocalPort, DstPort: c.PeerPort}
 	return nil
 }
 
-func (e *Endpoint) onLink(ev LinkEvent) {
-	k := fabric.EventLinkUp
-	if !ev.Running || ev.Deleted {
-		k = fabric.EventLinkDown
+// localIPv4 sets c.LocalIP to the interface's first IPv4 address if it
+// is not set.
+func localIPv4(c *EndpointConfig, li LinkInfo) error {
+	if c.LocalIP.IsValid() {
+		return nil
 	}
-	e.emit(fabric.Event{Kind: k, Time: ev.Time})
+	addrs, err := Addrs(li.Index)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if a.Addr().Is4() {
+			c.LocalIP = a.Addr()
+			return nil
+		}
+	}
+	return fmt.Errorf("%s has no IPv4 address; give local=: %w", li.Name, fabric.ErrInvalid)
 }
 
 func (e *Endpoint) emit(ev fabric.Event) {
@@ -384,7 +427,7 @@ func (e *Endpoint) emit(ev fabric.Event) {
 }
 
 // handshake exchanges hello packets until both sides know each other's
-// session.
+// connection id and nonce.
 func (e *Endpoint) handshake(ctx context.Context) error {
 	for {
 		e.mu.Lock()
@@ -400,20 +443,23 @@ func (e *Endpoint) handshake(ctx context.Context) error {
 			return err
 		}
 		if e.now >= e.nextHello {
-			e.sendCtlLocked(ptHello, 0)
+			e.sendHelloLocked(ptHello)
 			e.nextHello = e.now + int64(helloEvery)
 		}
 		e.mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("waiting for the peer: %w", err)
 		}
-		if _, err := e.s.PollFor(unix.POLLIN, time.Millisecond); err != nil {
-			return err
-		}
+		e.sleep(time.Millisecond)
 	}
 }
 
-// run is the background goroutine: timers, acknowledgements, keepalives.
+// sleep waits up to d for the shared queue to hand this endpoint a
+// frame.
+func (e *Endpoint) sleep(d time.Duration) { e.in.sleep(d) }
+
+// run is the background goroutine: timers, acknowledgements, keepalives,
+// and for a connection a listener accepts, the end of its handshake.
 func (e *Endpoint) run() {
 	defer close(e.done)
 	t := time.NewTimer(time.Millisecond)
@@ -425,11 +471,31 @@ func (e *Endpoint) run() {
 		case <-t.C:
 		}
 		busy := e.tick()
+		if e.lis != nil && !e.settled {
+			e.settle()
+		}
 		d := 20 * time.Millisecond
 		if busy {
 			d = time.Millisecond
 		}
 		t.Reset(d)
+	}
+}
+
+// settle hands a listener's connection to the accept queue once its
+// handshake is done, or gives it up when the handshake failed or ran out
+// of time.
+func (e *Endpoint) settle() {
+	e.mu.Lock()
+	up, gone, late := e.up, e.gone, e.now > e.hsDeadline
+	e.mu.Unlock()
+	switch {
+	case up && gone == nil:
+		e.settled = true
+		go e.lis.established(e)
+	case gone != nil || late:
+		e.settled = true
+		go e.lis.abandon(e)
 	}
 }
 
@@ -442,13 +508,12 @@ func (e *Endpoint) tick() bool {
 	}
 	e.now = clock()
 	e.pollLocked(256)
-	e.reapLocked()
 	if e.gone != nil {
 		return false
 	}
 	if !e.up {
 		if e.now >= e.nextHello {
-			e.sendCtlLocked(ptHello, 0)
+			e.sendHelloLocked(ptHello)
 			e.nextHello = e.now + int64(helloEvery)
 		}
 		return true
@@ -463,6 +528,7 @@ func (e *Endpoint) tick() bool {
 			// into a closed window, as a probe for a lost window update.
 			e.sndNext = e.sndUna
 			e.goBackValid = false
+			e.rtt.retransmitted()
 			e.rto = min(2*e.rto, rtoMax)
 			e.rtoAt = e.now + int64(e.rto)
 			e.pumpLocked(true)
@@ -487,7 +553,7 @@ func (e *Endpoint) failLocked(err error) {
 	if e.gone != nil {
 		return
 	}
-	if !errors.Is(err, fabric.ErrPeerGone) {
+	if !errors.Is(err, fabric.ErrPeerGone) && !errors.Is(err, fabric.ErrRefused) {
 		err = fmt.Errorf("%w: %w", fabric.ErrPeerGone, err)
 	}
 	e.gone = err
@@ -533,92 +599,69 @@ func (e *Endpoint) sendCtlLocked(typ, flags uint8) bool {
 }
 
 func (e *Endpoint) sendCtlImmLocked(typ, flags uint8, imm uint32) bool {
-	e.reapLocked()
+	return e.sendCtlBodyLocked(typ, flags, imm, 0)
+}
+
+// sendHelloLocked sends a hello or hello-ack: our connection id and
+// nonce, and the peer's nonce as we know it.
+func (e *Endpoint) sendHelloLocked(typ uint8) bool {
+	return e.sendCtlBodyLocked(typ, 0, 0, helloLen)
+}
+
+func (e *Endpoint) sendCtlBodyLocked(typ, flags uint8, imm uint32, body int) bool {
 	if len(e.txPool) == 0 {
 		return false
 	}
-	tx := e.s.TX()
-	idx, got := tx.Reserve(1)
-	if got == 0 {
-		return false
-	}
 	f := e.txPool[len(e.txPool)-1]
-	e.txPool = e.txPool[:len(e.txPool)-1]
 	b := e.frame(f)
 	cr := e.credits()
-	putHdr(b[e.hdrOff:], &hdr{typ: typ, flags: flags, session: e.session, ack: e.rcvNxt, wnd: cr, imm: imm})
-	n := e.writeL2(b, hdrLen)
-	d := tx.Desc(idx)
-	d.Addr, d.Len, d.Options = uint64(f)*e.fsize, uint32(n), 0
-	tx.Submit(1)
-	e.txRefs[f]++
+	putHdr(b[e.hdrOff:], &hdr{typ: typ, flags: flags, session: e.session, ack: e.rcvNxt, wnd: cr, imm: imm, dst: e.peerSession})
+	if body > 0 {
+		putHello(b[e.hdrOff+hdrLen:], e.nonce, e.peerNonce)
+	}
+	e.ctl[0] = txEnt{frame: f, len: uint32(e.writeL2(b, hdrLen+body))}
+	if e.m.transmit(e.mem, e.fsize, e.ctl[:]) == 0 {
+		return false
+	}
 	e.advLimit = e.rcvNxt + cr
 	e.ackPending = 0
 	e.lastSent = e.now
-	e.s.Drain(0)
 	return true
 }
 
-// reapLocked returns frames whose transmission completed to the pool,
-// unless they hold unacknowledged data.
-func (e *Endpoint) reapLocked() {
-	cr := e.s.Completion()
-	for {
-		n := cr.Get(e.comp[:])
-		for i := 0; i < n; i++ {
-			f := uint32(e.comp[i] / e.fsize)
-			if int(f) >= len(e.txRefs) || e.txRefs[f] == 0 {
-				continue
-			}
-			e.txRefs[f]--
-			if e.txRefs[f] == 0 && !e.held[f] {
-				e.txPool = append(e.txPool, f)
-			}
-		}
-		if n < len(e.comp) {
+// refillLocked posts frames of the RX pool to the inbox.
+func (e *Endpoint) refillLocked() {
+	want := e.fillTarget - e.in.free.len()
+	for ; want > 0 && len(e.rxPool) > 0; want-- {
+		top := len(e.rxPool) - 1
+		if !e.in.free.push(uint64(e.rxPool[top])) {
 			return
 		}
+		e.rxPool = e.rxPool[:top]
 	}
-}
-
-// refillLocked tops the fill ring up from the RX pool.
-func (e *Endpoint) refillLocked() {
-	fr := e.s.Fill()
-	want := e.fillTarget - (fr.Size() - fr.Free())
-	if want <= 0 || len(e.rxPool) == 0 {
-		return
-	}
-	want = min(want, len(e.rxPool))
-	idx, n := fr.Reserve(want)
-	top := len(e.rxPool)
-	for i := 0; i < n; i++ {
-		fr.Set(idx+uint32(i), uint64(e.rxPool[top-1-i])*e.fsize)
-	}
-	e.rxPool = e.rxPool[:top-n]
-	fr.Submit(n)
 }
 
 // pollLocked processes up to budget received frames: acknowledgements
 // update the sender, data in sequence goes to the deliver queue.
 func (e *Endpoint) pollLocked(budget int) int {
-	rx := e.s.RX()
-	idx, n := rx.Peek(budget)
-	if n == 0 {
-		if e.s.Fill().NeedsWakeup() || e.s.BusyPolling() {
-			e.s.WakeRX()
-		}
-		return 0
-	}
+	e.m.poll()
 	var pkts, bytes uint64
-	for i := 0; i < n; i++ {
-		d := rx.Desc(idx + uint32(i))
-		if !e.handleLocked(d.Addr, d.Len) {
-			e.rxPool = append(e.rxPool, uint32(d.Addr/e.fsize))
+	n := 0
+	for ; n < budget; n++ {
+		v, ok := e.in.ready.pop()
+		if !ok {
+			break
+		}
+		f, l := uint32(v>>32), uint32(v)
+		if !e.handleLocked(uint64(f)*e.fsize, l) {
+			e.rxPool = append(e.rxPool, f)
 		}
 		pkts++
-		bytes += uint64(d.Len)
+		bytes += uint64(l)
 	}
-	rx.Release(n)
+	if n == 0 {
+		return 0
+	}
 	e.refillLocked()
 	e.ctr.RxPackets.Add(pkts)
 	e.ctr.RxBytes.Add(bytes)
@@ -645,26 +688,8 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 		e.ctr.Drop(fabric.DropMalformed, 1)
 		return false
 	}
-	switch h.typ {
-	case ptHello, ptHelloAck:
-		if e.peerSession == 0 {
-			e.peerSession = h.session
-			if !e.peerKnown {
-				copy(e.peerMAC[:], b[6:12])
-				e.peerKnown = true
-			}
-		} else if h.session != e.peerSession {
-			// A new incarnation of the peer: this connection is over.
-			e.failLocked(errors.New("peer restarted"))
-			return false
-		}
-		e.lastHeard = e.now
-		e.ackLocked(h.ack, h.wnd, false, 0)
-		if h.typ == ptHelloAck {
-			e.up = true
-		} else {
-			e.sendCtlLocked(ptHelloAck, 0)
-		}
+	if h.typ == ptHello || h.typ == ptHelloAck || h.typ == ptRefuse {
+		e.helloLocked(b, off)
 		return false
 	}
 	if e.peerSession == 0 || h.session != e.peerSession {
@@ -687,6 +712,58 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 		e.failLocked(errors.New("peer closed"))
 	}
 	return false
+}
+
+// helloLocked processes a handshake packet. Hellos and hello-acks
+// teach us the peer's connection id and nonce; a hello-ack that echoes
+// our nonce completes our side; a refusal that echoes our nonce ends the
+// dial with fabric.ErrRefused. Anything forged, stale or malformed is
+// dropped and counted (DropMalformed).
+func (e *Endpoint) helloLocked(b []byte, off int) {
+	var m handshakeMsg
+	if err := parseHandshake(b[off:], &m); err != nil {
+		e.refuseHelloLocked()
+		return
+	}
+	if m.echo != 0 && m.echo != e.nonce {
+		e.refuseHelloLocked() // forged, or from an earlier dial
+		return
+	}
+	if m.typ == ptRefuse {
+		if e.up || m.dst != e.session {
+			e.refuseHelloLocked()
+			return
+		}
+		e.failLocked(&RefusedError{Addr: net.HardwareAddr(b[6:12:12]).String()})
+		return
+	}
+	if e.peerSession == 0 {
+		e.peerSession, e.peerNonce = m.session, m.nonce
+		if !e.peerKnown {
+			copy(e.peerMAC[:], b[6:12])
+			e.peerKnown = true
+		}
+		e.m.bound(e)
+	} else if m.session != e.peerSession || m.nonce != e.peerNonce {
+		// Another incarnation of the peer, or a forgery: not ours.
+		e.refuseHelloLocked()
+		return
+	}
+	e.lastHeard = e.now
+	e.ackLocked(m.ack, m.wnd, false, 0)
+	if m.typ == ptHelloAck {
+		if !e.up {
+			e.lastProgress = e.now
+		}
+		e.up = true
+	} else {
+		e.sendHelloLocked(ptHelloAck)
+	}
+}
+
+func (e *Endpoint) refuseHelloLocked() {
+	e.hsDrops++
+	e.ctr.Drop(fabric.DropMalformed, 1)
 }
 
 // dataLocked files a data packet in its deliver-queue slot: in order, it
@@ -787,18 +864,15 @@ func (e *Endpoint) parseL2(b []byte) int {
 func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool, gap uint32) {
 	if seqLT(e.sndUna, ack) && !seqLT(e.sndNxt, ack) {
 		for p := e.sndUna; p != ack; p++ {
-			f := e.unacked[p&(e.window-1)].frame
-			e.held[f] = false
-			if e.txRefs[f] == 0 {
-				e.txPool = append(e.txPool, f)
-			}
+			e.txPool = append(e.txPool, e.unacked[p&(e.window-1)].frame)
 		}
 		e.sndUna = ack
 		if seqLT(e.sndNext, ack) {
 			e.sndNext = ack
 		}
 		e.lastProgress = e.now
-		e.rto = rtoMin
+		e.rtt.acked(ack, e.now)
+		e.rto = e.rtt.rto()
 		e.rtoAt = 0
 		if e.sndUna != e.sndNxt {
 			e.rtoAt = e.now + int64(e.rto)
@@ -813,22 +887,29 @@ func (e *Endpoint) ackLocked(ack, wnd uint32, nak bool, gap uint32) {
 	}
 }
 
+// transmitLocked hands packets psn..psn+n-1 to the shared queue and
+// returns how many it took.
+func (e *Endpoint) transmitLocked(psn, n uint32) uint32 {
+	var sent uint32
+	for sent < n {
+		i := (psn + sent) & (e.window - 1)
+		k := min(n-sent, e.window-i)
+		got := uint32(e.m.transmit(e.mem, e.fsize, e.unacked[i:i+k]))
+		sent += got
+		if got < k {
+			break
+		}
+	}
+	return sent
+}
+
 // resendLocked retransmits n packets from psn, as the TX ring allows.
 func (e *Endpoint) resendLocked(psn, n uint32) {
-	tx := e.s.TX()
-	idx, got := tx.Reserve(int(n))
-	for i := 0; i < got; i++ {
-		ent := &e.unacked[(psn+uint32(i))&(e.window-1)]
-		d := tx.Desc(idx + uint32(i))
-		d.Addr, d.Len, d.Options = uint64(ent.frame)*e.fsize, ent.len, 0
-		e.txRefs[ent.frame]++
-	}
-	if got > 0 {
-		tx.Submit(got)
+	e.rtt.retransmitted()
+	if got := e.transmitLocked(psn, n); got > 0 {
 		e.ctr.Retransmits.Add(uint64(got))
 		e.ctr.TxPackets.Add(uint64(got))
 		e.lastSent = e.now
-		e.s.Drain(0)
 	}
 }
 
@@ -846,27 +927,18 @@ func (e *Endpoint) pumpLocked(probe bool) {
 		return
 	}
 	k := min(e.sndNxt-e.sndNext, lim-e.sndNext)
-	tx := e.s.TX()
-	idx, got := tx.Reserve(int(k))
+	got := e.transmitLocked(e.sndNext, k)
 	if got == 0 {
-		e.s.Drain(0)
 		return
 	}
 	var retx uint64
-	for i := 0; i < got; i++ {
-		p := e.sndNext + uint32(i)
-		ent := &e.unacked[p&(e.window-1)]
-		d := tx.Desc(idx + uint32(i))
-		d.Addr, d.Len, d.Options = uint64(ent.frame)*e.fsize, ent.len, 0
-		e.txRefs[ent.frame]++
-		if seqLT(p, e.sndMax) {
-			retx++
-		}
+	if seqLT(e.sndNext, e.sndMax) {
+		retx = uint64(min(got, e.sndMax-e.sndNext))
 	}
-	tx.Submit(got)
-	e.sndNext += uint32(got)
+	e.sndNext += got
 	if seqLT(e.sndMax, e.sndNext) {
 		e.sndMax = e.sndNext
+		e.rtt.sent(e.sndMax-1, e.now)
 	}
 	if e.rtoAt == 0 {
 		e.rtoAt = e.now + int64(e.rto)
@@ -876,7 +948,6 @@ func (e *Endpoint) pumpLocked(probe bool) {
 		e.ctr.Retransmits.Add(retx)
 	}
 	e.ctr.TxPackets.Add(uint64(got))
-	e.s.Drain(0)
 }
 
 func (e *Endpoint) errClosed(op string) error { return e.opErr(op, fabric.ErrClosed) }
@@ -898,7 +969,6 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 		return 0, e.opErr("send", e.gone)
 	}
 	e.now = clock()
-	e.reapLocked()
 	n := 0
 	var bytes uint64
 	var err error
@@ -929,11 +999,15 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 			// Take in acknowledgements and completions, then retry once.
 			polled = true
 			e.pollLocked(256)
-			e.reapLocked()
 			continue
 		}
 		if m.Flags&fabric.FlagSignal != 0 && e.cq.Free() == 0 {
 			break
+		}
+		if e.sndUna == e.sndNxt {
+			// Nothing was outstanding: the acknowledgement clock starts
+			// now, not when the connection last made progress.
+			e.lastProgress = e.now
 		}
 		off := 0
 		for i := 0; i < frags; i++ {
@@ -941,7 +1015,7 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 			e.txPool = e.txPool[:len(e.txPool)-1]
 			b := e.frame(f)
 			plen := min(e.maxPayload, size-off)
-			h := hdr{typ: ptData, session: e.session, psn: e.sndNxt, ack: e.rcvNxt, wnd: e.credits()}
+			h := hdr{typ: ptData, session: e.session, psn: e.sndNxt, ack: e.rcvNxt, wnd: e.credits(), dst: e.peerSession}
 			if i == 0 {
 				h.flags |= pfFirst
 				if m.Flags&fabric.FlagImm != 0 {
@@ -956,7 +1030,6 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 			gatherAt(b[e.hdrOff+hdrLen:e.hdrOff+hdrLen+plen], m.SGEs, off)
 			fl := e.writeL2(b, hdrLen+plen)
 			e.unacked[e.sndNxt&(e.window-1)] = txEnt{frame: f, len: uint32(fl)}
-			e.held[f] = true
 			e.sndNxt++
 			off += plen
 		}
@@ -1125,9 +1198,7 @@ func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fa
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if _, err := e.s.PollFor(unix.POLLIN, time.Millisecond); err != nil {
-			return 0, e.errClosed(name)
-		}
+		e.sleep(time.Millisecond)
 		e.ctr.Wakeups.Add(1)
 	}
 }
@@ -1186,7 +1257,7 @@ func (e *Endpoint) Caps() fabric.Caps {
 func (e *Endpoint) Stats() fabric.Stats {
 	s := e.ctr.Snapshot()
 	s.Drops[fabric.DropNoBuffer] += e.cq.Overruns.Load()
-	s.Doorbells = e.s.Kicks.Load()
+	s.Doorbells = e.m.s.Kicks.Load()
 	return s
 }
 
@@ -1219,8 +1290,14 @@ func (e *Endpoint) RemoteAddr() string {
 // Link returns the interface's information as of Dial.
 func (e *Endpoint) Link() LinkInfo { return e.link }
 
-// Port returns the endpoint's port (its XDP program and socket).
-func (e *Endpoint) Port() *Port { return e.port }
+// Port returns the port of the endpoint's shared queue (its XDP program
+// and socket). Every endpoint of the process on the same interface
+// queue and framing has the same one.
+func (e *Endpoint) Port() *Port { return e.m.port }
+
+// ConnID returns the endpoint's connection id, which the peer puts in
+// every packet it sends to this endpoint.
+func (e *Endpoint) ConnID() uint32 { return e.session }
 
 // linger waits up to d for the peer to acknowledge every packet sent.
 func (e *Endpoint) linger(d time.Duration) {
@@ -1231,7 +1308,6 @@ func (e *Endpoint) linger(d time.Duration) {
 		if !done {
 			e.now = clock()
 			e.pollLocked(256)
-			e.reapLocked()
 			e.pumpLocked(false)
 			done = e.sndUna == e.sndNxt
 		}
@@ -1239,14 +1315,15 @@ func (e *Endpoint) linger(d time.Duration) {
 		if done || time.Now().After(deadline) {
 			return
 		}
-		e.s.PollFor(unix.POLLIN, time.Millisecond)
+		e.sleep(time.Millisecond)
 	}
 }
 
 // Close implements fabric.Endpoint: it waits up to 2s for the peer to
-// acknowledge what was sent, tells the peer (FIN), stops the
-// background goroutine and link watcher, detaches the XDP program and
-// frees the socket and UMEM. It is idempotent.
+// acknowledge what was sent, tells the peer (FIN), stops the background
+// goroutine and leaves the shared queue (the last endpoint or listener
+// on it detaches the XDP program and frees the socket and UMEM). It is
+// idempotent.
 func (e *Endpoint) Close() error {
 	var err error
 	e.once.Do(func() {
@@ -1255,17 +1332,42 @@ func (e *Endpoint) Close() error {
 		close(e.stop)
 		<-e.done
 		e.cq.Close()
-		if e.watcher != nil {
-			e.watcher.Close()
-		}
 		e.mu.Lock()
 		if e.up && e.gone == nil {
 			e.now = clock()
 			e.sendCtlLocked(ptFin, 0)
 			e.sendCtlLocked(ptFin, 0)
 		}
-		err = e.port.Close()
 		e.mu.Unlock()
+		e.m.detach(e)
+		if e.lis != nil {
+			e.lis.forget(e)
+		}
+		err = e.m.release()
 	})
 	return err
+}
+
+// wantsHello reports whether a hello to connection id 0 (frame b, Weft
+// header at off) is for this dialer, which does not know its peer's id
+// yet: two endpoints dialling each other (a symmetric open) meet this
+// way. A dialer that names its peer takes only that peer's hellos; one
+// that does not (a broadcast dial) takes any, unless a listener on the
+// queue takes them. It runs under the mux's locks and reads only what
+// does not change after Dial.
+func (e *Endpoint) wantsHello(b []byte, off int) bool {
+	c := &e.cfg
+	if c.PeerMAC == nil {
+		return e.m.lis.Load() == nil
+	}
+	if [6]byte(b[6:12]) != [6]byte(c.PeerMAC) {
+		return false
+	}
+	if c.UDP {
+		u := b[off-UDPHdrLen:]
+		if [4]byte(b[EthHdrLen+12:EthHdrLen+16]) != c.PeerIP.As4() || binary.BigEndian.Uint16(u) != c.PeerPort {
+			return false
+		}
+	}
+	return true
 }

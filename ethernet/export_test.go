@@ -1,6 +1,10 @@
 package ethernet
 
-import "github.com/cilium/ebpf"
+import (
+	"net"
+
+	"github.com/cilium/ebpf"
+)
 
 // SetDropEvery makes the endpoint discard every n-th data packet it
 // receives (0: none), to exercise loss recovery.
@@ -30,4 +34,15 @@ func FilterMatches(f Filter, frame []byte) (bool, error) {
 		return false, err
 	}
 	return ret == 3, nil
+}
+
+// HelloFrame returns a raw-Ethernet hello frame from src to dst, as a
+// dialer's first packet: connection id session, nonce, no destination
+// id.
+func HelloFrame(dst, src net.HardwareAddr, session uint32, nonce uint64) []byte {
+	b := make([]byte, EthHdrLen+hdrLen+helloLen)
+	PutEthernet(b, dst, src, EtherTypeWeft)
+	putHdr(b[EthHdrLen:], &hdr{typ: ptHello, session: session, wnd: 16})
+	putHello(b[EthHdrLen+hdrLen:], nonce, 0)
+	return b
 }

@@ -1,6 +1,7 @@
 package ethernet_test
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
 )
 
@@ -99,10 +101,21 @@ func TestParseAddr(t *testing.T) {
 	require.Equal(t, 1<<20, c.MaxMsgSize)
 	require.Equal(t, 64, c.BusyPoll.Budget)
 	require.Equal(t, uint16(0x88b6), c.EtherType)
-	for _, bad := range []string{"", ":queue=1", "eth0:queue=x", "eth0:peer=zz", "eth0:nope=1", "eth0:queue", "eth0:local=10.0.0.1", "eth0:xdp=fast", "eth0:ethertype=5"} {
+	for _, bad := range []string{"", ":queue=1", "eth0:queue=x", "eth0:peer=zz", "eth0:nope=1", "eth0:queue", "eth0:xdp=fast", "eth0:ethertype=5", "eth0:netns=a/b"} {
 		_, err := ethernet.ParseAddr(bad)
 		require.Error(t, err, bad)
 	}
+	// local= alone is a UDP listener's address; a dial needs udp=.
+	c, err = ethernet.ParseAddr("eth0:local=10.0.0.1,netns=n1")
+	require.NoError(t, err)
+	require.True(t, c.UDP)
+	require.Equal(t, "n1", c.Netns)
+	_, err = fabric.Open(context.Background(), "ethernet", "eth0:local=10.0.0.1", nil)
+	require.ErrorIs(t, err, fabric.ErrInvalid)
+	_, err = fabric.Listen(context.Background(), "ethernet", "eth0:peer=02:00:00:00:00:01", nil)
+	require.ErrorIs(t, err, fabric.ErrInvalid)
+	_, err = fabric.Listen(context.Background(), "ethernet", "eth0:netns=weft-no-such-ns", nil)
+	require.ErrorIs(t, err, fabric.ErrInvalid)
 }
 
 func TestParseUDP4(t *testing.T) {

@@ -10,18 +10,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // examples are the programs under examples/, each run with no arguments.
-var examples = []string{"pingpong", "stream", "rma", "batching", "listener"}
+var examples = []string{"pingpong", "stream", "rma", "batching", "listener", "vnet"}
 
-// needRoot are the examples that need root and minutes (router: namespaces,
-// AF_XDP); they are held to public imports here and run by their own tests.
-var needRoot = []string{"router"}
+// needRoot are the examples that need root (network namespaces, TAP
+// devices).
+var needRoot = map[string]bool{"vnet": true}
+
+// importsOnly are the examples held to public imports here but run by
+// their own tests, since a run takes minutes (router: namespaces, AF_XDP,
+// the whole comparison).
+var importsOnly = []string{"router"}
 
 func TestPublicImportsOnly(t *testing.T) {
 	args := []string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}
-	for _, name := range append(examples[:len(examples):len(examples)], needRoot...) {
+	for _, name := range append(examples[:len(examples):len(examples)], importsOnly...) {
 		args = append(args, "./"+name)
 	}
 	out, err := exec.Command("go", args...).CombinedOutput()
@@ -38,7 +45,7 @@ func TestPublicImportsOnly(t *testing.T) {
 			}
 		}
 	}
-	if seen != len(examples)+len(needRoot) {
+	if seen != len(examples)+len(importsOnly) {
 		t.Fatalf("go list found %d example packages, want %d:\n%s", seen, len(examples), out)
 	}
 }
@@ -47,6 +54,9 @@ func TestRun(t *testing.T) {
 	bin := t.TempDir()
 	for _, name := range examples {
 		t.Run(name, func(t *testing.T) {
+			if needRoot[name] {
+				testenv.RequireRoot(t)
+			}
 			exe := filepath.Join(bin, name)
 			if out, err := exec.Command("go", "build", "-o", exe, "./"+name).CombinedOutput(); err != nil {
 				t.Fatalf("go build: %v\n%s", err, out)

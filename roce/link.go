@@ -203,23 +203,26 @@ func (l *UDPLink) openRaw() {
 	}
 	if l.block != 0 {
 		// Every raw socket sees every packet to the port: keep those
-		// whose destination QP is in our block (UDP payload bytes 4-7).
+		// whose destination QP is in our block (UDP payload bytes 4-7),
+		// and those to QP 1 (block 0), connection management, which
+		// rdma_cm supports for one engine per address.
 		accept := prog[len(prog)-2]
 		prog = append(prog[:len(prog)-2:len(prog)-2],
 			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_IND, K: 8 + 4},
 			unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0xffffff},
 			unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_RSH | unix.BPF_K, K: QPNBlockBits},
+			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, K: 0},
 			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jf: 1, K: l.block},
 			accept,
 			unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0})
 		// The jumps to the drop at the end now land in the block test:
-		// point them at the new drop, four instructions further.
+		// point them at the new drop, five instructions further.
 		for i := range prog[:7] {
 			if prog[i].Code&0x07 == unix.BPF_JMP && prog[i].Jf > 0 {
-				prog[i].Jf += 4
+				prog[i].Jf += 5
 			}
 		}
-		prog[1].Jt += 4 // the fragment test jumps to the drop on true
+		prog[1].Jt += 5 // the fragment test jumps to the drop on true
 	}
 	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp); err != nil {

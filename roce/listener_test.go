@@ -40,13 +40,6 @@ func halfOpen(t testing.TB, addr string) func() {
 }
 
 func TestListener(t *testing.T) {
-	if raceEnabled {
-		// 64 clients x 10,000 messages take about 50 s under the race
-		// detector on two shared cores: give the roles room.
-		old := fabrictest.Timeout
-		fabrictest.Timeout = 3 * time.Minute
-		t.Cleanup(func() { fabrictest.Timeout = old })
-	}
 	host, peer := testHosts()
 	fabrictest.TestListener(t, fabrictest.ListenSetup{
 		Backend: "roce",

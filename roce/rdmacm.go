@@ -27,8 +27,8 @@ type CM struct {
 	ctr gsiCounters
 
 	mu          sync.Mutex
-	conns       map[uint32]*cmConn   // by local communication id
-	peers       map[peerKey]*cmConn  // by the peer's address and communication id
+	conns       map[uint32]*cmConn     // by local communication id
+	peers       map[peerKey]*cmConn    // by the peer's address and communication id
 	listeners   map[uint16]*CMListener // by rdma_cm port (TCP port space)
 	udListeners map[uint16]*CMListener // by rdma_cm port (UDP port space, rdmacm_sidr.go)
 	guid        uint64

@@ -201,7 +201,8 @@ func steerMap() (*ebpf.Map, error) {
 // SteeringInstructions returns the SK_REUSEPORT program that steers a
 // packet to the socket at index BTH.DestQP >> QPNBlockBits of the map
 // (a REUSEPORT_SOCKARRAY, given by its file descriptor), and drops it if
-// the block has no socket or the datagram is too short for a BTH.
+// the block has no socket or the datagram is too short for a BTH. Block 0
+// (QP 1, connection management) is left to the kernel's choice.
 func SteeringInstructions(mapFD int) asm.Instructions {
 	const drop, pass = 0, 1 // SK_DROP, SK_PASS
 	return asm.Instructions{
@@ -218,6 +219,10 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 		asm.HostTo(asm.BE, asm.R2, asm.Word),
 		asm.And.Imm(asm.R2, 0xffffff),
 		asm.RSh.Imm(asm.R2, QPNBlockBits),
+		// Block 0 holds QP 1, the GSI that carries connection
+		// management: no engine owns it, so the kernel's own choice
+		// stands (rdma_cm needs one engine per address; see Engine.CM).
+		asm.JEq.Imm(asm.R2, 0, "pass"),
 		asm.StoreMem(asm.RFP, -4, asm.R2, asm.Word),
 		// bpf_sk_select_reuseport(ctx, map, &block, 0)
 		asm.Mov.Reg(asm.R1, asm.R6),
@@ -227,7 +232,7 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 		asm.Mov.Imm(asm.R4, 0),
 		asm.FnSkSelectReuseport.Call(),
 		asm.JNE.Imm(asm.R0, 0, "drop"),
-		asm.Mov.Imm(asm.R0, pass),
+		asm.Mov.Imm(asm.R0, pass).WithSymbol("pass"),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, drop).WithSymbol("drop"),
 		asm.Return(),

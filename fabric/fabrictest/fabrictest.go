@@ -67,8 +67,9 @@ type MakePair func(t *testing.T) (a, b fabric.Endpoint)
 // the connection is up.
 type Opener func(t testing.TB, key string, side Side) fabric.Endpoint
 
-// Timeout bounds every blocking step of a role.
-var Timeout = 60 * time.Second
+// Timeout bounds every blocking step of a role: a minute, three under the
+// race detector.
+var Timeout = 60 * time.Second * raceScale
 
 // Cases returns the conformance cases.
 func Cases() []Case {

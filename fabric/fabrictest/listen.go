@@ -96,14 +96,26 @@ func Listen(t testing.TB, backend, addr string, opts *fabric.Options) fabric.Lis
 // listener accepted. The listener is closed before ListenPair returns.
 func ListenPair(t testing.TB, backend, addr string, opts *fabric.Options) (a, b fabric.Endpoint) {
 	t.Helper()
+	return ListenPairDial(t, backend, addr, nil, opts)
+}
+
+// ListenPairDial is ListenPair where b dials dial(l) instead of
+// l.Addr(): for a dialer that sits elsewhere (another network namespace,
+// its own interface), as ListenSetup.Dial. A nil dial dials l.Addr().
+func ListenPairDial(t testing.TB, backend, addr string, dial func(l fabric.Listener) string, opts *fabric.Options) (a, b fabric.Endpoint) {
+	t.Helper()
 	l := Listen(t, backend, addr, opts)
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
+	to := l.Addr()
+	if dial != nil {
+		to = dial(l)
+	}
 	dialed := make(chan error, 1)
 	go func() {
 		var err error
-		b, err = fabric.Open(ctx, backend, l.Addr(), opts)
+		b, err = fabric.Open(ctx, backend, to, opts)
 		dialed <- err
 	}()
 	a, aerr := l.Accept(ctx)
@@ -183,7 +195,14 @@ func listenMany(t *testing.T, s *ListenSetup) {
 	t.Cleanup(cancel)
 
 	// The server side: accept every client and check its stream in a
-	// subtest of its own. A client's first message names it.
+	// subtest of its own. A client's first message names it. Both sides
+	// run as parallel subtests of one group, so that listenMany (and its
+	// deferred cancel) waits for them: parallel subtests only start when
+	// their parent's function has returned.
+	t.Run("run", func(t *testing.T) { listenManyRun(t, l, ctx, s, clients, count) })
+}
+
+func listenManyRun(t *testing.T, l fabric.Listener, ctx context.Context, s *ListenSetup, clients, count int) {
 	t.Run("server", func(t *testing.T) {
 		t.Parallel()
 		var wg sync.WaitGroup
@@ -266,7 +285,7 @@ func listenMany(t *testing.T, s *ListenSetup) {
 
 func listenClose(t *testing.T, s *ListenSetup) {
 	l := Listen(t, s.Backend, s.Addr, s.options(0))
-	addr := l.Addr()
+	addr := s.dial(l, 0)
 	res := make(chan error, 1)
 	go func() {
 		ep, err := l.Accept(context.Background())
@@ -412,7 +431,7 @@ func listenBacklog(t *testing.T, s *ListenSetup) {
 }
 
 func listenAddrs(t *testing.T, s *ListenSetup) {
-	a, b := ListenPair(t, s.Backend, s.Addr, s.Options)
+	a, b := ListenPairDial(t, s.Backend, s.Addr, func(l fabric.Listener) string { return s.dial(l, 0) }, s.Options)
 	defer a.Close()
 	defer b.Close()
 	for _, ep := range []fabric.Endpoint{a, b} {

@@ -1,0 +1,252 @@
+package ethernet_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/netns"
+	"golang.org/x/sys/unix"
+)
+
+var nsSeq atomic.Uint32
+
+// listenTopo is a veth pair between two named namespaces: listeners in
+// A, dialers in B. Addresses name the namespace (netns=), so fabrictest
+// can listen and dial from any goroutine.
+type listenTopo struct {
+	p      *netns.Pair
+	nsA    string
+	nsB    string
+	listen string // what Listen takes
+}
+
+func newListenTopo(t testing.TB, framing string) *listenTopo {
+	t.Helper()
+	name := fmt.Sprintf("wl%d-%d", os.Getpid(), nsSeq.Add(1))
+	p := newPair(t, netns.PairConfig{NameNS: name})
+	lt := &listenTopo{p: p, nsA: name + "-a", nsB: name + "-b"}
+	lt.listen = p.NameA + ":netns=" + lt.nsA
+	if framing == "udp" {
+		lt.listen += ",local=" + p.IPA.String()
+	}
+	return lt
+}
+
+// dial maps a listener's address (its own interface) to what a client
+// in namespace B types: B's interface, same options, B's namespace.
+func (lt *listenTopo) dial(l fabric.Listener) string {
+	_, opts, _ := strings.Cut(l.Addr(), ":")
+	return lt.p.NameB + ":" + opts + ",netns=" + lt.nsB
+}
+
+// halfOpen sends one raw hello from namespace B to the listener at addr
+// (an AF_PACKET socket, no AF_XDP) and never answers.
+func (lt *listenTopo) halfOpen(t testing.TB, addr string) func() {
+	c, err := ethernet.ParseAddr(addr)
+	require.NoError(t, err)
+	var b [12]byte
+	rand.Read(b[:])
+	frame := ethernet.HelloFrame(c.PeerMAC, lt.p.MACB, binary.BigEndian.Uint32(b[:4])|1, binary.BigEndian.Uint64(b[4:])|1)
+	lt.sendRaw(t, frame)
+	return func() {}
+}
+
+func (lt *listenTopo) sendRaw(t testing.TB, frame []byte) {
+	t.Helper()
+	require.NoError(t, lt.p.B.Do(func() error {
+		idx, err := lt.p.B.Index(lt.p.NameB)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: idx, Halen: 6})
+	}))
+}
+
+func TestListener(t *testing.T) {
+	lt := newListenTopo(t, "")
+	fabrictest.TestListener(t, fabrictest.ListenSetup{
+		Backend:  "ethernet",
+		Addr:     lt.listen,
+		Dial:     func(l fabric.Listener, _ int) string { return lt.dial(l) },
+		HalfOpen: lt.halfOpen,
+	})
+}
+
+func TestListenerUDP(t *testing.T) {
+	lt := newListenTopo(t, "udp")
+	fabrictest.TestListener(t, fabrictest.ListenSetup{
+		Backend:  "ethernet",
+		Addr:     lt.listen,
+		Dial:     func(l fabric.Listener, _ int) string { return lt.dial(l) },
+		Clients:  16,
+		Messages: 2000,
+	})
+}
+
+// TestConformanceListenPair runs the conformance cases over pairs made
+// by Listen and Accept.
+func TestConformanceListenPair(t *testing.T) {
+	lt := newListenTopo(t, "")
+	fabrictest.TestPair(t, func(t *testing.T) (a, b fabric.Endpoint) {
+		a, b = fabrictest.ListenPairDial(t, "ethernet", lt.listen, lt.dial, nil)
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	})
+}
+
+// TestListenerBadHellos: truncated, malformed, forged and replayed
+// hellos are refused and counted, hold no slot, and leave a good peer's
+// connection and the listener working.
+func TestListenerBadHellos(t *testing.T) {
+	lt := newListenTopo(t, "")
+	l := fabrictest.Listen(t, "ethernet", lt.listen, &fabric.Options{Backlog: 4, HandshakeTimeout: 200 * time.Millisecond})
+	a, b := acceptOne(t, l, lt)
+	defer a.Close()
+	defer b.Close()
+	before := l.Stats()
+
+	macA := lt.p.MACA
+	good := ethernet.HelloFrame(macA, lt.p.MACB, 0x1234, 0x5678)
+	lt.sendRaw(t, good[:len(good)-4]) // truncated body
+	bad := append([]byte(nil), good...)
+	bad[14+1] = 9 // unknown version
+	lt.sendRaw(t, bad)
+	zero := ethernet.HelloFrame(macA, lt.p.MACB, 0x1234, 0)
+	lt.sendRaw(t, zero) // no nonce
+	forged := append([]byte(nil), good...)
+	forged[len(forged)-1] = 1 // echoes a nonce the listener never gave
+	lt.sendRaw(t, forged)
+	// A frame for a connection id nobody has.
+	stray := append([]byte(nil), good...)
+	stray[14+2] = 1 // data
+	binary.BigEndian.PutUint32(stray[14+24:], 0xdeadbeef)
+	lt.sendRaw(t, stray)
+	// The bad version is not recognisable as a hello: the queue counts
+	// it as malformed. The other three reach the listener.
+	require.Eventually(t, func() bool { return l.Stats().Failed >= before.Failed+3 }, 5*time.Second, 5*time.Millisecond,
+		"bad hellos not counted: %+v", l.Stats())
+	el := l.(*ethernet.Listener)
+	require.Eventually(t, func() bool { d := el.DemuxStats(); return d.Unknown >= 1 && d.Malformed >= 1 },
+		5*time.Second, 5*time.Millisecond, "%+v", el.DemuxStats())
+	require.Equal(t, 0, l.Stats().Pending, "bad hellos took slots")
+	f0 := l.Stats().Failed
+	require.EqualValues(t, before.Failed+3, f0)
+
+	// A hello starts a handshake that times out; replaying it later is
+	// refused at once.
+	lt.sendRaw(t, good)
+	require.Eventually(t, func() bool { return l.Stats().Pending == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return l.Stats().Failed == f0+1 && l.Stats().Pending == 0 },
+		5*time.Second, 5*time.Millisecond, "abandoned handshake: %+v", l.Stats())
+	lt.sendRaw(t, good)
+	require.Eventually(t, func() bool { return l.Stats().Failed == f0+2 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 0, l.Stats().Pending, "a replayed hello took a slot")
+
+	// The established connection never noticed.
+	ra := []byte("still-here")
+	sendRecv(t, b, a, ra)
+	sendRecv(t, a, b, ra)
+	require.Zero(t, b.Stats().Drops[fabric.DropMalformed])
+}
+
+func acceptOne(t *testing.T, l fabric.Listener, lt *listenTopo) (a, b fabric.Endpoint) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan error, 1)
+	go func() {
+		var err error
+		b, err = fabric.Open(ctx, "ethernet", lt.dial(l), nil)
+		ch <- err
+	}()
+	a, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.NoError(t, <-ch)
+	return a, b
+}
+
+func sendRecv(t *testing.T, from, to fabric.Endpoint, msg []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	src, err := from.Register(append([]byte(nil), msg...), 0)
+	require.NoError(t, err)
+	_, err = from.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(src)}}})
+	require.NoError(t, err)
+	dst, err := to.Alloc(256, fabric.AccessLocalWrite)
+	require.NoError(t, err)
+	m := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(dst)}}}
+	_, err = to.RecvWait(ctx, m)
+	require.NoError(t, err)
+	require.Equal(t, msg, dst.Bytes()[:m[0].Len])
+}
+
+// TestListenersAndDialersShareQueues: several endpoints of one process on one
+// interface queue dial a listener, while a listener on that same queue
+// is dialled from the other side: dialers and listeners share queues
+// without conflict.
+func TestListenersAndDialersShareQueues(t *testing.T) {
+	lt := newListenTopo(t, "")
+	la := fabrictest.Listen(t, "ethernet", lt.listen, nil)
+	// A listener in B too: B's queue carries dialers and a listener,
+	// and so does A's.
+	lc := fabrictest.Listen(t, "ethernet", lt.p.NameB+":netns="+lt.nsB, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 4 {
+		a, b := acceptOne(t, la, lt)
+		defer a.Close()
+		defer b.Close()
+		sendRecv(t, b, a, []byte("hi"))
+	}
+	// A dials C from A's namespace.
+	_, opts, _ := strings.Cut(lc.Addr(), ":")
+	ch := make(chan error, 1)
+	var b fabric.Endpoint
+	go func() {
+		var err error
+		b, err = fabric.Open(ctx, "ethernet", lt.p.NameA+":"+opts+",netns="+lt.nsA, nil)
+		ch <- err
+	}()
+	a, err := lc.Accept(ctx)
+	require.NoError(t, err)
+	require.NoError(t, <-ch)
+	defer a.Close()
+	defer b.Close()
+	sendRecv(t, a, b, []byte("back"))
+}
+
+// TestDialClosedListener: dialing a listener that is gone fails with
+// the context's error, not a hang, and a refusal is an ErrRefused.
+func TestDialRefusedType(t *testing.T) {
+	lt := newListenTopo(t, "")
+	l := fabrictest.Listen(t, "ethernet", lt.listen, &fabric.Options{Backlog: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ep, err := fabric.Open(ctx, "ethernet", lt.dial(l), nil)
+	require.NoError(t, err)
+	defer ep.Close()
+	_, err = fabric.Open(ctx, "ethernet", lt.dial(l), nil)
+	require.ErrorIs(t, err, fabric.ErrRefused)
+	var oe *fabric.OpError
+	require.True(t, errors.As(err, &oe))
+	require.EqualValues(t, 1, l.Stats().Refused)
+}

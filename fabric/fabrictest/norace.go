@@ -1,0 +1,6 @@
+//go:build !race
+
+package fabrictest
+
+// raceScale stretches Timeout under the race detector (see race.go).
+const raceScale = 1

@@ -1,0 +1,172 @@
+package sock
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// rawPeer is a hostile or broken peer: a bare fabric endpoint dialled to
+// a sock listener, sending frames built by hand.
+type rawPeer struct {
+	t   testing.TB
+	ep  fabric.Endpoint
+	reg *fabric.Region
+}
+
+func newRawPeer(t testing.TB, be backend, l *Listener) *rawPeer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ep, err := fabric.Open(ctx, be.name, l.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	reg, err := ep.Alloc(64<<10, fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawPeer{t: t, ep: ep, reg: reg}
+}
+
+func (p *rawPeer) send(frame []byte) {
+	p.t.Helper()
+	n := copy(p.reg.Bytes(), frame)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.ep.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: p.reg, Length: n}}}}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// frames of the protocol, built independently of the package's encoders.
+func rawFrame(typ uint8, credit uint32, payload []byte) []byte {
+	b := make([]byte, 8, 8+len(payload))
+	b[0] = typ
+	binary.LittleEndian.PutUint32(b[4:], credit)
+	return append(b, payload...)
+}
+
+func rawHello(ver, window uint32) []byte {
+	p := make([]byte, 16)
+	copy(p, "WEFTSOCK")
+	binary.LittleEndian.PutUint32(p[8:], ver)
+	binary.LittleEndian.PutUint32(p[12:], window)
+	return rawFrame(1, 0, p)
+}
+
+// TestBadPeer: a peer that sends a malformed or forged frame, overruns
+// its credit or stalls has its connection closed with a typed error,
+// while a well-behaved connection on the same listener carries on.
+func TestBadPeer(t *testing.T) {
+	hello := rawHello(1, 64<<10)
+	cases := []struct {
+		name   string
+		frames [][]byte
+		want   error
+	}{
+		{"short", [][]byte{{2, 0, 0}}, fabric.ErrMalformed},
+		{"unknown-type", [][]byte{hello, rawFrame(42, 0, nil)}, fabric.ErrMalformed},
+		{"reserved-bits", [][]byte{hello, {2, 0, 1, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"data-before-hello", [][]byte{rawFrame(2, 0, []byte("early"))}, fabric.ErrMalformed},
+		{"bad-version", [][]byte{rawHello(9, 64<<10)}, fabric.ErrMalformed},
+		{"tiny-window", [][]byte{rawHello(1, 16)}, fabric.ErrMalformed},
+		{"empty-data", [][]byte{hello, rawFrame(2, 0, nil)}, fabric.ErrMalformed},
+		{"ping-with-payload", [][]byte{hello, rawFrame(7, 0, []byte("x"))}, fabric.ErrMalformed},
+		{"second-hello", [][]byte{hello, hello}, fabric.ErrMalformed},
+		{"data-after-fin", [][]byte{hello, rawFrame(4, 0, nil), rawFrame(2, 0, []byte("late"))}, fabric.ErrMalformed},
+		// The peer's credit is the server's window (8 KiB here). (Two
+		// frames that overrun it together would race with the server's
+		// Read, which grants credit back.)
+		{"credit-overrun", [][]byte{hello, rawFrame(2, 0, make([]byte, 12<<10))}, ErrCreditOverrun},
+		// Granting credit the server never used forges the window.
+		{"forged-credit", [][]byte{hello, rawFrame(3, 1, nil)}, fabric.ErrMalformed},
+		{"stall", [][]byte{hello}, ErrStalled},
+		{"silent", nil, ErrStalled},
+	}
+	listenBackends(t, func(t *testing.T, be backend) {
+		cfg := &Config{Window: 8 << 10, KeepAlive: 50 * time.Millisecond, StallTimeout: time.Second}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				l := be.listen(t, cfg)
+				// A good connection first, then the bad peer.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				good, err := Dial(ctx, be.name, l.Addr().String(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer good.Close()
+				goodSrv, err := l.AcceptContext(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer goodSrv.Close()
+
+				bad := newRawPeer(t, be, l)
+				srv, err := l.AcceptContext(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+				for _, f := range tc.frames {
+					bad.send(f)
+				}
+				if tc.name == "stall" || tc.name == "silent" {
+					// The good connection is idle as long: keep-alives
+					// keep it up.
+					time.Sleep(1200 * time.Millisecond)
+				}
+				srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+				var rerr error
+				for rerr == nil {
+					_, rerr = srv.Read(make([]byte, 64<<10))
+				}
+				var pe *ProtocolError
+				if !errors.Is(rerr, tc.want) || !errors.As(rerr, &pe) {
+					t.Fatalf("server Read: %v, want a *ProtocolError matching %v", rerr, tc.want)
+				}
+				if _, err := srv.Write([]byte("x")); !errors.Is(err, tc.want) {
+					t.Fatalf("server Write after the violation: %v", err)
+				}
+				t.Logf("closed with: %v", rerr)
+
+				// The good connection is unaffected.
+				go good.Write([]byte("still fine"))
+				buf := make([]byte, 10)
+				goodSrv.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(goodSrv, buf); err != nil || string(buf) != "still fine" {
+					t.Fatalf("good connection after the bad one: %q, %v", buf, err)
+				}
+			})
+		}
+	})
+}
+
+// TestResetReported: the violator is told, and its own connection fails
+// with ErrReset.
+func TestResetReported(t *testing.T) {
+	listenBackends(t, func(t *testing.T, be backend) {
+		a, b := connPair(t, be, nil)
+		// Forge a credit grant from b's side, bypassing its accounting.
+		b.smu.Lock()
+		putHeader(b.sreg.Bytes(), frameCredit, 1)
+		b.postCtl(b.ctx, hdrLen)
+		b.smu.Unlock()
+		for _, c := range []*Conn{a, b} {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		}
+		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, fabric.ErrMalformed) {
+			t.Fatalf("receiver of the forged grant: %v", err)
+		}
+		if _, err := b.Read(make([]byte, 1)); !errors.Is(err, ErrReset) {
+			t.Fatalf("sender of the forged grant: %v, want ErrReset", err)
+		}
+	})
+}

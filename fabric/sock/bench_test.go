@@ -1,0 +1,144 @@
+package sock
+
+import (
+	"io"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// benchConns are the connections the benchmarks compare: every backend
+// of the table and TCP over loopback as the reference of the same run.
+func benchConns(b *testing.B, f func(b *testing.B, a, c net.Conn)) {
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			x, y := connPair(b, be, nil)
+			f(b, x, y)
+		})
+	}
+	b.Run("tcp", func(b *testing.B) {
+		x, y := tcpPair(b)
+		f(b, x, y)
+	})
+}
+
+func tcpPair(t testing.TB) (a, b net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dialed := make(chan error, 1)
+	go func() {
+		var err error
+		b, err = net.Dial("tcp", l.Addr().String())
+		dialed <- err
+	}()
+	a, err = l.Accept()
+	if derr := <-dialed; err != nil || derr != nil {
+		t.Fatal(err, derr)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// echo answers every size-byte message on c until c fails.
+func echo(c net.Conn, size int) {
+	buf := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return
+		}
+		if _, err := c.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+func roundTrip(c net.Conn, buf []byte) error {
+	if _, err := c.Write(buf); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, buf)
+	return err
+}
+
+// BenchmarkRoundTrip64 is a 64-byte request and its echo.
+func BenchmarkRoundTrip64(b *testing.B) {
+	benchConns(b, func(b *testing.B, a, c net.Conn) {
+		go echo(a, 64)
+		buf := make([]byte, 64)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := roundTrip(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkThroughput1M writes 1 MiB per operation to a reader that
+// counts it; the last byte is acknowledged before the clock stops.
+func BenchmarkThroughput1M(b *testing.B) {
+	benchConns(b, func(b *testing.B, a, c net.Conn) {
+		const size = 1 << 20
+		done := make(chan int64, 1)
+		go func() {
+			buf := make([]byte, 256<<10)
+			var n int64
+			for {
+				k, err := a.Read(buf)
+				n += int64(k)
+				if err != nil {
+					done <- n
+					return
+				}
+				if n%size == 0 && k > 0 {
+					a.Write(buf[:1])
+				}
+			}
+		}()
+		data := make([]byte, size)
+		ack := make([]byte, 1)
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.Write(data); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, ack); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestNoAllocs: the steady state of Read and Write allocates nothing,
+// on either side (testing.AllocsPerRun counts every goroutine), for
+// small messages and for writes that take several frames and credit
+// grants. The endpoints spin long enough never to sleep: a backend's
+// sleep path (a doorbell wait bounded by a context) may allocate, and
+// on a loaded machine a short spin budget runs out.
+func TestNoAllocs(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		for _, size := range []int{64, 100 << 10} {
+			t.Run(strconv.Itoa(size), func(t *testing.T) {
+				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: time.Second}})
+				go echo(a, size)
+				buf := make([]byte, size)
+				for range 50 { // warm up
+					if err := roundTrip(c, buf); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if n := testing.AllocsPerRun(100, func() { roundTrip(c, buf) }); n != 0 {
+					t.Errorf("%d-byte round trip: %v allocations", size, n)
+				}
+			})
+		}
+	})
+}

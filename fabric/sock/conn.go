@@ -1,0 +1,843 @@
+package sock
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// Config configures a connection. The zero value selects every default;
+// a nil *Config is the zero value.
+type Config struct {
+	// Options configure the endpoint that Dial opens and the listener
+	// that Listen starts (and so the endpoints it accepts).
+	Options fabric.Options
+	// Window is the receive window in bytes: the most data the peer may
+	// send before this side's application reads it, and so the receive
+	// memory of the connection (0: DefaultWindow). It is rounded up to
+	// 4 KiB and at most 1 GiB.
+	Window int
+	// MaxFrame bounds the payload of one DATA frame (0: the endpoint's
+	// largest message, at most 64 KiB); larger writes are split.
+	MaxFrame int
+	// KeepAlive is how long the connection may be silent before this
+	// side probes the peer with a PING (0: DefaultKeepAlive; negative:
+	// never, which also disables stall detection).
+	KeepAlive time.Duration
+	// StallTimeout is how long the peer may send nothing at all, not
+	// even an answer to a probe, before the connection is closed with
+	// ErrStalled (0: DefaultStallTimeout).
+	StallTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultWindow       = 256 << 10
+	DefaultKeepAlive    = time.Second
+	DefaultStallTimeout = 15 * time.Second
+	defaultMaxFrame     = 64 << 10
+	// rxBurst is the number of frames the receive loop takes at once.
+	rxBurst = 32
+	// sendSlots is the number of DATA frames a Write posts in one burst
+	// where the endpoint copies them at once.
+	sendSlots = 8
+)
+
+func (c *Config) resolve() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.Window <= 0 {
+		r.Window = DefaultWindow
+	}
+	r.Window = min(max((r.Window+4095)&^4095, minWindow), maxWindow)
+	if r.KeepAlive == 0 {
+		r.KeepAlive = DefaultKeepAlive
+	}
+	if r.StallTimeout <= 0 {
+		r.StallTimeout = DefaultStallTimeout
+	}
+	return r
+}
+
+// Addr is the address of one end of a connection: the backend's name and
+// the address in its syntax (what fabric.Endpoint's LocalAddr and
+// RemoteAddr report, or a listener's Addr).
+type Addr struct {
+	// Backend is the fabric backend, such as "ntb".
+	Backend string
+	// Address is the backend's address string.
+	Address string
+}
+
+// Network implements net.Addr: the backend's name.
+func (a *Addr) Network() string { return a.Backend }
+
+// String implements net.Addr: the address in the backend's syntax.
+func (a *Addr) String() string { return a.Address }
+
+// Conn is a byte stream over a reliable fabric endpoint. It implements
+// net.Conn and, like *net.TCPConn, CloseWrite. Its methods are safe for
+// concurrent use.
+type Conn struct {
+	ep      fabric.Endpoint
+	vr      fabric.ViewReceiver // nil: Recv into rreg
+	cfg     Config
+	backend string
+	laddr   net.Addr
+	raddr   net.Addr
+	maxData int // payload bytes per DATA frame
+	inline  int // Caps.InlineSize
+
+	ctx    context.Context // ends when the connection closes or fails
+	cancel context.CancelFunc
+	rdl    deadline
+	wdl    deadline
+
+	wmu   sync.Mutex     // serialises Write and CloseWrite
+	smu   sync.Mutex     // serialises frames on the endpoint
+	sreg  *fabric.Region // sendSlots frames of hdrLen+maxData bytes
+	ssge  [sendSlots]fabric.SGE
+	smsg  [sendSlots]fabric.Message
+	slots int // frames per burst: sendSlots, or 1 where frames complete late
+	scomp [1]fabric.Completion
+	rreg  *fabric.Region
+
+	mu sync.Mutex
+	// Receive side.
+	rbuf      []byte // ring of Window bytes
+	rhead     int
+	rlen      int
+	rxAllowed int64 // credit the peer still has
+	unacked   int64 // bytes read, not yet granted back
+	eof       bool  // FIN or CLOSE received
+	helloRx   bool
+	// Send side.
+	credit     int64 // bytes this side may still send
+	peerWindow int64
+	wshut      bool // CloseWrite done
+	peerClosed bool // CLOSE received
+	closed     bool
+	err        error // terminal failure
+
+	rdReady chan struct{}
+	wrReady chan struct{}
+
+	rxBursts atomic.Uint64 // received bursts, for liveness
+	ka       *time.Timer
+	kaSeen   uint64
+	kaSince  time.Time
+	stats    connStats
+
+	// The receive path is driven by whoever needs it: a Read waiting for
+	// data, a Write waiting for credit, the keep-alive timer. pmu makes
+	// one of them the pumper; the others wait for its signals. A caller
+	// that pumps receives in its own goroutine: no hand-off between a
+	// receive goroutine and the reader on the latency path.
+	pmu   sync.Mutex
+	views []fabric.View    // with vr
+	msgs  []fabric.Message // without vr
+	sges  []fabric.SGE
+}
+
+type connStats struct {
+	framesTx, framesRx atomic.Uint64
+}
+
+// NewConn starts a connection over ep, which must be reliable and
+// connected to a peer that runs NewConn too (through Dial and Listen, or
+// over any pair of endpoints). It sends this side's HELLO and returns at
+// once; the first Write waits for the peer's. The Conn owns ep and closes
+// it. cfg may be nil; its Options are not used.
+//
+// An endpoint that cannot carry a stream (not reliable, messages too
+// small) is refused with an error matching fabric.ErrNotSupported and left
+// to the caller; after any other error ep has been closed.
+func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
+	caps := ep.Caps()
+	if !caps.Reliable {
+		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
+			Err: fmt.Errorf("sock: %s endpoint is not reliable: %w", caps.Backend, fabric.ErrNotSupported)}
+	}
+	r := cfg.resolve()
+	maxData := r.MaxFrame
+	if maxData <= 0 {
+		maxData = defaultMaxFrame
+	}
+	maxData = min(maxData, caps.MaxMsgSize-hdrLen, maxFrameLen)
+	if caps.InlineSize >= 1024 && r.MaxFrame <= 0 {
+		// Frames the endpoint copies at once need no completion before
+		// the send buffer is reused: a stream of them pipelines.
+		maxData = min(maxData, caps.InlineSize-hdrLen)
+	}
+	if maxData < 64 {
+		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
+			Err: fmt.Errorf("sock: %s messages of %d bytes are too small: %w", caps.Backend, caps.MaxMsgSize, fabric.ErrNotSupported)}
+	}
+	c := &Conn{
+		ep: ep, cfg: r, backend: caps.Backend, maxData: maxData, inline: caps.InlineSize,
+		laddr:   &Addr{Backend: caps.Backend, Address: ep.LocalAddr()},
+		raddr:   &Addr{Backend: caps.Backend, Address: ep.RemoteAddr()},
+		rbuf:    make([]byte, r.Window),
+		rdReady: make(chan struct{}, 1), wrReady: make(chan struct{}, 1),
+		rxAllowed: int64(r.Window),
+	}
+	c.rdl.init()
+	c.wdl.init()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	var err error
+	c.slots = sendSlots
+	if hdrLen+maxData > c.inline {
+		c.slots = 1
+	}
+	c.sreg, err = ep.Alloc(c.slots*(hdrLen+maxData), 0)
+	if err != nil {
+		return nil, c.setupErr(err)
+	}
+	for i := range c.slots {
+		c.ssge[i] = fabric.SGE{Region: c.sreg, Offset: i * (hdrLen + maxData)}
+		c.smsg[i].SGEs = c.ssge[i : i+1]
+	}
+	if vr, ok := ep.(fabric.ViewReceiver); ok {
+		c.vr = vr
+		c.views = make([]fabric.View, rxBurst)
+	} else {
+		slot := hdrLen + maxData
+		c.rreg, err = ep.Alloc(rxBurst*slot, fabric.AccessLocalWrite)
+		if err != nil {
+			return nil, c.setupErr(err)
+		}
+		c.msgs = make([]fabric.Message, rxBurst)
+		c.sges = make([]fabric.SGE, rxBurst)
+		for i := range c.msgs {
+			c.sges[i] = fabric.SGE{Region: c.rreg, Offset: i * slot, Length: slot}
+			c.msgs[i].SGEs = c.sges[i : i+1]
+		}
+	}
+	// HELLO goes out first, before any other frame can.
+	c.smu.Lock()
+	n := putHello(c.sreg.Bytes(), uint32(r.Window))
+	err = c.postCtl(c.ctx, n)
+	c.smu.Unlock()
+	if err != nil {
+		return nil, c.setupErr(err)
+	}
+	if r.KeepAlive > 0 {
+		c.kaSince = time.Now()
+		c.mu.Lock() // keepAlive reads c.ka under mu
+		c.ka = time.AfterFunc(r.KeepAlive, c.keepAlive)
+		c.mu.Unlock()
+	}
+	return c, nil
+}
+
+func (c *Conn) setupErr(err error) error {
+	c.cancel()
+	for _, r := range []*fabric.Region{c.sreg, c.rreg} {
+		if r != nil {
+			r.Close()
+		}
+	}
+	c.ep.Close()
+	return &net.OpError{Op: "dial", Net: c.backend, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// errConnClosed is what deadline contexts report after Close.
+var errConnClosed = net.ErrClosed
+
+func (c *Conn) opErr(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.backend, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Read implements net.Conn. It returns what has arrived, at most len(p)
+// bytes, waiting only while nothing has; io.EOF once the peer's
+// CloseWrite or Close has been reached.
+func (c *Conn) Read(p []byte) (int, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			signal(c.rdReady)
+			return 0, c.opErr("read", err)
+		}
+		if c.rdl.expired() {
+			c.mu.Unlock()
+			return 0, c.opErr("read", errTimeout)
+		}
+		if len(p) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		if c.rlen > 0 {
+			n := c.copyOutLocked(p)
+			c.unacked += int64(n)
+			var grant uint32
+			if c.unacked >= int64(len(c.rbuf)/4) && !c.peerClosed {
+				grant = uint32(c.unacked)
+				c.rxAllowed += c.unacked
+				c.unacked = 0
+			}
+			more := c.rlen > 0 || c.eof
+			c.mu.Unlock()
+			if more {
+				signal(c.rdReady) // for other readers
+			}
+			if grant > 0 {
+				c.sendCredit(grant)
+			}
+			return n, nil
+		}
+		if c.eof {
+			c.mu.Unlock()
+			signal(c.rdReady)
+			return 0, io.EOF
+		}
+		c.mu.Unlock()
+		if c.pump(c.rdl.ctx()) {
+			continue
+		}
+		select {
+		case <-c.rdReady:
+		case <-c.rdl.wait():
+		}
+	}
+}
+
+// copyOutLocked moves up to len(p) buffered bytes into p.
+func (c *Conn) copyOutLocked(p []byte) int {
+	n := min(len(p), c.rlen)
+	first := min(n, len(c.rbuf)-c.rhead)
+	copy(p, c.rbuf[c.rhead:c.rhead+first])
+	copy(p[first:n], c.rbuf[:n-first])
+	c.rhead = (c.rhead + n) % len(c.rbuf)
+	c.rlen -= n
+	if c.rlen == 0 {
+		c.rhead = 0
+	}
+	return n
+}
+
+// errTimeout is os.ErrDeadlineExceeded, which is a net.Error whose
+// Timeout is true.
+var errTimeout error = os.ErrDeadlineExceeded
+
+// sendCredit sends a CREDIT frame carrying grant, which the caller has
+// already accounted in rxAllowed. A failure is not the reader's: the
+// peer may have closed with data still on its way to us, which Read goes
+// on to deliver, and a broken endpoint fails the receive path too.
+func (c *Conn) sendCredit(grant uint32) {
+	c.smu.Lock()
+	putHeader(c.sreg.Bytes(), frameCredit, grant)
+	c.postCtl(c.ctx, hdrLen)
+	c.smu.Unlock()
+}
+
+// Write implements net.Conn. It returns once all of p has been handed to
+// the endpoint, waiting for credit from the peer as needed, or when the
+// write deadline passes (with the count of bytes sent before it).
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n := 0
+	for {
+		c.mu.Lock()
+		var err error
+		switch {
+		case c.closed:
+			err = net.ErrClosed
+		case c.err != nil:
+			err = c.err
+		case c.wshut:
+			err = ErrWriteClosed
+		case c.peerClosed:
+			err = ErrPeerClosed
+		}
+		if err != nil {
+			c.mu.Unlock()
+			return n, c.opErr("write", err)
+		}
+		if c.wdl.expired() {
+			c.mu.Unlock()
+			return n, c.opErr("write", errTimeout)
+		}
+		if n == len(p) {
+			c.mu.Unlock()
+			return n, nil
+		}
+		chunk := int(min(int64(len(p)-n), c.credit, int64(c.slots*c.maxData)))
+		if chunk <= 0 {
+			c.mu.Unlock()
+			if c.pump(c.wdl.ctx()) {
+				continue
+			}
+			select {
+			case <-c.wrReady:
+			case <-c.wdl.wait():
+			}
+			continue
+		}
+		c.credit -= int64(chunk)
+		c.mu.Unlock()
+		sent, err := c.sendData(p[n : n+chunk])
+		n += sent
+		if err != nil {
+			c.mu.Lock()
+			c.credit += int64(chunk - sent) // not sent
+			c.mu.Unlock()
+			if errors.Is(err, errTimeout) && !c.wdl.expired() {
+				continue // the deadline moved on while we waited
+			}
+			if errors.Is(err, net.ErrClosed) {
+				err = net.ErrClosed
+			} else if !errors.Is(err, errTimeout) {
+				c.fail(err)
+			}
+			return n, c.opErr("write", err)
+		}
+	}
+}
+
+// sendData sends p as DATA frames of up to maxData bytes in one burst
+// (p holds at most slots of them), piggybacking on the first the credit
+// the reader has freed. It returns the bytes of the frames posted, all of
+// p unless it fails.
+func (c *Conn) sendData(p []byte) (int, error) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	b := c.sreg.Bytes()
+	c.mu.Lock()
+	grant := c.unacked
+	if c.peerClosed {
+		grant = 0
+	}
+	c.rxAllowed += grant
+	c.unacked -= grant
+	c.mu.Unlock()
+	slot := hdrLen + c.maxData
+	f := 0
+	for off := 0; off < len(p); f++ {
+		k := min(len(p)-off, c.maxData)
+		fb := b[f*slot:]
+		putHeader(fb, frameData, 0)
+		copy(fb[hdrLen:], p[off:off+k])
+		c.ssge[f].Length = hdrLen + k
+		off += k
+	}
+	binary.LittleEndian.PutUint32(b[4:], uint32(grant))
+	posted, err := c.postLocked(c.wdl.ctx(), f)
+	if posted == 0 && grant > 0 {
+		c.mu.Lock()
+		c.rxAllowed -= grant
+		c.unacked += grant
+		c.mu.Unlock()
+	}
+	return min(posted*c.maxData, len(p)), err
+}
+
+// postLocked posts the first f frames of the send region, whose SGE
+// lengths the caller set, waiting for room with ctx, and waits for the
+// completion where the endpoint does not copy a frame at once (f is 1
+// then). It returns how many frames were posted. The caller holds smu.
+func (c *Conn) postLocked(ctx context.Context, f int) (int, error) {
+	signaled := c.ssge[0].Length > c.inline
+	for i := range f {
+		c.smsg[i].Flags = 0
+	}
+	if signaled {
+		c.smsg[0].Flags = fabric.FlagSignal
+	}
+	posted := 0
+	for posted < f {
+		k, err := c.ep.SendWait(ctx, c.smsg[posted:f])
+		posted += k
+		if err != nil {
+			c.stats.framesTx.Add(uint64(posted))
+			return posted, err
+		}
+	}
+	c.stats.framesTx.Add(uint64(f))
+	if !signaled {
+		return f, nil
+	}
+	// The region is ours again once the frame has completed. Wait with
+	// the connection's context: a frame already posted cannot be
+	// recalled when a deadline passes.
+	if _, err := c.ep.CQ().Wait(c.ctx, c.scomp[:]); err != nil {
+		return f, err
+	}
+	return f, c.scomp[0].Err()
+}
+
+// postCtl posts a frame of n bytes already in slot 0.
+func (c *Conn) postCtl(ctx context.Context, n int) error {
+	c.ssge[0].Length = n
+	_, err := c.postLocked(ctx, 1)
+	return err
+}
+
+// trySendCtl sends a frame without payload if the endpoint takes it at
+// once; the receive loop and the keep-alive timer never block on a peer
+// that does not drain its queue.
+func (c *Conn) trySendCtl(typ uint8) {
+	if !c.smu.TryLock() {
+		return // a frame is going out anyway
+	}
+	defer c.smu.Unlock()
+	putHeader(c.sreg.Bytes(), typ, 0)
+	c.ssge[0].Length = hdrLen
+	c.smsg[0].Flags = 0
+	if k, _ := c.ep.Send(c.smsg[:1]); k == 1 {
+		c.stats.framesTx.Add(1)
+	}
+}
+
+// CloseWrite shuts down the writing side: the peer reads io.EOF once it
+// has read everything written before. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	case c.wshut:
+		c.mu.Unlock()
+		return nil
+	case c.err != nil:
+		err := c.err
+		c.mu.Unlock()
+		return c.opErr("close", err)
+	}
+	c.wshut = true
+	c.mu.Unlock()
+	c.smu.Lock()
+	putHeader(c.sreg.Bytes(), frameFin, 0)
+	err := c.postCtl(c.ctx, hdrLen)
+	c.smu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return c.opErr("close", err)
+	}
+	return nil
+}
+
+// Close implements net.Conn: it tells the peer (which reads io.EOF after
+// the data sent before), wakes blocked calls with net.ErrClosed and
+// closes the endpoint. A second Close returns net.ErrClosed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.closed = true
+	tell := c.err == nil && !c.peerClosed
+	c.mu.Unlock()
+	c.rdl.close()
+	c.wdl.close() // a Write blocked in SendWait returns, freeing smu
+	signal(c.rdReady)
+	signal(c.wrReady)
+	if c.ka != nil {
+		c.ka.Stop()
+	}
+	if tell {
+		c.smu.Lock()
+		putHeader(c.sreg.Bytes(), frameClose, 0)
+		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+		c.postCtl(ctx, hdrLen)
+		cancel()
+		c.smu.Unlock()
+	}
+	c.shutdown()
+	return nil
+}
+
+// shutdown ends the receive loop and releases the endpoint.
+func (c *Conn) shutdown() {
+	c.cancel()
+	c.ep.Close()
+	c.pmu.Lock() // the pumper, woken by Close, has left
+	defer c.pmu.Unlock()
+	c.smu.Lock()
+	c.sreg.Close()
+	c.smu.Unlock()
+	if c.rreg != nil {
+		c.rreg.Close()
+	}
+}
+
+// fail records a terminal error (the first one wins), resets the peer if
+// the error is its protocol violation, and closes the endpoint.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.mu.Unlock()
+	signal(c.rdReady)
+	signal(c.wrReady)
+	if c.ka != nil {
+		c.ka.Stop()
+	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) && pe.Err != ErrReset && pe.Err != ErrStalled {
+		c.trySendCtl(frameRst)
+	}
+	c.cancel()
+	c.ep.Close()
+}
+
+// keepAlive runs on the keep-alive timer: it probes a silent peer and
+// fails the connection when the peer has been silent too long.
+func (c *Conn) keepAlive() {
+	c.mu.Lock()
+	if c.ctx.Err() != nil || c.peerClosed || c.closed || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if seen := c.rxBursts.Load(); seen != c.kaSeen {
+		c.kaSeen, c.kaSince = seen, now
+	}
+	idle := now.Sub(c.kaSince)
+	ka := c.ka
+	c.mu.Unlock()
+	if idle >= c.cfg.StallTimeout {
+		c.fail(&ProtocolError{Reason: fmt.Sprintf("nothing received for %v", idle.Round(time.Millisecond)), Err: ErrStalled})
+		return
+	}
+	// Nobody may be reading: take what arrived (answering PINGs,
+	// buffering data within its credit).
+	c.pump(nil)
+	if idle >= c.cfg.KeepAlive {
+		c.trySendCtl(framePing)
+	}
+	ka.Reset(min(c.cfg.KeepAlive, c.cfg.StallTimeout-idle))
+}
+
+// pumpLocked receives one burst of frames and handles them; with ctx
+// non-nil it waits for one, until ctx is done. The caller holds pmu and
+// signals the other waiters when it lets go. An error of ctx (a deadline,
+// Close) is returned as is; any other failure of the endpoint or of the
+// peer fails the connection.
+func (c *Conn) pumpLocked(ctx context.Context) error {
+	c.mu.Lock()
+	stop := c.peerClosed || c.err != nil || c.closed
+	c.mu.Unlock()
+	if stop {
+		return nil // nothing more will come, or nobody wants it
+	}
+	var n int
+	var err error
+	switch {
+	case c.vr != nil && ctx != nil:
+		n, err = c.vr.RecvViewsWait(ctx, c.views)
+	case c.vr != nil:
+		n, err = c.vr.RecvViews(c.views)
+	case ctx != nil:
+		n, err = c.ep.RecvWait(ctx, c.msgs)
+	default:
+		n, err = c.ep.Recv(c.msgs)
+	}
+	if err != nil {
+		if ctx != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !c.isClosed() {
+			c.fail(err)
+		}
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	for i := 0; i < n && err == nil; i++ {
+		var stop bool
+		if c.vr != nil {
+			stop, err = c.handle(c.views[i].Data, c.views[i].Flags)
+		} else if m := &c.msgs[i]; m.Flags&fabric.FlagTruncated != 0 {
+			err = c.violation(errLength)
+		} else {
+			stop, err = c.handle(c.sges[i].Bytes()[:m.Len], m.Flags)
+		}
+		if stop {
+			break
+		}
+	}
+	if c.vr != nil {
+		c.vr.ReleaseViews(n)
+	}
+	c.rxBursts.Add(1)
+	return err
+}
+
+// pump makes the caller the pumper if nobody is, receiving one burst
+// (waiting with ctx), and reports whether it did. The caller then
+// re-checks its condition; if it did not pump it waits for a signal.
+func (c *Conn) pump(ctx context.Context) bool {
+	if !c.pmu.TryLock() {
+		return false
+	}
+	c.pumpLocked(ctx)
+	c.pmu.Unlock()
+	c.endBurst()
+	return true
+}
+
+func (c *Conn) endBurst() {
+	signal(c.rdReady)
+	signal(c.wrReady)
+}
+
+// handle processes one received frame. stop reports the end of the
+// peer's frames (CLOSE, RST); err a violation, for which the connection
+// is failed.
+func (c *Conn) handle(b []byte, fl fabric.MsgFlags) (stop bool, err error) {
+	c.stats.framesRx.Add(1)
+	if fl&(fabric.FlagRemoteWrite|fabric.FlagImm) != 0 {
+		return false, c.violation(&ProtocolError{"unexpected RMA notification or immediate data", fabric.ErrMalformed})
+	}
+	h, p, err := parseFrame(b)
+	if err != nil {
+		return false, c.violation(err)
+	}
+	c.mu.Lock()
+	if !c.helloRx {
+		if h.typ != frameHello {
+			c.mu.Unlock()
+			return false, c.violation(&ProtocolError{frameNames[h.typ] + " before HELLO", fabric.ErrMalformed})
+		}
+		_, w, herr := parseHello(p)
+		if herr != nil {
+			c.mu.Unlock()
+			return false, c.violation(herr)
+		}
+		c.helloRx = true
+		c.peerWindow, c.credit = int64(w), int64(w)
+		c.mu.Unlock()
+		return false, nil
+	}
+	if h.credit > 0 {
+		if c.credit+int64(h.credit) > c.peerWindow {
+			c.mu.Unlock()
+			return false, c.violation(&ProtocolError{fmt.Sprintf("credit grant of %d beyond the window of %d", h.credit, c.peerWindow), fabric.ErrMalformed})
+		}
+		c.credit += int64(h.credit)
+	}
+	var verr error
+	switch h.typ {
+	case frameHello:
+		verr = &ProtocolError{"second HELLO", fabric.ErrMalformed}
+	case frameData:
+		switch {
+		case c.eof:
+			verr = &ProtocolError{"DATA after FIN", fabric.ErrMalformed}
+		case int64(len(p)) > c.rxAllowed:
+			verr = &ProtocolError{fmt.Sprintf("%d bytes of DATA with %d bytes of credit", len(p), c.rxAllowed), ErrCreditOverrun}
+		default:
+			c.copyInLocked(p)
+			c.rxAllowed -= int64(len(p))
+		}
+	case frameFin:
+		if c.eof {
+			verr = &ProtocolError{"second FIN", fabric.ErrMalformed}
+		}
+		c.eof = true
+	case frameClose:
+		c.eof, c.peerClosed = true, true
+		stop = true
+	case frameRst:
+		verr = &ProtocolError{"peer reset the connection", ErrReset}
+	case framePing:
+		c.mu.Unlock()
+		c.trySendCtl(framePong)
+		return false, nil
+	}
+	c.mu.Unlock()
+	if verr != nil {
+		return false, c.violation(verr)
+	}
+	return stop, nil
+}
+
+func (c *Conn) violation(err error) error {
+	c.fail(err)
+	return err
+}
+
+// copyInLocked appends p to the receive ring; credit guarantees room.
+func (c *Conn) copyInLocked(p []byte) {
+	tail := (c.rhead + c.rlen) % len(c.rbuf)
+	k := copy(c.rbuf[tail:], p)
+	copy(c.rbuf, p[k:])
+	c.rlen += len(p)
+}
+
+// LocalAddr implements net.Conn; it is an *Addr.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr implements net.Conn; it is an *Addr.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline implements net.Conn: it sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn. Reads blocked when it is called
+// observe the new deadline; the zero time clears it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn, as SetReadDeadline does for
+// writes. A write that times out may have sent part of its data; it
+// returns the count.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.isClosed() {
+		return c.opErr("set", net.ErrClosed)
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Endpoint returns the endpoint the connection runs over.
+func (c *Conn) Endpoint() fabric.Endpoint { return c.ep }

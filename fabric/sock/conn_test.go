@@ -1,0 +1,251 @@
+package sock
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pattern returns n bytes of a stream position-dependent pattern.
+func pattern(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestStream sends a stream each way at once in writes of random sizes,
+// through a window of 4 KiB (the smallest) and the default one, and
+// checks every byte.
+func TestStream(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		for _, w := range []int{4096, 0} {
+			t.Run(map[int]string{4096: "window4K", 0: "default"}[w], func(t *testing.T) {
+				a, b := connPair(t, be, &Config{Window: w})
+				size := 4 << 20
+				if testing.Short() || raceEnabled {
+					size = 1 << 20
+				}
+				var wg sync.WaitGroup
+				errs := make(chan error, 4)
+				for i, c := range []*Conn{a, b} {
+					data := pattern(uint64(i+1), size)
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						r := rand.New(rand.NewPCG(uint64(i), 7))
+						for off := 0; off < len(data); {
+							n := min(len(data)-off, 1+r.IntN(200<<10))
+							if r.IntN(4) == 0 {
+								n = min(n, 1+r.IntN(64))
+							}
+							if _, err := c.Write(data[off : off+n]); err != nil {
+								errs <- err
+								return
+							}
+							off += n
+						}
+						if err := c.CloseWrite(); err != nil {
+							errs <- err
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						peer := []*Conn{b, a}[i]
+						got, err := io.ReadAll(peer)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if !bytes.Equal(got, data) {
+							errs <- errors.New("stream corrupt: " + firstDiff(got, data))
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			})
+		}
+	})
+}
+
+func firstDiff(got, want []byte) string {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return "first difference at byte " + itoa(i)
+		}
+	}
+	return "length " + itoa(len(got)) + ", want " + itoa(len(want))
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestHalfClose: after CloseWrite the peer reads what was written, then
+// io.EOF, and can still answer.
+func TestHalfClose(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		a, b := connPair(t, be, nil)
+		if _, err := b.Write([]byte("request")); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CloseWrite(); err != nil {
+			t.Fatalf("second CloseWrite: %v", err)
+		}
+		if _, err := b.Write([]byte("x")); !errors.Is(err, ErrWriteClosed) {
+			t.Fatalf("Write after CloseWrite: %v, want ErrWriteClosed", err)
+		}
+		got, err := io.ReadAll(a)
+		if err != nil || string(got) != "request" {
+			t.Fatalf("ReadAll = %q, %v", got, err)
+		}
+		if n, err := a.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			t.Fatalf("Read after EOF = %d, %v", n, err)
+		}
+		if _, err := a.Write([]byte("response")); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		got, err = io.ReadAll(b)
+		if err != nil || string(got) != "response" {
+			t.Fatalf("answer after half-close: %q, %v", got, err)
+		}
+	})
+}
+
+// TestPeerClose: the peer's Close delivers what it wrote, then io.EOF;
+// writing to a closed peer fails with ErrPeerClosed; a closed Conn
+// reports net.ErrClosed.
+func TestPeerClose(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		a, b := connPair(t, be, nil)
+		data := pattern(3, 300<<10) // more than one window: Close waits for nothing
+		go func() {
+			b.Write(data)
+			b.Close()
+		}()
+		got, err := io.ReadAll(a)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("ReadAll after peer Close: %d bytes, %v", len(got), err)
+		}
+		if _, err := a.Write([]byte("anyone?")); !errors.Is(err, ErrPeerClosed) {
+			t.Fatalf("Write to a closed peer: %v, want ErrPeerClosed", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, err := range []error{
+			func() error { _, err := a.Read(make([]byte, 1)); return err }(),
+			func() error { _, err := a.Write([]byte("x")); return err }(),
+			a.Close(), a.SetDeadline(time.Now()), a.CloseWrite(),
+		} {
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("after Close: %v, want net.ErrClosed", err)
+			}
+		}
+	})
+}
+
+// TestBoundedMemory: a peer that does not read holds the writer to the
+// receive window.
+func TestBoundedMemory(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		const window = 64 << 10
+		a, b := connPair(t, be, &Config{Window: window})
+		b.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := b.Write(make([]byte, 1<<20))
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Write to a peer that does not read: %d, %v; want a timeout", n, err)
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("%v is not a net.Error with Timeout", err)
+		}
+		if n != window {
+			t.Fatalf("wrote %d bytes before blocking, want the window of %d", n, window)
+		}
+		a.mu.Lock()
+		buffered := a.rlen
+		a.mu.Unlock()
+		if buffered > window {
+			t.Fatalf("receiver buffers %d bytes, window %d", buffered, window)
+		}
+		// Reading frees credit and the rest flows.
+		b.SetWriteDeadline(time.Time{})
+		go b.Write(make([]byte, 100<<10))
+		if _, err := io.ReadFull(a, make([]byte, window+100<<10)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestDeadlineMoved: a deadline set while Read or Write blocks wakes it
+// when it passes; one moved later while the call blocks lets it finish.
+func TestDeadlineMoved(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		for _, op := range []string{"read", "write"} {
+			t.Run(op, func(t *testing.T) {
+				a, b := connPair(t, be, &Config{Window: 4096})
+				// call blocks: a Read with nothing sent, or a Write with
+				// the peer's window used up.
+				call, set := func() error { _, err := a.Read(make([]byte, 1)); return err }, a.SetReadDeadline
+				unblock := func() { b.Write([]byte("x")) }
+				if op == "write" {
+					if _, err := b.Write(make([]byte, 4096)); err != nil {
+						t.Fatal(err)
+					}
+					call, set = func() error { _, err := b.Write([]byte("x")); return err }, b.SetWriteDeadline
+					unblock = func() { io.ReadFull(a, make([]byte, 4096)) }
+				}
+				// An earlier deadline set while blocked fires.
+				set(time.Now().Add(time.Hour))
+				res := make(chan error, 1)
+				start := time.Now()
+				go func() { res <- call() }()
+				time.Sleep(50 * time.Millisecond)
+				set(time.Now().Add(100 * time.Millisecond))
+				select {
+				case err := <-res:
+					var ne net.Error
+					if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+						t.Fatalf("%v, want a timeout", err)
+					}
+					if d := time.Since(start); d < 140*time.Millisecond {
+						t.Fatalf("timed out after %v, before its deadline", d)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("blocked past a deadline set while it waited")
+				}
+				// A deadline moved later while blocked does not fire.
+				set(time.Now().Add(100 * time.Millisecond))
+				go func() { res <- call() }()
+				time.Sleep(20 * time.Millisecond)
+				set(time.Now().Add(time.Hour))
+				time.Sleep(200 * time.Millisecond)
+				unblock()
+				select {
+				case err := <-res:
+					if err != nil {
+						t.Fatalf("after the deadline moved later: %v", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("did not complete once unblocked")
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,30 @@
+// Package sock carries byte streams over the fabric: a net.Conn over any
+// reliable fabric.Endpoint (Caps().Reliable), and a net.Listener over a
+// fabric.Listener, so that net/http, gRPC, database drivers and anything
+// else that speaks net.Conn run over NTB, RoCE or AF_XDP without TCP/IP —
+// the role rsocket and SMC-R play for RDMA.
+//
+//	l, err := sock.Listen(ctx, "ntb", "/dev/shm/weft0", nil)
+//	...
+//	c, err := sock.Dial(ctx, "ntb", l.Addr().String(), nil)
+//
+// # Protocol
+//
+// Each fabric message is one frame: an 8-byte header (type, flags, a
+// reserved half-word that must be zero, and a credit grant) and, for DATA
+// frames, the payload. Each side opens with a HELLO frame that names the
+// protocol version and its receive window; the window is the sender's
+// initial credit. Every later frame may grant further credit as the
+// application consumes what it received: a sender never has more than
+// the peer's window in flight, so a connection's receive memory is
+// bounded by its window. FIN ends a direction (CloseWrite), CLOSE ends the
+// connection, RST reports a protocol violation, and PING/PONG prove
+// liveness while the connection is idle.
+//
+// A peer that sends a malformed or forged frame, more data than its
+// credit, or nothing at all (not even an answer to a PING) for
+// Config.StallTimeout gets its connection closed; the local calls then
+// fail with a *ProtocolError that matches ErrCreditOverrun,
+// fabric.ErrMalformed or ErrStalled with errors.Is. Other connections
+// are not affected.
+package sock

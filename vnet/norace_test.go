@@ -1,0 +1,5 @@
+//go:build !race
+
+package vnet
+
+const raceEnabled = false

@@ -1,0 +1,149 @@
+// Command router is a horizontally scaled software router built on Weft,
+// after RouteBricks and the RoCE back-plane study that Weft's README
+// cites: 2 to 4 forwarding nodes, each in its own network namespace with
+// an AF_XDP ingress and egress port, a 100,000-route FIB, and a full-mesh
+// back-plane over ntb, roce or ethernet (optionally batched), fed by a
+// generator and measured by a sink in namespaces of their own.
+//
+// As root, with no arguments, it builds everything, compares the
+// back-planes at sizes 64 to 1500 beside the single-node floor, removes
+// everything it created (also on Ctrl-C), prints a table and the seed's
+// three claims as ratios, and writes router.json and router.png:
+//
+//	go run ./examples/router
+//	go run ./examples/router -backplanes ntb,ntb+batch -nodes 3 -sizes 64,1500 -duration 2s
+//	go run ./examples/router -tune            # the parameter search; writes router-tuned.json
+//	go run ./examples/router -settings router-tuned.json
+//
+// The same binary is each node, the generator and the sink (-role).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/weft-io/weft/ntb"  // the "ntb" back-plane
+	_ "github.com/weft-io/weft/roce" // the "roce" back-plane
+)
+
+func main() {
+	role := flag.String("role", "", "internal: node, gen or sink")
+	backplanes := flag.String("backplanes", "none,ethernet,roce,roce+batch,ntb,ntb+batch", "back-planes to compare (none: the single-node floor)")
+	nodes := flag.Int("nodes", 2, "forwarding nodes (2 to 4)")
+	sizes := flag.String("sizes", "64,128,256,512,1024,1500", "frame sizes in bytes")
+	dur := flag.Duration("duration", 2*time.Second, "length of each measurement")
+	rate := flag.Float64("rate", 0, "offered load of the throughput phase, packets/s (0: as fast as the generator can)")
+	latRate := flag.Float64("lat-rate", 5000, "fixed offered load of the latency phase, packets/s (0: skip)")
+	routes := flag.Int("routes", 100000, "FIB size")
+	bad := flag.Int("bad", 0, "make every N-th generated packet malformed, expired or unroutable")
+	kill := flag.Int("kill", -1, "kill node N a third into each throughput phase and restart it")
+	settings := flag.String("settings", "", "node settings: a file written by -tune, or JSON")
+	out := flag.String("out", "router", "prefix of the JSON and PNG files")
+	tune := flag.Bool("tune", false, "search the parameters per back-plane and size; write <out>-tuned.json")
+	reps := flag.Int("reps", 3, "with -tune: runs per setting (the median counts)")
+	// internal flags of the roles
+	rank := flag.Int("rank", 0, "internal: node rank")
+	bp := flag.String("backplane", "none", "internal: the node's back-plane")
+	dir := flag.String("dir", "", "internal: NTB bridge directory")
+	ports := flag.String("ports", "", "internal: interfaces of the generator or sink")
+	macs := flag.String("macs", "", "internal: the nodes' ingress MACs")
+	size := flag.Int("size", 64, "internal: generator frame size")
+	rejoin := flag.Bool("rejoin", false, "internal: the node was restarted")
+	flag.Parse()
+	initClock()
+
+	set := DefaultSettings
+	tuned := Tuned{}
+	if *settings != "" {
+		var err error
+		if strings.HasPrefix(*settings, "{") {
+			err = jsonUnmarshal(*settings, &set)
+		} else {
+			tuned, err = loadTuned(*settings)
+		}
+		check(err)
+	}
+	switch *role {
+	case "node":
+		check(runNode(NodeConfig{Rank: *rank, Nodes: *nodes, Backplane: *bp, Dir: *dir, Routes: *routes, Settings: set, Rejoin: *rejoin}))
+		return
+	case "gen":
+		gc := GenConfig{Ports: strings.Split(*ports, ","), Size: *size, Rate: *rate, Duration: *dur, Nodes: *nodes, Routes: *routes, BadEvery: *bad}
+		for _, m := range strings.Split(*macs, ",") {
+			hw, err := parseMAC(m)
+			check(err)
+			gc.DstMACs = append(gc.DstMACs, hw)
+		}
+		res, err := runGen(context.Background(), gc)
+		check(err)
+		printJSON(res)
+		return
+	case "sink":
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer cancel()
+		res, err := runSink(ctx, strings.Split(*ports, ","), time.Duration(set.Spin), func() { fmt.Println("ready") })
+		check(err)
+		printJSON(res)
+		return
+	case "":
+	default:
+		check(fmt.Errorf("unknown role %q", *role))
+	}
+
+	if os.Geteuid() != 0 {
+		check(fmt.Errorf("needs root (namespaces, AF_XDP)"))
+	}
+	if *nodes < 2 || *nodes > 4 {
+		check(fmt.Errorf("-nodes %d: want 2 to 4", *nodes))
+	}
+	for _, ns := range Leftovers(false) {
+		ipCmd("netns", "del", ns) // a run that was SIGKILLed
+	}
+	removeStaleShm()
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer cancel()
+	// A closed output pipe (| head) must not kill us before we clean up:
+	// with SIGPIPE caught, writes fail with EPIPE instead.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	rc := RunConfig{
+		Backplanes: strings.Split(*backplanes, ","), Nodes: *nodes, Duration: *dur, Rate: *rate,
+		LatRate: *latRate, Routes: *routes, Bad: *bad, Tuned: tuned, Defaults: set, Kill: *kill,
+		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		v, err := strconv.Atoi(s)
+		check(err)
+		rc.Sizes = append(rc.Sizes, v)
+	}
+	var err error
+	if *tune {
+		err = Tune(ctx, rc, *out+"-tuned.json", *reps)
+	} else {
+		var rows []Row
+		rows, err = Run(ctx, rc)
+		report(os.Stdout, rc, rows, *out)
+	}
+	killChildren()
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "interrupted; cleaned up")
+	}
+	for _, ns := range Leftovers(false) {
+		ipCmd("netns", "del", ns)
+	}
+	check(err)
+}
+
+func check(err error) {
+	if err != nil {
+		killChildren()
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}

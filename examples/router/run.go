@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// RunConfig is one comparison.
+type RunConfig struct {
+	Backplanes []string
+	Nodes      int
+	Sizes      []int
+	Duration   time.Duration
+	Rate       float64 // offered load of the throughput phase (0: as fast as the generator can)
+	LatRate    float64 // fixed offered load of the latency phase
+	Routes     int
+	Bad        int // every Bad-th generated packet is malformed in some way (0: none)
+	Tuned      Tuned
+	Defaults   Settings
+	Kill       int // kill and restart this node mid-run (-1: none)
+	Log        func(string, ...any)
+}
+
+// Row is one back-plane and size.
+type Row struct {
+	Backplane string      `json:"backplane"`
+	Nodes     int         `json:"nodes"`
+	Size      int         `json:"size"`
+	Settings  Settings    `json:"settings"`
+	Offered   float64     `json:"offered_mpps"`
+	Mpps      float64     `json:"mpps"`
+	Gbps      float64     `json:"gbps"`
+	Loss      float64     `json:"loss"` // fraction of the throughput phase
+	LatRate   float64     `json:"lat_rate_pps"`
+	LatLoss   float64     `json:"lat_loss"`
+	MedianUs  float64     `json:"median_us"`
+	P99Us     float64     `json:"p99_us"`
+	Gen       GenResult   `json:"gen"`
+	Sink      SinkResult  `json:"sink"`
+	LatSink   SinkResult  `json:"lat_sink"`
+	NodeStats []NodeStats `json:"node_stats"`
+	// CPU is the CPU use of each process in the throughput phase, and
+	// LatCPU in the latency phase, in cores (see cpuMeter).
+	CPU    map[string]float64 `json:"cpu"`
+	LatCPU map[string]float64 `json:"lat_cpu,omitempty"`
+	Err    string             `json:"error,omitempty"`
+}
+
+// child is a process of the run (node, generator or sink) whose stdout
+// lines are read as they come.
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+}
+
+var children struct {
+	sync.Mutex
+	m map[*child]bool
+}
+
+func startChild(t *Topology, ns string, args ...string) (*child, error) {
+	cmd, err := t.Command(ns, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 64), done: make(chan struct{})}
+	children.Lock()
+	if children.m == nil {
+		children.m = map[*child]bool{}
+	}
+	children.m[c] = true
+	children.Unlock()
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		cmd.Wait()
+		children.Lock()
+		delete(children.m, c)
+		children.Unlock()
+		close(c.lines)
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// line waits for the child's next stdout line.
+func (c *child) line(ctx context.Context, timeout time.Duration) (string, error) {
+	select {
+	case l, ok := <-c.lines:
+		if !ok {
+			return "", fmt.Errorf("%s exited: %v", c.cmd.Args[3:5], c.cmd.ProcessState)
+		}
+		return l, nil
+	case <-time.After(timeout):
+		return "", fmt.Errorf("%s: no answer in %v", c.cmd.Args[3:5], timeout)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (c *child) signal(s syscall.Signal) { c.cmd.Process.Signal(s) }
+
+// stop asks the child to end (SIGTERM), then kills it after a grace period.
+func (c *child) stop() {
+	c.signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// killChildren kills every child still running (Ctrl-C, errors).
+func killChildren() {
+	children.Lock()
+	cs := make([]*child, 0, len(children.m))
+	for c := range children.m {
+		cs = append(cs, c)
+	}
+	children.Unlock()
+	for _, c := range cs {
+		c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func decodeLine[T any](ctx context.Context, c *child, timeout time.Duration) (T, error) {
+	var v T
+	l, err := c.line(ctx, timeout)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal([]byte(l), &v); err != nil {
+		return v, fmt.Errorf("%s: %q: %w", c.cmd.Args[3:5], l, err)
+	}
+	return v, nil
+}
+
+// Run runs the comparison: for each back-plane it builds the topology,
+// and for each size starts the nodes and measures the throughput phase
+// and the latency phase. It always removes the topology.
+func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
+	var rows []Row
+	for _, bp := range rc.Backplanes {
+		n := rc.Nodes
+		if bp == "none" {
+			n = 1
+		}
+		topo, err := BuildTopology(n)
+		if err != nil {
+			return rows, err
+		}
+		dir, err := os.MkdirTemp("/dev/shm", shmPrefix())
+		if err != nil {
+			topo.Remove()
+			return rows, err
+		}
+		for _, size := range rc.Sizes {
+			if ctx.Err() != nil {
+				break
+			}
+			row := Row{Backplane: bp, Nodes: n, Size: size, Settings: rc.Tuned.For(bp, size, rc.Defaults)}
+			if err := runOne(ctx, rc, topo, dir, &row); err != nil {
+				row.Err = err.Error()
+				rc.Log("%s/%d: %v", bp, size, err)
+			} else {
+				rc.Log("%-12s %5d B: %.3f Mpps %.2f Gb/s loss %.1f%%, latency median %.1f µs p99 %.1f µs",
+					bp, size, row.Mpps, row.Gbps, 100*row.Loss, row.MedianUs, row.P99Us)
+			}
+			killChildren()
+			rows = append(rows, row)
+		}
+		os.RemoveAll(dir)
+		if err := topo.Remove(); err != nil {
+			return rows, err
+		}
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+	}
+	return rows, nil
+}
+
+func settingsArg(s Settings) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *Row) error {
+	n := row.Nodes
+	common := []string{"-nodes", strconv.Itoa(n), "-routes", strconv.Itoa(rc.Routes)}
+	startNode := func(i int, rejoin bool) (*child, error) {
+		args := append([]string{"-role", "node", "-rejoin=" + strconv.FormatBool(rejoin), "-rank", strconv.Itoa(i), "-backplane", row.Backplane,
+			"-dir", dir, "-settings", settingsArg(row.Settings)}, common...)
+		return startChild(topo, topo.nsNode(i), args...)
+	}
+	nodes := make([]*child, n)
+	for i := range n {
+		c, err := startNode(i, false)
+		if err != nil {
+			return err
+		}
+		nodes[i] = c
+	}
+	for i, c := range nodes {
+		if l, err := c.line(ctx, 60*time.Second); err != nil || l != "ready" {
+			return fmt.Errorf("node %d: %q %v", i, l, err)
+		}
+	}
+	var ports, macs []string
+	for i := range n {
+		ports = append(ports, "g"+strconv.Itoa(i))
+		macs = append(macs, inMAC(i).String())
+	}
+	var cpu map[string]float64
+	phase := func(rate float64, kill bool) (GenResult, SinkResult, error) {
+		var sinkPorts []string
+		for i := range n {
+			sinkPorts = append(sinkPorts, "s"+strconv.Itoa(i))
+		}
+		sink, err := startChild(topo, topo.nsSink(), "-role", "sink", "-ports", strings.Join(sinkPorts, ","),
+			"-settings", settingsArg(row.Settings))
+		if err != nil {
+			return GenResult{}, SinkResult{}, err
+		}
+		defer sink.stop()
+		if l, err := sink.line(ctx, 20*time.Second); err != nil || l != "ready" {
+			return GenResult{}, SinkResult{}, fmt.Errorf("sink: %q %v", l, err)
+		}
+		gen, err := startChild(topo, topo.nsGen(), append([]string{"-role", "gen", "-ports", strings.Join(ports, ","),
+			"-macs", strings.Join(macs, ","), "-size", strconv.Itoa(row.Size), "-rate", fmt.Sprint(rate),
+			"-duration", rc.Duration.String(), "-bad", strconv.Itoa(rc.Bad)}, common...)...)
+		if err != nil {
+			return GenResult{}, SinkResult{}, err
+		}
+		pids := map[string]int{"sink": sink.cmd.Process.Pid}
+		for i, c := range nodes {
+			pids["node"+strconv.Itoa(i)] = c.cmd.Process.Pid
+		}
+		meter := newCPUMeter(pids)
+		if kill && rc.Kill >= 0 && rc.Kill < n {
+			time.Sleep(rc.Duration / 3)
+			rc.Log("killing node %d", rc.Kill)
+			nodes[rc.Kill].cmd.Process.Kill()
+			<-nodes[rc.Kill].done
+			time.Sleep(rc.Duration / 6)
+			rc.Log("restarting node %d", rc.Kill)
+			if nodes[rc.Kill], err = startNode(rc.Kill, true); err != nil {
+				return GenResult{}, SinkResult{}, err
+			}
+			if l, err := nodes[rc.Kill].line(ctx, 60*time.Second); err != nil || l != "ready" {
+				return GenResult{}, SinkResult{}, fmt.Errorf("restarted node %d: %q %v", rc.Kill, l, err)
+			}
+			rc.Log("node %d is back", rc.Kill)
+		}
+		g, err := decodeLine[GenResult](ctx, gen, rc.Duration+30*time.Second)
+		if err != nil {
+			return g, SinkResult{}, err
+		}
+		<-gen.done
+		var genCPU map[string]time.Duration
+		if ps := gen.cmd.ProcessState; ps != nil {
+			genCPU = map[string]time.Duration{"gen": ps.UserTime() + ps.SystemTime()}
+		}
+		cpu = meter.done(genCPU)
+		time.Sleep(200 * time.Millisecond) // drain
+		sink.signal(syscall.SIGTERM)
+		s, err := decodeLine[SinkResult](ctx, sink, 10*time.Second)
+		return g, s, err
+	}
+	g, s, err := phase(rc.Rate, true)
+	if err != nil {
+		return err
+	}
+	row.Gen, row.Sink, row.CPU = g, s, cpu
+	if g.Seconds > 0 && g.Sent > 0 {
+		row.Offered = float64(g.Sent) / g.Seconds / 1e6
+		row.Mpps = float64(s.Received) / g.Seconds / 1e6
+		row.Gbps = float64(s.Bytes) * 8 / g.Seconds / 1e9
+		row.Loss = 1 - float64(s.Received)/float64(g.Sent-badTotal(g))
+	}
+	if rc.LatRate > 0 {
+		row.LatRate = rc.LatRate
+		g, s, err := phase(rc.LatRate, false)
+		if err != nil {
+			return err
+		}
+		row.LatSink, row.LatCPU = s, cpu
+		row.MedianUs, row.P99Us = s.MedianUs, s.P99Us
+		if sent := g.Sent - badTotal(g); sent > 0 {
+			row.LatLoss = 1 - float64(s.Received)/float64(sent)
+		}
+	}
+	for _, c := range nodes {
+		c.signal(syscall.SIGTERM) // all at once: none sees another go first
+	}
+	for i, c := range nodes {
+		st, err := decodeLine[NodeStats](ctx, c, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+		row.NodeStats = append(row.NodeStats, st)
+		<-c.done
+	}
+	return nil
+}
+
+func badTotal(g GenResult) uint64 {
+	var t uint64
+	for _, n := range g.Bad {
+		t += n
+	}
+	return t
+}

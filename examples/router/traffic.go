@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/ethernet/xsk"
+)
+
+// Test packets are UDP/IPv4 to dataPort. The payload starts with
+// probeMagic, the generator's sequence number and its CLOCK_MONOTONIC
+// timestamp.
+const (
+	dataPort   = 9000
+	probeMagic = 0x57525452 // "WRTR"
+	probeLen   = 4 + 8 + 8 + 1
+	minFrame   = ethernet.UDP4HdrLen + probeLen // 63: every size from 64 fits
+	genTTL     = 64
+)
+
+// Bad kinds of frame the generator mixes in when asked (-bad), one of
+// each in turn: the forwarders must drop and count every one.
+var badKinds = []Verdict{Malformed, BadSum, TTLExpired, TTLExpired, Unroutable}
+
+// GenConfig configures a generator.
+type GenConfig struct {
+	Ports    []string           // its veth ends, one per node
+	DstMACs  []net.HardwareAddr // the node's ingress MAC behind each port
+	Size     int                // frame size in bytes (without FCS)
+	Rate     float64            // packets per second over all ports (0: as fast as it can)
+	Duration time.Duration      //
+	Nodes    int                // for the FIB
+	Routes   int
+	BadEvery int // every BadEvery-th packet is a bad one (0: none)
+}
+
+// GenResult is what a generator reports.
+type GenResult struct {
+	Sent    uint64            `json:"sent"`
+	Bad     map[string]uint64 `json:"bad,omitempty"`
+	Seconds float64           `json:"seconds"`
+}
+
+// runGen offers fixed-size packets round robin over its ports until the
+// duration is over. Frames are written in place in the UMEM from a
+// template; nothing is allocated per packet.
+func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
+	var res GenResult
+	dsts := make([][4]byte, 4096)
+	if _, err := GenFIB(c.Routes, c.Nodes, dsts); err != nil {
+		return res, err
+	}
+	if c.Size < minFrame || c.Size > 1514 {
+		return res, fmt.Errorf("size %d out of [%d, 1514]", c.Size, minFrame)
+	}
+	type port struct {
+		p    *ethernet.Port
+		q    *ethernet.Queue
+		tmpl [ethernet.UDP4HdrLen]byte
+		frms []ethernet.Frame
+	}
+	ports := make([]*port, len(c.Ports))
+	for i, name := range c.Ports {
+		p, err := ethernet.Open(name, &ethernet.Config{Frames: 4096, FrameSize: 2048})
+		if err != nil {
+			return res, err
+		}
+		defer p.Close()
+		pt := &port{p: p, q: p.Queue(0), frms: make([]ethernet.Frame, 32)}
+		ethernet.PutUDP4(pt.tmpl[:], &ethernet.UDP4{
+			SrcMAC: p.Link().MAC, DstMAC: c.DstMACs[i],
+			SrcIP: netip.AddrFrom4([4]byte{10, 1, byte(i), 1}), DstIP: netip.AddrFrom4([4]byte{1, 1, 1, 1}),
+			SrcPort: dataPort, DstPort: dataPort, TTL: genTTL,
+		}, c.Size-ethernet.UDP4HdrLen)
+		ports[i] = pt
+	}
+	const burst = 32
+	start := time.Now()
+	end := start.Add(c.Duration)
+	var seq uint64
+	var bad [NumVerdicts]uint64
+	for k := 0; ; k++ {
+		now := time.Now()
+		if now.After(end) || ctx.Err() != nil {
+			break
+		}
+		if c.Rate > 0 { // pace: the packets sent so far are due by now
+			due := start.Add(time.Duration(float64(seq) / c.Rate * 1e9))
+			if d := due.Sub(now); d > 0 {
+				if d > 10*time.Microsecond {
+					sleepFor(d) // a paced generator gives the core away
+				}
+				continue
+			}
+		}
+		pt := ports[k%len(ports)]
+		want := burst
+		if c.Rate > 0 {
+			want = 1 + int(min(burst-1, int(c.Rate*now.Sub(start).Seconds())-int(seq)))
+		}
+		n := pt.q.Alloc(pt.frms[:want])
+		ts := monoNow()
+		for i := range n {
+			b := pt.q.Buffer(pt.frms[i])[:c.Size]
+			copy(b, pt.tmpl[:])
+			copy(b[30:34], dsts[seq%uint64(len(dsts))][:])
+			binary.BigEndian.PutUint32(b[42:], probeMagic)
+			binary.BigEndian.PutUint64(b[46:], seq)
+			binary.BigEndian.PutUint64(b[54:], uint64(ts))
+			b[62] = byte(k % len(ports))
+			b[24], b[25] = 0, 0
+			if c.BadEvery > 0 && seq%uint64(c.BadEvery) == uint64(c.BadEvery-1) {
+				kind := int(seq/uint64(c.BadEvery)) % len(badKinds)
+				bad[badKinds[kind]]++
+				corrupt(b, kind)
+			} else {
+				binary.BigEndian.PutUint16(b[24:], checksum(b[14:34]))
+			}
+			pt.frms[i].Len = c.Size
+			seq++
+		}
+		m, err := pt.q.Send(pt.frms[:n])
+		if err != nil {
+			return res, err
+		}
+		pt.q.Release(pt.frms[m:n])
+		seq -= uint64(n - m) // not sent: their numbers are used again
+	}
+	for _, pt := range ports {
+		for i := 0; i < 100; i++ {
+			if left, _ := pt.q.Flush(); left == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	res.Sent = seq
+	res.Seconds = time.Since(start).Seconds()
+	for v, n := range bad {
+		if n > 0 {
+			if res.Bad == nil {
+				res.Bad = map[string]uint64{}
+			}
+			res.Bad[Verdict(v).String()] = n
+		}
+	}
+	return res, nil
+}
+
+// corrupt turns the frame b (checksum field zero) into bad kind k.
+func corrupt(b []byte, k int) {
+	switch k {
+	case 0: // header length below the minimum
+		b[14] = 0x44
+	case 1: // checksum off by one
+		binary.BigEndian.PutUint16(b[24:], checksum(b[14:34])+1)
+		return
+	case 2:
+		b[22] = 1
+	case 3:
+		b[22] = 0
+	case 4:
+		copy(b[30:34], unroutable[:])
+	}
+	binary.BigEndian.PutUint16(b[24:], checksum(b[14:34]))
+}
+
+// SinkResult is what a sink measured.
+type SinkResult struct {
+	Received  uint64   `json:"received"`
+	Bytes     uint64   `json:"bytes"`
+	Reordered uint64   `json:"reordered"`
+	Bad       uint64   `json:"bad"`     // not a probe, wrong TTL or checksum
+	Seconds   float64  `json:"seconds"` // first to last packet
+	MedianUs  float64  `json:"median_us"`
+	P99Us     float64  `json:"p99_us"`
+	PerPort   []uint64 `json:"per_port"`
+	// Kernel are the kernel's counters of the sink's sockets.
+	Kernel []xsk.Statistics `json:"kernel"`
+}
+
+// runSink receives on its ports until ctx is done and measures. A packet
+// that arrives with a lower sequence number than one seen before on the
+// flow (generator port to sink port: one path) counts as reordered.
+func runSink(ctx context.Context, ports []string, spin time.Duration, ready func()) (SinkResult, error) {
+	if len(ports) > maxNodes {
+		return SinkResult{}, fmt.Errorf("%d sink ports, at most %d", len(ports), maxNodes)
+	}
+	res := SinkResult{PerPort: make([]uint64, len(ports))}
+	qs := make([]*ethernet.Queue, len(ports))
+	for i, name := range ports {
+		p, err := ethernet.Open(name, &ethernet.Config{
+			Filter: ethernet.Filter{UDPPorts: []uint16{dataPort}}, Frames: 4096, FrameSize: 2048,
+		})
+		if err != nil {
+			return res, err
+		}
+		defer p.Close()
+		qs[i] = p.Queue(0)
+	}
+	ready()
+	var h Hist
+	var last [256][maxNodes]uint64 // by generator port, sink port
+	frms := make([]ethernet.Frame, 64)
+	var first, lastAt time.Time
+	var u ethernet.UDP4
+	busy := time.Now()
+	for ctx.Err() == nil {
+		got := 0
+		for pi, q := range qs {
+			n, err := q.Recv(frms)
+			if err != nil {
+				return res, err
+			}
+			if n == 0 {
+				continue
+			}
+			got += n
+			now := monoNow()
+			for _, f := range frms[:n] {
+				d := q.Data(f)
+				pl, ok := ethernet.ParseUDP4(d, &u)
+				if !ok || len(pl) < probeLen || binary.BigEndian.Uint32(pl) != probeMagic || d[22] != genTTL-1 {
+					res.Bad++
+					continue
+				}
+				seq := binary.BigEndian.Uint64(pl[4:])
+				if in := pl[20]; seq < last[in][pi] {
+					res.Reordered++
+				} else {
+					last[in][pi] = seq
+				}
+				h.Add(now - int64(binary.BigEndian.Uint64(pl[12:])))
+				res.Received++
+				res.PerPort[pi]++
+				res.Bytes += uint64(len(d))
+			}
+			q.Release(frms[:n])
+		}
+		if got > 0 {
+			lastAt = time.Now()
+			if first.IsZero() {
+				first = lastAt
+			}
+			busy = lastAt
+		} else if spin >= 0 && time.Since(busy) > spin {
+			nap() // idle: give the core away
+		}
+	}
+	for _, q := range qs {
+		res.Kernel = append(res.Kernel, q.Stats().Kernel)
+	}
+	if !first.IsZero() {
+		res.Seconds = lastAt.Sub(first).Seconds()
+	}
+	res.MedianUs, res.P99Us = h.Quantile(0.5)/1e3, h.Quantile(0.99)/1e3
+	return res, nil
+}

@@ -677,25 +677,33 @@ func (m *CM) Dial(ctx context.Context, pd *PD, raddr netip.AddrPort, cfg *ConnCo
 	c.send(true)
 	m.mu.Unlock()
 
+	if err := m.await(ctx, c, cmReqSent, func() { c.reject(cm.RejTimeout, cm.MsgREQ, nil) }); err != nil {
+		qp.Destroy()
+		return nil, err
+	}
+	return &Conn{c: c}, nil
+}
+
+// await waits until c's handshake ends, or ctx does while c is still in
+// state pending: then giveUp (nil: nothing) tells the peer and c fails
+// with ctx's error. It returns c's error. The caller does not hold m.mu.
+func (m *CM) await(ctx context.Context, c *cmConn, pending cmState, giveUp func()) error {
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		m.mu.Lock()
-		if c.state == cmReqSent {
-			c.reject(cm.RejTimeout, cm.MsgREQ, nil)
+		if c.state == pending {
+			if giveUp != nil {
+				giveUp()
+			}
 			c.fail(ctx.Err())
 		}
 		m.mu.Unlock()
 		<-c.done
 	}
 	m.mu.Lock()
-	err = c.err
-	m.mu.Unlock()
-	if err != nil {
-		qp.Destroy()
-		return nil, err
-	}
-	return &Conn{c: c}, nil
+	defer m.mu.Unlock()
+	return c.err
 }
 
 // CMListener takes rdma_cm connection requests for one port of the TCP port
@@ -897,21 +905,7 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 	c.send(true)
 	m.mu.Unlock()
 
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		m.mu.Lock()
-		if c.state == cmRepSent {
-			c.reject(cm.RejTimeout, cm.MsgREP, nil)
-			c.fail(ctx.Err())
-		}
-		m.mu.Unlock()
-		<-c.done
-	}
-	m.mu.Lock()
-	err = c.err
-	m.mu.Unlock()
-	if err != nil {
+	if err := m.await(ctx, c, cmRepSent, func() { c.reject(cm.RejTimeout, cm.MsgREP, nil) }); err != nil {
 		qp.Destroy()
 		return nil, err
 	}

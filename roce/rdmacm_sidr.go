@@ -85,23 +85,12 @@ func (m *CM) ResolveUD(ctx context.Context, pd *PD, raddr netip.AddrPort, cfg *C
 	c.send(true)
 	m.mu.Unlock()
 
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		m.mu.Lock()
-		if c.state == cmReqSent {
-			c.fail(ctx.Err())
-		}
-		m.mu.Unlock()
-		<-c.done
-	}
-	m.mu.Lock()
-	err := c.err
-	s := &UDService{remoteQPN: c.remoteQPN, qkey: c.qkey, peerData: c.peerData}
-	m.mu.Unlock()
-	if err != nil {
+	if err := m.await(ctx, c, cmReqSent, nil); err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	s := &UDService{remoteQPN: c.remoteQPN, qkey: c.qkey, peerData: c.peerData}
+	m.mu.Unlock()
 	qcfg := o.QP
 	qcfg.Type = UD
 	qp, err := pd.CreateQP(qcfg)

@@ -113,8 +113,15 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
 	var b [4]byte
 	rand.Read(b[:])
+	base := uint32(0)
 	if blk != nil {
-		e.qpnBase, e.qpnMask = blk.base(), QPNBlockSize-1
+		base = blk.base()
+	} else if lb, ok := link.(interface{ QPNBlock() uint32 }); ok && lb.QPNBlock() != 0 {
+		// A link given to the engine that receives one block only.
+		base = lb.QPNBlock() << QPNBlockBits
+	}
+	if base != 0 {
+		e.qpnBase, e.qpnMask = base, QPNBlockSize-1
 		e.nextQP = e.qpnBase | binary.LittleEndian.Uint32(b[:])&e.qpnMask
 	} else {
 		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff

@@ -99,6 +99,7 @@ type UDPLink struct {
 
 	steer *steering // the port's steering, if the link shares it
 	block uint32    // the QPN block the link receives (0: all)
+	own   *qpnBlock // the block the link claimed itself, released with it
 }
 
 type sender struct {
@@ -120,7 +121,10 @@ type UDPConfig struct {
 	// the links of other processes, each packet steered to the owner of
 	// its destination QP; without the privileges for that it binds the
 	// port alone, and fails with a *SharedPortError if another process
-	// holds it. Zero binds with SO_REUSEADDR and steers nothing.
+	// holds it. Zero: the link claims a block of its own, which an
+	// engine built on it (or on a link that wraps it, such as LossyLink)
+	// numbers its QPs from, so that links made for tests share the port
+	// with the engines of other processes too.
 	QPNBlock uint32
 }
 
@@ -138,6 +142,13 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	var conn *net.UDPConn
 	var st *steering
 	var err error
+	var own *qpnBlock
+	if c.QPNBlock == 0 {
+		if own, err = claimQPNBlock(); err != nil {
+			return nil, err
+		}
+		c.QPNBlock = own.n
+	}
 	if c.QPNBlock != 0 {
 		conn, st, err = joinSteering(addr, c.QPNBlock)
 		if err != nil && privilegeError(err) {
@@ -153,15 +164,17 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 		conn, err = listen(addr)
 	}
 	if err != nil {
+		own.release()
 		return nil, err
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		conn.Close()
 		st.close()
+		own.release()
 		return nil, err
 	}
-	l := &UDPLink{conn: conn, rc: rc, local: addr, steer: st, block: c.QPNBlock, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
+	l := &UDPLink{conn: conn, rc: rc, local: addr, steer: st, block: c.QPNBlock, own: own, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
 		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
 	rc.Control(func(fd uintptr) { l.fd = int(fd) })
 	l.waitFn = func(uintptr) bool {
@@ -477,7 +490,19 @@ func (l *UDPLink) Close() error {
 	}
 	err := l.conn.Close()
 	l.steer.close()
+	l.own.release()
 	return err
+}
+
+// QPNBlock returns the block of QPNs whose packets the link receives.
+func (l *UDPLink) QPNBlock() uint32 { return l.block }
+
+// QPNBlock returns the block of the link it wraps, if that has one.
+func (l *LossyLink) QPNBlock() uint32 {
+	if b, ok := l.Link.(interface{ QPNBlock() uint32 }); ok {
+		return b.QPNBlock()
+	}
+	return 0
 }
 
 // LossConfig sets the fault rates of a LossyLink, each a probability per

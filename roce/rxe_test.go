@@ -60,7 +60,7 @@ func rxeSteps() []rxeStep {
 		Name:  "rc-pingpong-keepalive",
 		Guest: fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n %d -s 64", rxeIters),
 		Host: func(t *testing.T, ctx context.Context) error {
-			return ibvpp.Run(ctx, ibvpp.Config{Backend: "roce", Addr: guestIP + ":18515?keepalive=50ms", Size: 64,
+			return ibvpp.Run(ctx, ibvpp.Config{Backend: "roce", Addr: guestIP + ":18515?dialretry=-1&keepalive=50ms", Size: 64,
 				Iters: rxeIters, Client: true, Idle: 1500 * time.Millisecond})
 		}})
 	steps = append(steps, pingpongSteps("ud", "type=ud", udSizes)...)
@@ -78,7 +78,11 @@ func pingpongSteps(qp, params string, sizes []int) []rxeStep {
 			Name:  fmt.Sprintf("%s-pingpong-server-%d", qp, s),
 			Guest: fmt.Sprintf("%s -d rxe0 -g 1 -n %d -s %d", prog, rxeIters, s),
 			Host: func(t *testing.T, ctx context.Context) error {
-				return weftPingpong(ctx, guestIP+":18515?"+params, s, true)
+				// The guest may still be booting, or finishing the
+				// previous step: dial until the step's context ends
+				// (the default gives up after 5 s, and a later step
+				// would then meet this step's server).
+				return weftPingpong(ctx, guestIP+":18515?dialretry=-1&"+params, s, true)
 			}})
 	}
 	for _, s := range sizes {

@@ -12,6 +12,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
 	"github.com/weft-io/weft/roce/wire"
+	"golang.org/x/sys/unix"
 )
 
 // QPType is the transport service of a queue pair.
@@ -1033,7 +1034,17 @@ func (qp *QP) wait(ctx context.Context, ready func() bool, waiters *atomic.Int32
 				e.spinner.Add(-1)
 				return nil
 			}
-			e.poll()
+			if e.poll() == 0 && i&15 == 0 {
+				// Every 16th empty poll gives the CPU to whatever else
+				// is runnable on it: on an oversubscribed host that is
+				// often the peer thread this caller waits for. On an idle
+				// CPU sched_yield returns at once (one system call per 16
+				// recvmmsg). Measured side by side on a loaded 2-vCPU
+				// host (load 6-15), 64 B ping-pong medians: 533 -> 297
+				// µs and 564 -> 434 µs (it won 6 of 8 alternating pairs);
+				// the 64 KiB stream was unchanged within the noise.
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 			if i&63 == 0 {
 				now := time.Now()
 				if now.After(deadline) || ctx.Err() != nil {

@@ -105,18 +105,28 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d bytes for a remote buffer of %d: %w", size, m.Remote.Len, fabric.ErrInvalid)}
 			break
 		}
+		if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) && len(qp.sq) < qp.cfg.SQDepth {
+			qp.growSQ()
+		}
 		if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) || qp.cq.q.Free() <= int(qp.sqTail-qp.sqHead) {
 			break // send queue (or the CQ that must take its completions) full
+		}
+		inlPos := qp.inlTail
+		var inline []byte
+		if (op == wopSend || op == wopWrite) && size <= qp.cfg.InlineSize {
+			if inline = qp.inlineSlot(size); inline == nil {
+				qp.inlTail = inlPos
+				break // inline ring full: backpressure
+			}
 		}
 		slot := qp.sqTail % uint64(len(qp.sq))
 		w := &qp.sq[slot]
 		*w = wqe{op: op, flags: m.Flags, imm: m.Imm, ctx: m.Context, nsge: len(m.SGEs), length: size,
-			remote: m.Remote, psn: qp.npsn}
+			remote: m.Remote, psn: qp.npsn, inlPos: inlPos}
 		copy(w.sge[:], m.SGEs)
-		if (op == wopSend || op == wopWrite) && size <= qp.cfg.InlineSize {
-			buf := qp.inlineBuf[int(slot)*qp.cfg.InlineSize : int(slot)*qp.cfg.InlineSize+size]
-			fabric.Gather(buf, m.SGEs)
-			w.inline = buf
+		if inline != nil {
+			fabric.Gather(inline, m.SGEs)
+			w.inline = inline
 		}
 		switch op {
 		case wopSend, wopWrite, wopRead:
@@ -207,7 +217,16 @@ func (qp *QP) flushTx() {
 
 // nextTx returns the next free transmit buffer, leaving room in front for
 // nothing: the link takes the UDP payload.
-func (qp *QP) nextTx() []byte { return qp.txBufs[qp.txN] }
+//
+// The buffers are allocated on first use, so a QP holds only as many as
+// its largest transmit batch needed (one or two for a ping-pong, an ACK
+// stream): at most txBatch allocations in its life.
+func (qp *QP) nextTx() []byte {
+	if qp.txBufs[qp.txN] == nil {
+		qp.txBufs[qp.txN] = make([]byte, maxPacket)
+	}
+	return qp.txBufs[qp.txN]
+}
 
 // queueTx finishes a built packet of n bytes: ICRC, address, source port.
 func (qp *QP) queueTx(n int) {

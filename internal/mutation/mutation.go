@@ -59,6 +59,22 @@ var List = []Mutation{
 		Why: "zero allocations per message on the RoCE post path",
 	},
 	{
+		Name: "roce-ring-grow-no-copy",
+		File: "roce/qp.go",
+		Old:  "\t\tcopy(nrq[n:n+k], old[o:o+k])\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestRingGrowth$",
+		Why: "a receive ring that grows keeps the messages it holds",
+	},
+	{
+		Name: "roce-inline-ring-overlap",
+		File: "roce/qp.go",
+		Old:  "\t\tif start+uint64(n)-head <= size {\n",
+		New:  "\t\tif start+uint64(n)-head <= size || true {\n",
+		Pkg:  "./roce/", Run: "^TestRingGrowth$",
+		Why: "inline copies of posted sends are not overwritten before they complete",
+	},
+	{
 		Name: "roce-post-in-rtr",
 		File: "roce/requester.go",
 		Old:  "\tif qp.state != StateRTS {\n\t\tif qp.state == StateErr {\n\t\t\treturn 0, qp.stateErr(name)",

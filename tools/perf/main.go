@@ -43,8 +43,9 @@
 // shares only).
 //
 // Each backend in -backend (a list) is measured; an empty address with the
-// ntb backend runs both ends itself, any other backend runs its receiver
-// on the peer with -server -mode sweep -backend NAME -addr ADDR:
+// ntb or roce backend runs both ends itself (roce: two engines on
+// 127.0.0.1 and 127.0.0.2), any other backend runs its receiver on the
+// peer with -server -mode sweep -backend NAME -addr ADDR:
 //
 //	perf -mode sweep -backend ntb,roce -addr ,10.0.0.2:4791
 package main
@@ -225,22 +226,9 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		serverAddr := ""
-		if *backend == "roce" {
-			// Two user-space RoCE engines over loopback, MTU 4096.
-			port := 18515 + os.Getpid()%1000
-			serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port)
-			*addr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port)
-		} else {
-			dir := "/dev/shm"
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				dir = os.TempDir()
-			}
-			*addr = filepath.Join(dir, fmt.Sprintf("weft-perf-%d", os.Getpid()))
-			serverAddr = *addr
-			os.Remove(*addr)
-			defer os.Remove(*addr)
-		}
+		serverAddr, clientAddr, cleanup := localPair(*backend, "perf")
+		defer cleanup()
+		*addr = clientAddr
 		cmd = exec.Command(self, "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
 			"-sizes", *sizesFlag, "-spin", spin.String(), "-pin="+strconv.FormatBool(*doPin), "-views="+strconv.FormatBool(*views))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -554,4 +542,28 @@ func quit(ctx context.Context, ep fabric.Endpoint) {
 		return
 	}
 	control(ctx, ep, ctl, immQuit, 0)
+}
+
+// localPair returns the addresses of a receiver (child process) and a
+// sender (this process) that run both ends on this host: for roce two
+// user-space engines over loopback (127.0.0.1 and 127.0.0.2, MTU 4096,
+// the TCP exchange on a port derived from the process ID and tag), for
+// ntb an emulated bridge in /dev/shm, which cleanup removes.
+func localPair(backend, tag string) (serverAddr, clientAddr string, cleanup func()) {
+	if backend == "roce" {
+		off := 0
+		if tag != "perf" {
+			off = 1000 // the sweep's receiver, distinct from the stream's
+		}
+		port := 18515 + off + os.Getpid()%1000
+		return fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port),
+			fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port), func() {}
+	}
+	dir := "/dev/shm"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = os.TempDir()
+	}
+	path := filepath.Join(dir, fmt.Sprintf("weft-%s-%d", tag, os.Getpid()))
+	os.Remove(path)
+	return path, path, func() { os.Remove(path) }
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -203,25 +202,22 @@ func report(cfg sweepConfig, rep SweepReport) error {
 }
 
 // sweepBackend runs the sweep on one backend. An empty addr with the ntb
-// backend runs the receiver as a child process over a fresh bridge.
+// or roce backend runs the receiver as a child process (over a fresh
+// bridge, or a second engine on loopback).
 func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([]Point, error) {
 	var cmd *exec.Cmd
 	if addr == "" {
-		if backend != "ntb" {
+		if backend != "ntb" && backend != "roce" {
 			return nil, errors.New("needs -addr (run the receiver with -server -mode sweep on the peer)")
 		}
 		self, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
-		dir := "/dev/shm"
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			dir = os.TempDir()
-		}
-		addr = filepath.Join(dir, fmt.Sprintf("weft-perf-sweep-%d", os.Getpid()))
-		os.Remove(addr)
-		defer os.Remove(addr)
-		args := []string{"-server", "-mode", "sweep", "-backend", backend, "-addr", addr,
+		serverAddr, clientAddr, cleanup := localPair(backend, "perf-sweep")
+		defer cleanup()
+		addr = clientAddr
+		args := []string{"-server", "-mode", "sweep", "-backend", backend, "-addr", serverAddr,
 			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin=" + strconv.FormatBool(cfg.pinned),
 			"-split-copy=" + strconv.FormatBool(cfg.splitCopy)}
 		if cfg.cpuProfile != "" {

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +105,36 @@ func TestSweep(t *testing.T) {
 	}
 	if err := writePlot(filepath.Join(t.TempDir(), "sweep.png"), rep, true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLocalPair checks the addresses with which stream and sweep modes
+// run both ends themselves: a roce receiver listens on 127.0.0.1 where
+// the sender dials from 127.0.0.2, each mode on a port of its own; ntb
+// ends share one bridge file, which cleanup removes.
+func TestLocalPair(t *testing.T) {
+	port := func(s string) string {
+		s = strings.TrimPrefix(s, "listen:")
+		s = s[:strings.IndexByte(s, '?')]
+		return s[strings.LastIndexByte(s, ':')+1:]
+	}
+	srv, cli, cleanup := localPair("roce", "perf-sweep")
+	cleanup()
+	if !strings.HasPrefix(srv, "listen:127.0.0.1:") || !strings.HasPrefix(cli, "127.0.0.1:") ||
+		!strings.Contains(cli, "local=127.0.0.2") || port(srv) != port(cli) {
+		t.Fatalf("roce sweep: server %q, client %q", srv, cli)
+	}
+	srv2, _, _ := localPair("roce", "perf")
+	if port(srv2) == port(srv) {
+		t.Fatalf("stream and sweep share port %s", port(srv))
+	}
+	srv, cli, cleanup = localPair("ntb", "perf-sweep")
+	if srv != cli || !strings.Contains(srv, "weft-perf-sweep-") {
+		t.Fatalf("ntb: server %q, client %q", srv, cli)
+	}
+	os.WriteFile(srv, nil, 0o600)
+	cleanup()
+	if _, err := os.Stat(srv); !os.IsNotExist(err) {
+		t.Fatalf("bridge %s left behind: %v", srv, err)
 	}
 }

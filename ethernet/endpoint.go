@@ -74,7 +74,7 @@ const (
 	maxSGEs    = 64
 	rtoMin     = 4 * time.Millisecond
 	rtoMax     = 200 * time.Millisecond
-	keepalive  = time.Second
+	keepalive  = time.Second // at most; a quarter of PeerTimeout if shorter
 	helloEvery = 10 * time.Millisecond
 	ctlReserve = 16 // TX frames kept back for acks and control packets
 	ackEvery   = 32 // received packets per acknowledgement
@@ -538,7 +538,7 @@ func (e *Endpoint) tick() bool {
 	if e.ackPending > 0 {
 		e.sendCtlLocked(ptAck, 0)
 	}
-	if e.now-e.lastSent > int64(keepalive) {
+	if e.now-e.lastSent > int64(min(keepalive, e.cfg.PeerTimeout/4)) {
 		e.sendCtlLocked(ptAck, 0)
 	}
 	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) {

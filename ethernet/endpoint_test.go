@@ -225,3 +225,22 @@ func TestEndpointLeaks(t *testing.T) {
 	require.True(t, testenv.Eventually(2*time.Second, func() bool { return len(newWeftMaps(t, maps)) == 0 }),
 		"map leak: %v", newWeftMaps(t, maps))
 }
+
+// TestShortPeerTimeout: keep-alives come at a quarter of the peer
+// timeout when it is under a second, so an idle connection with a short
+// timeout stays up (they came every second whatever the timeout, and a
+// 300 ms timeout failed every idle connection), and data still flows
+// after the idle spell.
+func TestShortPeerTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	a, b := dialPair(t, netns.PairConfig{}, "%s:timeout=300ms", "%s:timeout=300ms")
+	time.Sleep(5 * timeout)
+	for _, e := range []fabric.Endpoint{a, b} {
+		select {
+		case ev := <-e.Events():
+			t.Fatalf("idle endpoint with a %v peer timeout: %v %v", timeout, ev.Kind, ev.Err)
+		default:
+		}
+	}
+	sendRecv(t, a, b, []byte("after idle"))
+}

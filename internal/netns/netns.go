@@ -369,6 +369,35 @@ func appendU32Attr(b []byte, typ uint16, v uint32) []byte {
 func nativePut16(b []byte, v uint16) { *(*uint16)(unsafePointer(&b[0])) = v }
 func nativePut32(b []byte, v uint32) { *(*uint32)(unsafePointer(&b[0])) = v }
 
+// AddBridge creates a Linux bridge named name in ns, left down; enslave
+// ports with SetMaster and bring it up with Up. A bridge forwards every
+// EtherType, so raw frames (Weft's own 0x88B5) cross it as IP does.
+func (ns *NS) AddBridge(name string) error {
+	req := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
+		Attributes: &rtnetlink.LinkAttributes{Name: name, Info: &rtnetlink.LinkInfo{Kind: "bridge"}}}
+	if err := ns.withConn(func(c *rtnetlink.Conn) error { return c.Link.New(req) }); err != nil {
+		return fmt.Errorf("netns: add bridge %s: %w", name, err)
+	}
+	return nil
+}
+
+// SetMaster makes the link named port a port of the bridge named master
+// (both in ns).
+func (ns *NS) SetMaster(port, master string) error {
+	pi, err := ns.Index(port)
+	if err != nil {
+		return err
+	}
+	mi, err := ns.Index(master)
+	if err != nil {
+		return err
+	}
+	if err := ns.withConn(func(c *rtnetlink.Conn) error { return c.Link.SetMaster(uint32(pi), uint32(mi), nil) }); err != nil {
+		return fmt.Errorf("netns: %s master %s: %w", port, master, err)
+	}
+	return nil
+}
+
 // Up sets the named link up.
 func (ns *NS) Up(name string) error { return ns.setFlags(name, unix.IFF_UP, unix.IFF_UP) }
 

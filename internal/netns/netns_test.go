@@ -87,3 +87,62 @@ func TestNamed(t *testing.T) {
 	_, err = os.Stat(filepath.Join(netns.RunDir, name))
 	require.True(t, os.IsNotExist(err))
 }
+
+// TestBridge joins two namespaces through a bridge in a third: a UDP
+// datagram from one reaches the other only across the bridge.
+func TestBridge(t *testing.T) {
+	testenv.RequireLinux(t)
+	testenv.RequireRoot(t)
+	hub, err := netns.New()
+	require.NoError(t, err)
+	defer hub.Close()
+	require.NoError(t, hub.AddBridge("br0"))
+	ends := make([]*netns.NS, 2)
+	for i := range ends {
+		ends[i], err = netns.New()
+		require.NoError(t, err)
+		defer ends[i].Close()
+		port := "p" + string(rune('0'+i))
+		require.NoError(t, hub.AddVeth(netns.VethConfig{Name: port, Peer: "eth0", PeerNS: ends[i]}))
+		require.NoError(t, hub.SetMaster(port, "br0"))
+		require.NoError(t, hub.Up(port))
+		require.NoError(t, ends[i].Up("eth0"))
+		require.NoError(t, ends[i].AddAddr("eth0", "10.12.0."+string(rune('1'+i))+"/24"))
+	}
+	// Unbridged ports forward nothing: the datagram must not arrive
+	// before the bridge is up.
+	var rx *net.UDPConn
+	require.NoError(t, ends[1].Do(func() error {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 12, 0, 2), Port: 9999})
+		return err
+	}))
+	defer rx.Close()
+	send := func() {
+		require.NoError(t, ends[0].Do(func() error {
+			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(10, 12, 0, 2), Port: 9999})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("hello"))
+			return err
+		}))
+	}
+	buf := make([]byte, 64)
+	send()
+	rx.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, _, err = rx.ReadFromUDP(buf)
+	require.Error(t, err, "a datagram crossed a bridge that is down")
+	require.NoError(t, hub.Up("br0"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		send() // the first may be lost to ARP while the bridge learns
+		rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, _, err := rx.ReadFromUDP(buf)
+		if err == nil {
+			require.Equal(t, "hello", string(buf[:n]))
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "nothing crossed the bridge: %v", err)
+	}
+}

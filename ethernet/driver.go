@@ -23,7 +23,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "IFACE[:opt=val,...]: AF_XDP on interface IFACE; opts queue=N, peer=MAC, udp=PEERIP[:PORT], " +
+	return "IFACE[:opt=val,...]: AF_XDP on interface IFACE; opts queue=N, peer=MAC, listener=1 (the peer is a listener), udp=PEERIP[:PORT], " +
 		"local=IP[:PORT], netns=NAME, ethertype=0x88b5, xdp=auto|native|generic, bind=auto|copy|zerocopy, " +
 		"busypoll=DURATION, budget=N, window=N, maxmsg=SIZE, timeout=DURATION " +
 		"(e.g. veth0, eth0:queue=0,peer=02:00:00:00:00:02, eth0:udp=10.0.0.2:34997)"
@@ -136,6 +136,15 @@ func ParseAddr(addr string) (EndpointConfig, error) {
 				return bad(fmt.Errorf("not a MAC address"))
 			}
 			c.PeerMAC = mac
+		case "listener":
+			switch v {
+			case "0":
+				c.ToListener = false
+			case "1":
+				c.ToListener = true
+			default:
+				return bad(fmt.Errorf("want 0 or 1"))
+			}
 		case "udp", "local":
 			ip, port, err := parseIPPort(v)
 			if err != nil {

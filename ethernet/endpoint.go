@@ -35,6 +35,13 @@ type EndpointConfig struct {
 	// PeerMAC is the peer's MAC address. Nil: the handshake is broadcast
 	// and the peer's address learned from its answer.
 	PeerMAC net.HardwareAddr
+	// ToListener says the peer is a listener (address option
+	// "listener=1", which a Listener's Addr carries): the hello is
+	// flagged for the peer's listener, so a dialer of the peer's that
+	// names this side at the same moment does not take it as a symmetric
+	// open. Without it, two endpoints that Open each other pair up, and
+	// a listener takes only hellos no dialer of its queue wants.
+	ToListener bool
 	// EtherType for raw-Ethernet framing (default EtherTypeWeft, 0x88B5).
 	EtherType uint16
 	// UDP selects UDP/IPv4 framing: PeerIP:PeerPort is the peer,
@@ -299,7 +306,7 @@ func newEndpoint(c EndpointConfig, lis *Listener) (*Endpoint, error) {
 		return nil, err
 	}
 	e.lis = lis
-	if !m.attach(e, lis == nil) {
+	if !m.attach(e, lis == nil && !c.ToListener) {
 		m.release()
 		return nil, e.opErr("open", fmt.Errorf("connection id %#x taken: %w", e.session, fabric.ErrInvalid))
 	}
@@ -605,7 +612,11 @@ func (e *Endpoint) sendCtlImmLocked(typ, flags uint8, imm uint32) bool {
 // sendHelloLocked sends a hello or hello-ack: our connection id and
 // nonce, and the peer's nonce as we know it.
 func (e *Endpoint) sendHelloLocked(typ uint8) bool {
-	return e.sendCtlBodyLocked(typ, 0, 0, helloLen)
+	var flags uint8
+	if typ == ptHello && e.cfg.ToListener {
+		flags = pfListener
+	}
+	return e.sendCtlBodyLocked(typ, flags, 0, helloLen)
 }
 
 func (e *Endpoint) sendCtlBodyLocked(typ, flags uint8, imm uint32, body int) bool {

@@ -234,6 +234,54 @@ func TestListenersAndDialersShareQueues(t *testing.T) {
 	sendRecv(t, a, b, []byte("back"))
 }
 
+// TestCrossDial: both sides listen on their queue and dial the other's
+// listener, as the ranks of a mesh do. A dial that names a listener
+// (listener=1, which Addr carries) must reach that listener, never pair
+// up with a dialer of the other side's that names this side, as a
+// symmetric open does: that left both believing they had dialled, and
+// the listeners without their connections. To make the crossing
+// certain, A's dial of B waits in B's queue (A listens only later)
+// while B dials A's listener.
+func TestCrossDial(t *testing.T) {
+	lt := newListenTopo(t, "")
+	lb := fabrictest.Listen(t, "ethernet", lt.p.NameB+":netns="+lt.nsB, nil)
+	require.Contains(t, lb.Addr(), "listener=1")
+	_, optsB, _ := strings.Cut(lb.Addr(), ":")
+	ctx, cancel := context.WithTimeout(context.Background(), fabrictest.Timeout)
+	defer cancel()
+	// B dials A, whose listener is not up yet: its hellos go unanswered.
+	type opened struct {
+		e   fabric.Endpoint
+		err error
+	}
+	toA := make(chan opened, 1)
+	go func() {
+		e, err := fabric.Open(ctx, "ethernet", fmt.Sprintf("%s:peer=%s,listener=1,netns=%s", lt.p.NameB, lt.p.MACA, lt.nsB), nil)
+		toA <- opened{e, err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// A dials B's listener: B's waiting dialer names A, but the hello is
+	// for the listener.
+	dA, err := fabric.Open(ctx, "ethernet", lt.p.NameA+":"+optsB+",netns="+lt.nsA, nil)
+	require.NoError(t, err)
+	defer dA.Close()
+	aB, err := lb.Accept(ctx)
+	require.NoError(t, err, "B's listener never saw A's dial")
+	defer aB.Close()
+	sendRecv(t, dA, aB, []byte("to B"))
+	sendRecv(t, aB, dA, []byte("from B"))
+	// Now A listens, and B's dial completes with A's listener.
+	la := fabrictest.Listen(t, "ethernet", lt.listen, nil)
+	aA, err := la.Accept(ctx)
+	require.NoError(t, err)
+	defer aA.Close()
+	o := <-toA
+	require.NoError(t, o.err)
+	defer o.e.Close()
+	sendRecv(t, o.e, aA, []byte("to A"))
+	sendRecv(t, aA, o.e, []byte("from A"))
+}
+
 // TestDialClosedListener: dialing a listener that is gone fails with
 // the context's error, not a hang, and a refusal is an ErrRefused.
 func TestDialRefusedType(t *testing.T) {

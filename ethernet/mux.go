@@ -345,8 +345,12 @@ func (m *mux) demuxLocked(b []byte) {
 		return
 	}
 	// A hello to id 0: a dialer that names this peer (symmetric open)
-	// takes it first, then the listener.
+	// takes it first, then the listener; a hello flagged for the
+	// listener goes to the listener only.
 	for _, e := range m.dialers {
+		if h.flags()&pfListener != 0 {
+			break
+		}
 		if e.wantsHello(b, off) {
 			if !e.in.deliver(b) {
 				m.noBuffer.Add(1)

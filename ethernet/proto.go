@@ -13,7 +13,8 @@ import (
 //	0  u8   magic 'W' (0x57)
 //	1  u8   version (2)
 //	2  u8   type: data, ack, hello, hello-ack, fin, refuse
-//	3  u8   flags: first, last (fragment position), imm, nak
+//	3  u8   flags: first, last (fragment position), imm, nak; in a
+//	        hello, listener (for the receiver's listener only)
 //	4  u32  session: the sender's connection id (random, nonzero)
 //	8  u32  psn: packet sequence number (data)
 //	12 u32  ack: the next psn the sender expects (cumulative ack)
@@ -54,6 +55,9 @@ const (
 	pfLast  = 1 << 1
 	pfImm   = 1 << 2
 	pfNak   = 1 << 3
+	// pfListener marks a hello for the receiver's listener: no dialer
+	// of the receiver's takes it as a symmetric open.
+	pfListener = 1 << 4
 )
 
 // header is a view of Weft's transport header. The accessors require

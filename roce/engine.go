@@ -47,6 +47,15 @@ type Engine struct {
 	rxBufs  [][]byte
 	dirty   []*QP // QPs with an ACK to send after the current batch
 	spinner atomic.Int32
+	// drained is when (Unix ns) a poll last found the link empty. A
+	// retransmission or keep-alive timer fires only once the link was
+	// drained after its deadline: acknowledgements that sat unread
+	// while the polling thread was descheduled are not silence. Timers
+	// fired on the clock alone spent a QP's retries in the stalls of a
+	// loaded host, the peer alive and its acknowledgements queued
+	// (TestLossySoak failed "retry count exceeded" in 3 runs of 3 beside
+	// a CPU hog; TestStalledPoller).
+	drained atomic.Int64
 
 	evMu    sync.Mutex
 	ev      [64]debugEvent
@@ -283,7 +292,10 @@ func (e *Engine) background() {
 	defer nap.Stop()
 	for !e.closed.Load() {
 		if e.spinner.Load() > 0 {
-			// A spinning caller drives the engine; just keep the timers.
+			// A spinning caller drives the engine; keep the timers, and
+			// read what the caller left when it was descheduled.
+			for e.poll() > 0 {
+			}
 			e.runTimers(time.Now())
 			nap.Reset(200 * time.Microsecond)
 			select {
@@ -328,9 +340,10 @@ func (e *Engine) background() {
 // deadline (zero if none).
 func (e *Engine) runTimers(now time.Time) time.Time {
 	var next time.Time
+	drained := time.Unix(0, e.drained.Load())
 	e.objMu.RLock()
 	for _, qp := range e.qps {
-		if d := qp.timer(now); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+		if d := qp.timer(now, drained); !d.IsZero() && (next.IsZero() || d.Before(next)) {
 			next = d
 		}
 	}
@@ -354,6 +367,9 @@ func (e *Engine) poll() int {
 		e.evlog("read", n, 0, err)
 	}
 	if err != nil || n == 0 {
+		if err == nil {
+			e.drained.Store(time.Now().UnixNano())
+		}
 		return 0
 	}
 	for i := 0; i < n; i++ {

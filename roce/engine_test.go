@@ -107,7 +107,7 @@ func TestLossySoak(t *testing.T) {
 	}
 	loss := LossConfig{Drop: 0.05, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 42}
 	ea, eb, lossy := enginePair(t, 4791, loss)
-	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 8, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
+	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
 	const burst = 64
 	const size = 32
 	src, _ := pa.RegMR(make([]byte, burst*size), 0)
@@ -374,6 +374,36 @@ func TestRetryExceeded(t *testing.T) {
 	if !errors.Is(err, fabric.ErrPeerGone) {
 		t.Fatalf("send in ERR: %v", err)
 	}
+}
+
+// TestStalledPoller: acknowledgements that wait unread while the
+// engine's poller is stalled (descheduled on a busy host) are not
+// silence. A QP whose timeout passes many times over during the stall
+// keeps its retries, and its send completes once polling resumes (timers
+// fired on the clock alone failed it with "retry count exceeded", the
+// peer alive and its acknowledgement queued).
+func TestStalledPoller(t *testing.T) {
+	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	a, _, pa, _ := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 1, RetryCnt: 1})
+	src, _ := pa.RegMR(make([]byte, 8), 0)
+	ea.pollMu.Lock() // the stall: nobody reads A's socket
+	if _, err := a.Send([]fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(src)}, Flags: fabric.FlagSignal, Context: 5}}); err != nil {
+		ea.pollMu.Unlock()
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // ~10^4 timeouts of 8 µs
+	ea.pollMu.Unlock()
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]fabric.Completion, 1)
+	if _, err := a.cq.Wait(c, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Status != fabric.StatusOK || out[0].Context != 5 {
+		t.Fatalf("completion %+v after the stall, state %v", out[0], a.State())
+	}
+	// A peer that is really gone is still noticed (the link drains
+	// and the timers run out): TestRetryExceeded.
 }
 
 func TestStateMachine(t *testing.T) {

@@ -643,8 +643,10 @@ func (qp *QP) input(p *wire.Packet, src netip.Addr) {
 	qp.request(p)
 }
 
-// timer runs the QP's timers and returns its next deadline.
-func (qp *QP) timer(now time.Time) time.Time {
+// timer runs the QP's timers and returns its next deadline. drained is
+// when the engine last found the link empty: a timer past its deadline
+// waits until the link was drained after it (see Engine.drained).
+func (qp *QP) timer(now, drained time.Time) time.Time {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state != StateRTS {
@@ -658,6 +660,9 @@ func (qp *QP) timer(now time.Time) time.Time {
 		qp.transmit()
 	}
 	if !qp.deadline.IsZero() && !now.Before(qp.deadline) {
+		if drained.Before(qp.deadline) {
+			return qp.deadline // due, once the link is drained
+		}
 		qp.onTimeout(now)
 	} else if qp.sqNext < qp.sqTail && qp.rnrUntil.IsZero() {
 		// Work that the window held back and no event released (a
@@ -665,7 +670,7 @@ func (qp *QP) timer(now time.Time) time.Time {
 		qp.transmit()
 	}
 	next := qp.deadline
-	if k := qp.keepAlive(now); !k.IsZero() && (next.IsZero() || k.Before(next)) {
+	if k := qp.keepAlive(now, drained); !k.IsZero() && (next.IsZero() || k.Before(next)) {
 		next = k
 	}
 	return next
@@ -679,7 +684,7 @@ func (qp *QP) timer(now time.Time) time.Time {
 // backoff, and when the retries run out the QP fails with
 // StatusRetryExceeded (fabric.ErrPeerGone). It returns when it next needs
 // to run.
-func (qp *QP) keepAlive(now time.Time) time.Time {
+func (qp *QP) keepAlive(now, drained time.Time) time.Time {
 	ka := qp.attr.KeepAlive
 	if ka <= 0 || qp.cfg.Type != RC || qp.sqHead != qp.sqTail || qp.una != qp.txPSN {
 		qp.probeAt = time.Time{}
@@ -691,7 +696,7 @@ func (qp *QP) keepAlive(now time.Time) time.Time {
 		}
 		qp.probeTries = int(qp.attr.RetryCnt)
 		qp.sendProbe(now)
-	} else if wait := max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6); !now.Before(qp.probeAt.Add(wait)) {
+	} else if wait := max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6); !now.Before(qp.probeAt.Add(wait)) && !drained.Before(qp.probeAt.Add(wait)) {
 		if qp.probeTries <= 0 {
 			qp.errorLocked(fabric.StatusRetryExceeded)
 			return time.Time{}

@@ -69,7 +69,13 @@ type Opener func(t testing.TB, key string, side Side) fabric.Endpoint
 
 // Timeout bounds every blocking step of a role: a minute, three under the
 // race detector.
-var Timeout = 60 * time.Second * raceScale
+var Timeout = Scale(60 * time.Second)
+
+// Scale stretches a test's time bound, or a timer the test sets, for the
+// race detector: three times under it, as is otherwise. A timer that
+// declares a silent peer gone is one: the detector slows a process
+// several times over, and a peer that stalls looks dead.
+func Scale(d time.Duration) time.Duration { return d * raceScale }
 
 // Cases returns the conformance cases.
 func Cases() []Case {

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/fabric/rdm"
-	_ "github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testenv"
 	_ "github.com/weft-io/weft/ntb"

@@ -253,7 +253,9 @@ func (l *Link) pending() int { return l.npending }
 
 // Flush sends what Stage queued (unbatched) or keeps the batches' deadline
 // (batched), and takes back the staging slots whose messages are done. It
-// returns how many packets were dropped because the peer pushed back.
+// returns how many packets were dropped because the connection failed
+// (unbatched: what the peer pushes back stays queued; Stage drops when
+// the queue is full).
 func (b *Backplane) Flush(l *Link, now time.Time) (dropped int, err error) {
 	if l.co != nil {
 		_, err = l.co.Tick(now)
@@ -265,13 +267,29 @@ func (b *Backplane) Flush(l *Link, now time.Time) (dropped int, err error) {
 		if k := l.npending; k > 0 {
 			var n int
 			n, err = b.ep.Send(l.peer, l.msgs[:k])
-			for i := range k {
-				if i >= n || l.msgs[i].Flags&fabric.FlagSignal == 0 {
+			for i := range n {
+				if l.msgs[i].Flags&fabric.FlagSignal == 0 {
 					l.free = append(l.free, uint32(l.msgs[i].Context))
 				}
 			}
-			dropped = k - n
-			l.npending = 0
+			if err != nil {
+				// The connection failed: what it did not take is lost.
+				for i := n; i < k; i++ {
+					l.free = append(l.free, uint32(l.msgs[i].Context))
+				}
+				dropped, l.npending = k-n, 0
+			} else {
+				// The peer pushed back (its window is full): what it did
+				// not take stays queued, in order, for the next Flush,
+				// like a router's output queue. Stage drops (BPDrop) once
+				// the queue is full, so a peer stalled for a moment costs
+				// nothing and one that stays slow costs what overflows.
+				for i := n; i < k; i++ {
+					l.sges[i-n] = l.sges[i]
+					l.msgs[i-n].Context, l.msgs[i-n].Flags = l.msgs[i].Context, l.msgs[i].Flags
+				}
+				l.npending = k - n
+			}
 		}
 		for {
 			n := l.conn.CQ().Poll(l.comps)

@@ -725,10 +725,12 @@ func (qp *QP) sendProbe(now time.Time) {
 // used to allocate (and zero) both in full, 8 MiB + 2 MiB of the
 // defaults: about 95 connections per second through the listener, and
 // 11 MB for every peer of a multi-peer endpoint even when idle. Growing
-// costs at most log2(8 MiB / 64 KiB) = 7 copies of a QP's life, all
+// costs at most log2(8 MiB / 16 KiB) = 9 copies of a QP's life, all
 // while the ring is still small; a stream of 64 KiB messages reaches its
-// working size in its first few messages.
-const initRing = 64 << 10
+// working size in its first few messages. (64 KiB at first: with the
+// send queue and completion queue it made 305 KB a QP, against the
+// multi-peer goal of 64 KiB a peer.)
+const initRing = 16 << 10
 
 // initRecvRing returns the starting size of a receive ring whose
 // largest size is max: max halved while that stays at least initRing
@@ -787,7 +789,7 @@ func (qp *QP) growRecv() {
 // 900 bytes, most of it room for maxSGE SGEs: 450 KB for the default
 // depth of 512, allocated in full before). The queue doubles up to
 // cfg.SQDepth when a post finds it full.
-const initSQ = 32
+const initSQ = 8
 
 // growSQ doubles the send queue (up to cfg.SQDepth), moving each
 // outstanding work request to its absolute index modulo the new length.

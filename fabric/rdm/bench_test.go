@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -177,4 +178,67 @@ func BenchmarkRecv(b *testing.B) {
 			wg.Wait()
 		})
 	}
+}
+
+// BenchmarkPeerMemory measures the heap that connections add to a
+// multi-peer endpoint over the user-space RoCE engine: one endpoint
+// listening, N dialling it. Both ends of a connection are in this process
+// and alike (a queue pair each, its rings and completion queue, the
+// peer's entry), so B/peer, the growth per connection over the N dialers
+// already open, is about twice what each end holds; B/end is half of it.
+// The goal is 64 KiB a peer past the shared pool. Run it alone:
+// the engine's host-wide QPN blocks need root, as the tests do.
+func BenchmarkPeerMemory(b *testing.B) {
+	for _, n := range []int{1, 16, 256} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var perPeer float64
+			for b.Loop() {
+				perPeer = peerMemory(b, n)
+			}
+			b.ReportMetric(perPeer, "B/peer")
+			b.ReportMetric(perPeer/2, "B/end")
+		})
+	}
+}
+
+func peerMemory(b *testing.B, n int) float64 {
+	hub, err := rdm.Open(context.Background(), "roce", "127.0.0.1:0?keepalive=0", &rdm.Config{Options: fabric.Options{Backlog: 512}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hub.Close()
+	dialers := make([]*rdm.Endpoint, n)
+	peers := make([]rdm.Peer, n)
+	for i := range dialers {
+		cfg := &rdm.Config{Name: "d" + strconv.Itoa(i), Resolve: func(name string) (string, error) { return name + "?keepalive=0", nil }}
+		if dialers[i], err = rdm.Open(context.Background(), "roce", "", cfg); err != nil {
+			b.Fatal(err)
+		}
+		defer dialers[i].Close()
+		if peers[i], err = dialers[i].Insert(hub.Name()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := heapInUse()
+	ctx, cancel := context.WithTimeout(context.Background(), fabrictest.Timeout)
+	defer cancel()
+	for i, d := range dialers {
+		if err := d.Connect(ctx, peers[i]); err != nil {
+			b.Fatalf("dialer %d: %v", i, err)
+		}
+	}
+	for hub.Stats().Peers < n {
+		if ctx.Err() != nil {
+			b.Fatalf("hub has %d peers of %d", hub.Stats().Peers, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return float64(heapInUse()-before) / float64(n)
+}
+
+func heapInUse() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

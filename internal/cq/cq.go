@@ -19,7 +19,8 @@ import (
 // Wait. All methods are safe for concurrent use.
 type Queue struct {
 	mu      sync.Mutex
-	ring    []fabric.Completion
+	ring    []fabric.Completion // grows by doubling, up to size
+	size    int
 	head    uint64 // next to poll, under mu
 	tail    uint64 // next to push, under mu
 	count   atomic.Int64
@@ -35,20 +36,39 @@ type Queue struct {
 
 // New returns a queue of the given capacity (0: 4096) whose Wait busy-polls
 // for spin before sleeping.
+//
+// The ring starts at initRing entries and doubles when a Push finds it
+// full, up to the capacity: a connection that never has more than a few
+// completions waiting holds 2 KB for them, not the 128 KB of a full
+// default queue (which was half of what a RoCE queue pair allocated, and
+// so of the memory per peer of a multi-peer endpoint).
 func New(size int, spin time.Duration) *Queue {
 	if size <= 0 {
 		size = 4096
 	}
-	return &Queue{ring: make([]fabric.Completion, size), wake: make(chan struct{}, 1),
+	return &Queue{ring: make([]fabric.Completion, min(size, initRing)), size: size, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), spin: spin}
 }
 
+// initRing is the ring's starting length.
+const initRing = 64
+
 // Cap returns the capacity.
-func (q *Queue) Cap() int { return len(q.ring) }
+func (q *Queue) Cap() int { return q.size }
 
 // Free returns the room left; a producer that must not lose a completion
 // checks it before it starts the operation.
-func (q *Queue) Free() int { return len(q.ring) - int(q.count.Load()) }
+func (q *Queue) Free() int { return q.size - int(q.count.Load()) }
+
+// grow doubles the ring (up to size), each waiting completion moving to
+// its absolute position modulo the new length. The caller holds mu.
+func (q *Queue) grow() {
+	nr := make([]fabric.Completion, min(2*len(q.ring), q.size))
+	for i := q.head; i != q.tail; i++ {
+		nr[i%uint64(len(nr))] = q.ring[i%uint64(len(q.ring))]
+	}
+	q.ring = nr
+}
 
 // Len returns the number of completions waiting.
 func (q *Queue) Len() int { return int(q.count.Load()) }
@@ -58,9 +78,12 @@ func (q *Queue) Len() int { return int(q.count.Load()) }
 func (q *Queue) Push(c fabric.Completion) bool {
 	q.mu.Lock()
 	if q.tail-q.head == uint64(len(q.ring)) {
-		q.mu.Unlock()
-		q.Overruns.Add(1)
-		return false
+		if len(q.ring) == q.size {
+			q.mu.Unlock()
+			q.Overruns.Add(1)
+			return false
+		}
+		q.grow()
 	}
 	q.ring[q.tail%uint64(len(q.ring))] = c
 	q.tail++

@@ -60,3 +60,55 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("%v allocations per push+poll", n)
 	}
 }
+
+// TestGrow: the ring starts small and doubles up to the capacity while
+// completions wait, wrapped around its end, and keeps their order; at
+// the capacity Push refuses and counts an overrun.
+func TestGrow(t *testing.T) {
+	const size = 1000 // not a power of two: the last doubling is partial
+	q := New(size, 0)
+	if len(q.ring) != initRing || q.Cap() != size || q.Free() != size {
+		t.Fatalf("new: ring %d cap %d free %d", len(q.ring), q.Cap(), q.Free())
+	}
+	out := make([]fabric.Completion, 7)
+	next, want := uint64(0), uint64(0)
+	// Push 5, poll 3, over and over: the backlog grows by 2 a round, so
+	// head and tail wrap at every ring length on the way up.
+	for q.Free() >= 5 {
+		for range 5 {
+			if !q.Push(fabric.Completion{Context: next}) {
+				t.Fatalf("push %d refused with %d free", next, q.Free())
+			}
+			next++
+		}
+		n := q.Poll(out[:3])
+		for _, c := range out[:n] {
+			if c.Context != want {
+				t.Fatalf("polled %d, want %d (ring %d)", c.Context, want, len(q.ring))
+			}
+			want++
+		}
+	}
+	if len(q.ring) != size {
+		t.Fatalf("ring %d at %d waiting, want grown to %d", len(q.ring), q.Len(), size)
+	}
+	for q.Free() > 0 {
+		q.Push(fabric.Completion{Context: next})
+		next++
+	}
+	if q.Push(fabric.Completion{}) || q.Overruns.Load() != 1 {
+		t.Fatalf("push at capacity accepted (overruns %d)", q.Overruns.Load())
+	}
+	for q.Len() > 0 {
+		n := q.Poll(out)
+		for _, c := range out[:n] {
+			if c.Context != want {
+				t.Fatalf("polled %d, want %d", c.Context, want)
+			}
+			want++
+		}
+	}
+	if want != next {
+		t.Fatalf("polled %d of %d", want, next)
+	}
+}

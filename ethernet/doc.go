@@ -30,7 +30,15 @@
 // from the UMEM, credit-based flow control, segmentation of messages
 // larger than the MTU, and a handshake, FIN and keepalives so that a
 // peer that goes away is reported (fabric.ErrPeerGone,
-// fabric.EventPeerGone). Frames carry a 24-byte Weft header directly
+// fabric.EventPeerGone; keep-alives every second, or a quarter of
+// timeout= if that is shorter).
+//
+// Two endpoints that Open each other pair up (a symmetric open). A
+// Listener on a queue accepts any number of peers, which dial the address
+// its Addr returns with their own interface name: "eth1:peer=MAC,listener=1".
+// listener=1 flags the hello for the listener, so that it reaches the
+// listener even when a dialer on that queue names the same peer, as when
+// the ranks of a mesh dial each other's listeners at once. Frames carry a 28-byte Weft header directly
 // over Ethernet (EtherType 0x88B5) or over UDP/IPv4. RMA is not
 // supported (Write and Read return fabric.ErrNotSupported).
 //

@@ -64,6 +64,11 @@ type Key uint64
 // key that grants access. A region's owner gets it from Region.Remote and
 // sends it to the peer (in a message, or out of band); the peer narrows it
 // with Slice and passes it in Message.Remote.
+//
+// Len 0 means the length is not known (protocols that advertise only an
+// address and a key): the initiator then checks nothing, and the target's
+// bounds check alone applies. Otherwise an RMA longer than Len is refused
+// at the initiator with ErrInvalid, on every backend.
 type RemoteIOV struct {
 	Addr uint64
 	Len  uint64

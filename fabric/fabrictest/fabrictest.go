@@ -1034,6 +1034,21 @@ func rmaA(t *testing.T, ep fabric.Endpoint) {
 	if !bytes.Equal(dst.Bytes(), want) {
 		t.Fatalf("read data differs at byte %d", firstDiff(dst.Bytes(), want))
 	}
+	// 4. A descriptor without a length (Len 0: not known, as protocols
+	// that advertise only an address and a key send it): the initiator
+	// does not check it, and the target's bounds check alone applies.
+	clear(dst.Bytes()[:64])
+	rd[0] = fabric.Message{SGEs: []fabric.SGE{{Region: dst, Length: 64}}, Remote: fabric.RemoteIOV{Addr: remote.Addr + 8, Key: remote.Key},
+		Flags: fabric.FlagSignal, Context: 10}
+	if n, err := ep.Read(rd[:1]); n != 1 || err != nil {
+		t.Fatalf("Read with Remote.Len 0 = %d, %v", n, err)
+	}
+	if c := r.wait(); c.Context != 10 || c.Err() != nil || c.Len != 64 {
+		t.Fatalf("read completion %+v (err %v) with Remote.Len 0", c, c.Err())
+	}
+	if !bytes.Equal(dst.Bytes()[:64], want[8:72]) {
+		t.Fatalf("read with Remote.Len 0 differs at byte %d", firstDiff(dst.Bytes()[:64], want[8:72]))
+	}
 	r.send([]byte("rma-read"), 0, 0)
 }
 

@@ -751,7 +751,7 @@ func (ep *Endpoint) post(msgs []fabric.Message, op fabric.Op, a, b uint64) (int,
 		case fabric.OpWrite, fabric.OpRead:
 			if total > ep.caps.MaxRMASize {
 				err = opErr(op.String(), fabric.ErrMessageSize)
-			} else if uint64(total) > m.Remote.Len {
+			} else if m.Remote.Len != 0 && uint64(total) > m.Remote.Len {
 				// The same sentinel as the other backends: the message
 				// contradicts itself, nothing is out of a region yet.
 				err = opErr(op.String(), fmt.Errorf("%d bytes for a remote buffer of %d: %w", total, m.Remote.Len, fabric.ErrInvalid))

@@ -514,7 +514,10 @@ func (e *Endpoint) tick() bool {
 		return false
 	}
 	e.now = clock()
-	e.pollLocked(256)
+	// The peer's frames are all read when the inbox emptied within the
+	// budget and the shared ring was drained since: only then does a
+	// quiet peer count as silent (see mux.drained).
+	read := e.pollLocked(256) < 256
 	if e.gone != nil {
 		return false
 	}
@@ -526,7 +529,7 @@ func (e *Endpoint) tick() bool {
 		return true
 	}
 	if e.sndUna != e.sndNxt {
-		if e.now-e.lastProgress > int64(e.cfg.PeerTimeout) {
+		if e.now-e.lastProgress > int64(e.cfg.PeerTimeout) && read && e.m.drained.Load() > e.lastProgress+int64(e.cfg.PeerTimeout) {
 			e.failLocked(fmt.Errorf("no acknowledgement for %v: %w", e.cfg.PeerTimeout, fabric.ErrRetryExceeded))
 			return false
 		}
@@ -548,7 +551,7 @@ func (e *Endpoint) tick() bool {
 	if e.now-e.lastSent > int64(min(keepalive, e.cfg.PeerTimeout/4)) {
 		e.sendCtlLocked(ptAck, 0)
 	}
-	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) {
+	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) && read && e.m.drained.Load() > e.lastHeard+int64(e.cfg.PeerTimeout) {
 		e.failLocked(fmt.Errorf("peer silent for %v: %w", e.cfg.PeerTimeout, fabric.ErrPeerGone))
 		return false
 	}

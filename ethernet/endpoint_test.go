@@ -244,3 +244,23 @@ func TestShortPeerTimeout(t *testing.T) {
 	}
 	sendRecv(t, a, b, []byte("after idle"))
 }
+
+// TestStalledDrainer: frames that wait unread in the RX ring while the
+// queue's drainer is stalled (a descheduled process) are not silence.
+// An endpoint whose peer timeout passes several times over during the
+// stall keeps its connection, and data flows once draining resumes
+// (the timers ran on the clock alone, and 8 rank processes under the
+// race detector on the loaded CI host failed live peers as silent).
+func TestStalledDrainer(t *testing.T) {
+	a, b := dialPair(t, netns.PairConfig{}, "%s:timeout=200ms", "%s:timeout=200ms")
+	release := ethernet.StallRX(a.(*ethernet.Endpoint))
+	time.Sleep(time.Second)
+	release()
+	select {
+	case ev := <-a.Events():
+		t.Fatalf("after a stall of its drainer: %v %v", ev.Kind, ev.Err)
+	default:
+	}
+	sendRecv(t, b, a, []byte("after the stall"))
+	sendRecv(t, a, b, []byte("and back"))
+}

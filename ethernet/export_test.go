@@ -46,3 +46,10 @@ func HelloFrame(dst, src net.HardwareAddr, session uint32, nonce uint64) []byte 
 	putHello(b[EthHdrLen+hdrLen:], nonce, 0)
 	return b
 }
+
+// StallRX holds the RX ring of e's queue undrained, as a descheduled
+// drainer would, until release is called.
+func StallRX(e *Endpoint) (release func()) {
+	e.m.rxMu.Lock()
+	return e.m.rxMu.Unlock
+}

@@ -41,6 +41,12 @@ type mux struct {
 
 	rxMu  sync.Mutex // one drainer at a time
 	rxBuf [64]uint64
+	// drained is when (clock) a drain last found the RX ring empty. An
+	// endpoint declares its peer silent only once the ring was drained
+	// after the peer's deadline, so frames that sat unread while this
+	// process was descheduled are not taken for silence (as roce's
+	// timers wait for the drained link).
+	drained atomic.Int64
 
 	txMu   sync.Mutex
 	txFree []uint32
@@ -257,6 +263,7 @@ func (m *mux) pollLocked() int {
 	for total < 1024 {
 		idx, n := rx.Peek(len(m.rxBuf))
 		if n == 0 {
+			m.drained.Store(clock())
 			break
 		}
 		m.connsMu.RLock()

@@ -50,14 +50,16 @@ var meshes = []mesh{
 	// the kill with 8 processes on the loaded 2-core host).
 	{"roce", nil, roceMesh, 8, fabrictest.Scale(1500 * time.Millisecond)},
 	// So does ethernet: ethernetPeerTimeout of silence (reported about
-	// 0.5 s after the kill; 1.5 s under the race detector, where 0.5 s
-	// failed live peers of 8 processes).
-	{"ethernet", ethernetSetup, ethernetMesh, 8, fabrictest.Scale(time.Second)},
+	// 1 s after the kill).
+	{"ethernet", ethernetSetup, ethernetMesh, 8, fabrictest.Scale(1500 * time.Millisecond)},
 }
 
 // ethernetPeerTimeout is how long an ethernet rank stays silent before its
-// peers count it gone; its keep-alives come at a quarter of that.
-var ethernetPeerTimeout = fabrictest.Scale(500 * time.Millisecond)
+// peers count it gone; its keep-alives come at a quarter of that. 500 ms
+// reports the loss in 0.5 s, and held on a quiet host, but failed live
+// peers of 8 processes on the 2-core host at load 20 (a process starved
+// of the CPU for that long sends no keep-alive); 1 s held there.
+var ethernetPeerTimeout = fabrictest.Scale(time.Second)
 
 // ethernetSetup builds one Ethernet segment for n ranks: a bridge in a
 // namespace of the test's own, with one veth port per rank; rank i's end
@@ -449,6 +451,14 @@ func childRank(t *testing.T, v string) {
 
 func allToAllProcesses(t *testing.T, m mesh) {
 	n := m.ranks
+	if fabrictest.Scale(1) > 1 {
+		// Under the race detector, 8 rank processes of a network backend
+		// and the other packages' tests starve each other on a 2-core
+		// host past any timer: live peers were reported gone with 1.5 s
+		// (ethernet) and 2 s (roce) of silence allowed. Four there; .ci/run
+		// also runs the 8 without the detector.
+		n = min(n, 4)
+	}
 	victim := n - 1
 	dir := t.TempDir()
 	if m.setup != nil {

@@ -33,9 +33,11 @@ const (
 
 func perftestCMSteps() []rxeCMStep {
 	bw := fmt.Sprintf("ib_send_bw -d rxe0 -R -s %d -n %d", ptBWSize, ptBWIters)
-	bwLine := fmt.Sprintf("'^ *%d +%d +[0-9.]+ +[0-9.]+ +[0-9.]+'", ptBWSize, ptBWIters)
+	// The result lines: size, iterations and figures, separated by spaces
+	// and tabs.
+	bwLine := fmt.Sprintf("'^ *%d +%d([[:space:]]+[0-9.]+){3}[[:space:]]*$'", ptBWSize, ptBWIters)
 	lat := fmt.Sprintf("ib_write_lat -d rxe0 -R -s %d -n %d", ptLatSize, ptLatIters)
-	latLine := fmt.Sprintf("'^ *%d +%d +[0-9.]+ +[0-9.]+'", ptLatSize, ptLatIters)
+	latLine := fmt.Sprintf("'^ *%d +%d([[:space:]]+[0-9.]+){7}[[:space:]]*$'", ptLatSize, ptLatIters)
 	return []rxeCMStep{
 		{
 			// ib_send_bw -R's server: Weft's client sends 100 SENDs of

@@ -33,10 +33,13 @@ const (
 func perftestCMSteps() []rxeCMStep {
 	bw := fmt.Sprintf("ib_send_bw -d rxe0 -R -s %d -n %d", ptBWSize, ptBWIters)
 	// The result lines: size, iterations and figures, separated by spaces
-	// and tabs.
-	bwLine := fmt.Sprintf("'^ *%d +%d([[:space:]]+[0-9.]+){3}[[:space:]]*$'", ptBWSize, ptBWIters)
+	// and tabs. ib_write_lat's t_stdev can come out as -nan (a negative
+	// variance from rounding) when the emulated guest's latencies vary a
+	// lot.
+	fig := "[[:space:]]+(-?[0-9.]+|-?nan)"
+	bwLine := fmt.Sprintf("'^ *%d +%d(%s){3}[[:space:]]*$'", ptBWSize, ptBWIters, fig)
 	lat := fmt.Sprintf("ib_write_lat -d rxe0 -R -s %d -n %d", ptLatSize, ptLatIters)
-	latLine := fmt.Sprintf("'^ *%d +%d([[:space:]]+[0-9.]+){7}[[:space:]]*$'", ptLatSize, ptLatIters)
+	latLine := fmt.Sprintf("'^ *%d +%d(%s){7}[[:space:]]*$'", ptLatSize, ptLatIters, fig)
 	return []rxeCMStep{
 		{
 			// ib_send_bw -R's server: Weft's client sends 100 SENDs of

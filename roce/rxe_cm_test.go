@@ -8,7 +8,9 @@ package roce
 //	go test -tags rxe -run TestRxeInteropCM -v ./roce/
 //
 // Like TestRxeInterop, the test starts the harness with this binary as
-// the host command (TestRxeCMHost); guest and host walk the same steps.
+// the host command (TestRxeCMHost); guest and host walk the same steps
+// (perftest's -R steps are in rxe_perftest_cm_test.go). WEFT_RXE_CM_STEPS,
+// a regular expression, runs only the steps whose names match.
 
 import (
 	"bytes"

@@ -607,6 +607,7 @@ func (l *cmListener) handshake(id *C.struct_rdma_cm_id, ch *cmChannel, req cmEve
 		case <-ctx.Done():
 		}
 	}()
+	C.weft_cm_ack_timeout(id, C.uint8_t(l.o.Timeout)) // as the dialler's; without it the REQ's applies
 	ep, err := newEndpoint(l.o, id, ch)
 	if err != nil {
 		// newEndpoint destroyed the id, which rejects the request.

@@ -7,6 +7,7 @@ package verbs
 // inside the Soft-RoCE VMs, where rxe0 is, with CI=true.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/weft-io/weft/internal/ibvpp"
 	"github.com/weft-io/weft/internal/testenv"
 	_ "github.com/weft-io/weft/roce" // the user-space engine, for the mixed tests
+	"github.com/weft-io/weft/roce/cm"
 )
 
 // TestDevicesNoRDMA checks the mapping of a kernel without RDMA (libibverbs
@@ -52,6 +55,13 @@ func TestDevicesNoRDMA(t *testing.T) {
 	}
 	if err := <-errc; !errors.Is(err, ErrNoDevice) {
 		t.Errorf("Open (listener): %v, want ErrNoDevice", err)
+	}
+	// rdma_cm: librdmacm finds no device either (no /dev/infiniband).
+	if _, err := fabric.Open(ctx, "verbs", "rdmacm://127.0.0.1:7471", nil); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open rdmacm: %v, want ErrNoDevice", err)
+	}
+	if _, err := fabric.Listen(ctx, "verbs", "rdmacm://127.0.0.1:0", nil); !errors.Is(err, ErrNoDevice) || !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("Listen rdmacm: %v, want ErrNoDevice", err)
 	}
 }
 
@@ -265,6 +275,98 @@ func TestPeerGone(t *testing.T) {
 	}
 }
 
+// ---- rdma_cm (cm_rdma.go) on one device ----
+
+// cmSetup is how the rdma_cm cases reach the device: a listener on its
+// IPv4 address, port 0 (the rdma_cm picks one).
+func cmSetup(t testing.TB, params string) (addr string, opts *fabric.Options) {
+	_, ip := device(t)
+	addr = "rdmacm://" + ip.String() + ":0?maxmsg=65536"
+	if params != "" {
+		addr += "&" + params
+	}
+	return addr, &fabric.Options{HandshakeTimeout: 30 * time.Second}
+}
+
+// cmPair connects two endpoints through a verbs listener: a is accepted,
+// b dialled.
+func cmPair(t testing.TB, params string) (a, b fabric.Endpoint) {
+	addr, opts := cmSetup(t, params)
+	a, b = fabrictest.ListenPair(t, "verbs", addr, opts)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestConformanceCM runs the suite over rdma_cm connections.
+func TestConformanceCM(t *testing.T) {
+	device(t)
+	fabrictest.TestPair(t, func(t *testing.T) (a, b fabric.Endpoint) { return cmPair(t, "") })
+}
+
+// TestListenerCM runs the listener cases on the verbs listener, with
+// fewer clients and messages than on the host backends: Soft-RoCE in an
+// emulated VM is slow.
+func TestListenerCM(t *testing.T) {
+	addr, opts := cmSetup(t, "")
+	fabrictest.TestListener(t, fabrictest.ListenSetup{Backend: "verbs", Addr: addr, Options: opts, Clients: 8, Messages: 300})
+}
+
+// TestCMPeerGone: Close disconnects (DREQ), and the peer sees
+// EventPeerGone and ErrPeerGone at once, without waiting for the
+// keep-alive (off here).
+func TestCMPeerGone(t *testing.T) {
+	a, b := cmPair(t, "keepalive=0")
+	if a.RemoteAddr() == "" || a.LocalAddr() == "" || b.RemoteAddr() != a.LocalAddr() {
+		t.Errorf("addresses: accepted %q %q, dialled %q %q", a.LocalAddr(), a.RemoteAddr(), b.LocalAddr(), b.RemoteAddr())
+	}
+	b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, _ := a.Alloc(64, fabric.AccessLocalWrite)
+	_, err := a.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
+	if !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("RecvWait after the peer's Close: %v, want ErrPeerGone", err)
+	}
+	select {
+	case ev := <-a.Events():
+		if ev.Kind != fabric.EventPeerGone {
+			t.Errorf("event %v, want EventPeerGone", ev.Kind)
+		}
+	case <-ctx.Done():
+		t.Errorf("no event")
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("Close after the peer's: %v", err)
+	}
+	if _, err := a.Send(nil); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Send after Close: %v, want os.ErrClosed", err)
+	}
+}
+
+// TestCMRefused: a connect to a port nobody listens on is rejected by
+// the kernel (REJ reason 8), a fabric.ErrRefused at once; the private
+// data of both sides arrives.
+func TestCMRefused(t *testing.T) {
+	_, ip := device(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := fabric.Open(ctx, "verbs", "rdmacm://"+ip.String()+":1", nil)
+	var rej *cm.RejectError
+	if !errors.Is(err, fabric.ErrRefused) || !errors.As(err, &rej) || rej.Reason != cm.RejInvalidServiceID {
+		t.Fatalf("Open with nobody listening: %v, want a REJ (invalid service id) matching ErrRefused", err)
+	}
+	t.Logf("refused in %v: %v", time.Since(start), err)
+
+	a, b := cmPair(t, "data=weft-private")
+	if got := string(bytes.TrimRight(a.(*Endpoint).PeerPrivateData(), "\x00")); got != "weft-private" {
+		t.Errorf("accepted side got private data %q", got)
+	}
+	if got := string(bytes.TrimRight(b.(*Endpoint).PeerPrivateData(), "\x00")); got != "weft-private" {
+		t.Errorf("dialled side got private data %q", got)
+	}
+}
+
 // ---- the steps that the VM test (rxe_test.go) runs in the guests ----
 
 func guestEnv(t *testing.T, k string) string {
@@ -296,12 +398,80 @@ func TestGuestSide(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		ep, err := fabric.Open(ctx, backend, addr, nil)
+		ep, err := openRetry(ctx, backend, addr)
 		if err != nil {
 			t.Fatalf("Open(%s, %s): %v", backend, addr, err)
 		}
 		return ep
 	})
+}
+
+// openRetry opens addr, dialling again while an rdma_cm peer refuses (it
+// does not listen yet) or does not answer (it is still booting).
+func openRetry(ctx context.Context, backend, addr string) (fabric.Endpoint, error) {
+	for {
+		ep, err := fabric.Open(ctx, backend, addr, nil)
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
+			return ep, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestGuestRdmaCM plays the protocol of librdmacm's rdma_client and
+// rdma_server (one 16-byte SEND each way, the client's first) against the
+// real programs, through the public API: WEFT_RC_ADDR is the rdmacm://
+// address, with "listen:" for the server's part. The program disconnects
+// after its last completion, which the endpoint must see as the peer's
+// loss.
+func TestGuestRdmaCM(t *testing.T) {
+	addr := guestEnv(t, "WEFT_RC_ADDR")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ep, err := openRetry(ctx, "verbs", addr)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", addr, err)
+	}
+	defer ep.Close()
+	t.Logf("connected: local %s, remote %s, caps %+v", ep.LocalAddr(), ep.RemoteAddr(), ep.Caps())
+	sreg, _ := ep.Alloc(16, 0)
+	copy(sreg.Bytes(), "weft-rdmacm-0016")
+	rreg, _ := ep.Alloc(64, fabric.AccessLocalWrite)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rreg)}}}
+	recv := func() {
+		t.Helper()
+		if _, err := ep.RecvWait(ctx, msgs); err != nil {
+			t.Fatalf("RecvWait: %v", err)
+		}
+		if msgs[0].Len != 16 {
+			t.Fatalf("received %d bytes, want 16", msgs[0].Len)
+		}
+	}
+	send := func() {
+		t.Helper()
+		if _, err := ep.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sreg)}}}); err != nil {
+			t.Fatalf("SendWait: %v", err)
+		}
+	}
+	if strings.Contains(addr, "listen:") {
+		recv()
+		send()
+	} else {
+		send()
+		recv()
+	}
+	// The program's rdma_disconnect: its DREQ ends our endpoint.
+	if _, err := ep.RecvWait(ctx, msgs); !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("RecvWait after the exchange: %v, want ErrPeerGone (the program's DREQ)", err)
+	}
+	select {
+	case ev := <-ep.Events():
+		if ev.Kind != fabric.EventPeerGone {
+			t.Errorf("event %v, want EventPeerGone", ev.Kind)
+		}
+	case <-ctx.Done():
+		t.Error("no EventPeerGone")
+	}
 }
 
 // TestGuestPingpong plays ibv_*_pingpong's protocol against the real

@@ -6,13 +6,31 @@
 // exchange (rdma-core's ibv_rc_pingpong format), so either end may be
 // either implementation, or an rdma-core program.
 //
-// The binding uses cgo and needs libibverbs (Debian: libibverbs-dev) at
-// build time, so it sits behind a build tag:
+// # rdma_cm
+//
+// An address rdmacm://HOST[:PORT] (see ParseAddr) connects through
+// librdmacm instead, as the "roce" backend's rdma_cm addresses do through
+// the engine's own CM, so either end may be either backend or a librdmacm
+// program (rping, ucmatose, rdma_server, ...): address and route
+// resolution, rdma_connect with private data and the RDMA READ depths
+// (responder resources, initiator depth), and rdma_disconnect on Close.
+// fabric.Listen on rdmacm://HOST:PORT listens like rdma_listen and accepts
+// any number of peers, each an independent Endpoint with an rdma_cm id and
+// event channel of its own; requests past the backlog are rejected. The
+// event channels wait in Go's poller, like the completion channels. A
+// peer's disconnect (its DREQ) is the peer's loss: EventPeerGone, and
+// fabric.ErrPeerGone from then on. A REJ is a *cm.RejectError (matching
+// fabric.ErrRefused, or context.DeadlineExceeded for a timeout), any other
+// failed event a *CMError matching its errno and fabric sentinel.
+//
+// The binding uses cgo and needs libibverbs and librdmacm (Debian:
+// libibverbs-dev, librdmacm-dev) at build time, so it sits behind a build
+// tag:
 //
 //	go build -tags rdma ./...
 //
-// Without the tag (or without cgo) the package still builds: Devices and
-// Connect return an error matching fabric.ErrNotSupported, and the
+// Without the tag (or without cgo) the package still builds: Devices,
+// Connect and ListenCM return an error matching fabric.ErrNotSupported, and the
 // "verbs" backend is registered so that fabric.Open says why.
 //
 // # Data path

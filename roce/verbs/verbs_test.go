@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,4 +105,36 @@ func TestStub(t *testing.T) {
 func ExampleParseAddr() {
 	o, _ := ParseAddr("listen:10.77.0.2?dev=rxe0&mtu=1024")
 	_ = o // o.Listen, o.Bootstrap == "10.77.0.2:18515", o.Device == "rxe0"
+}
+
+// Failed rdma_cm events match their errno and the fabric sentinel.
+func TestCMError(t *testing.T) {
+	for _, c := range []struct {
+		errno syscall.Errno
+		want  error
+	}{
+		{syscall.ETIMEDOUT, context.DeadlineExceeded},
+		{syscall.ENODEV, fabric.ErrNotSupported},
+		{syscall.EADDRNOTAVAIL, ErrNoDevice},
+		{syscall.ECONNREFUSED, fabric.ErrRefused},
+		{syscall.EHOSTUNREACH, fabric.ErrPeerGone},
+		{syscall.ENETUNREACH, fabric.ErrPeerGone},
+	} {
+		err := error(&CMError{Event: "RDMA_CM_EVENT_ADDR_ERROR", Status: -int(c.errno)})
+		if !errors.Is(err, c.want) || !errors.Is(err, c.errno) {
+			t.Errorf("%v: %v does not match %v and the errno", c.errno, err, c.want)
+		}
+		if errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("%v matches ErrInvalid", err)
+		}
+	}
+	err := error(&CMError{Event: "RDMA_CM_EVENT_CONNECT_ERROR", Status: 5})
+	for _, s := range []error{fabric.ErrRefused, fabric.ErrPeerGone, context.DeadlineExceeded, fabric.ErrNotSupported} {
+		if errors.Is(err, s) {
+			t.Errorf("%v (a transport status) matches %v", err, s)
+		}
+	}
+	if err.Error() == "" {
+		t.Error("empty message")
+	}
 }

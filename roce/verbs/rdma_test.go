@@ -486,3 +486,136 @@ func TestGuestPingpong(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// rpingSize is rping's default ping size.
+const rpingSize = 64
+
+// TestGuestRping plays rping's protocol against the real program, through
+// the public API (see roce/INTEROP.md, section 9): per ping the client
+// SENDs the address, rkey and size (big-endian) of its source buffer, the
+// server RDMA READs it and SENDs a go-ahead, the client advertises its
+// sink, the server RDMA WRITEs the string back and SENDs a go-ahead; the
+// client disconnects after the last ping. WEFT_RPING_ADDR is the rdmacm://
+// address ("listen:" plays the server, for rping -c -V), WEFT_RPING_COUNT
+// the number of pings.
+func TestGuestRping(t *testing.T) {
+	addr := guestEnv(t, "WEFT_RPING_ADDR")
+	count, _ := strconv.Atoi(guestEnv(t, "WEFT_RPING_COUNT"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ep, err := openRetry(ctx, "verbs", addr)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", addr, err)
+	}
+	defer ep.Close()
+	info, _ := ep.Alloc(16, 0)
+	in, _ := ep.Alloc(64, fabric.AccessLocalWrite)
+	rw := fabric.AccessLocalWrite | fabric.AccessRemoteRead | fabric.AccessRemoteWrite
+	buf, _ := ep.Alloc(rpingSize, rw)
+	sink, _ := ep.Alloc(rpingSize, rw)
+	comps := make([]fabric.Completion, 1)
+	send := func() error {
+		_, err := ep.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(info)}}})
+		return err
+	}
+	recv := func() error {
+		m := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(in)}}}
+		if _, err := ep.RecvWait(ctx, m); err != nil {
+			return err
+		}
+		if m[0].Len != 16 {
+			return fmt.Errorf("rping message of %d bytes", m[0].Len)
+		}
+		return nil
+	}
+	advertise := func(r *fabric.Region) {
+		b := info.Bytes()
+		binary.BigEndian.PutUint64(b[0:], r.Addr())
+		binary.BigEndian.PutUint32(b[8:], uint32(r.RemoteKey()))
+		binary.BigEndian.PutUint32(b[12:], rpingSize)
+	}
+	rma := func(read bool, n int) error {
+		b := in.Bytes()
+		size := binary.BigEndian.Uint32(b[12:])
+		if size == 0 || size > rpingSize {
+			return fmt.Errorf("advertised %d bytes", size)
+		}
+		remote := fabric.RemoteIOV{Addr: binary.BigEndian.Uint64(b), Len: uint64(size), Key: fabric.Key(binary.BigEndian.Uint32(b[8:]))}
+		n = min(n, int(size))
+		m := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf, Length: n}}, Remote: remote.Slice(0, uint64(n)), Flags: fabric.FlagSignal}}
+		post := ep.Write
+		if read {
+			post = ep.Read
+		}
+		if _, err := post(m); err != nil {
+			return err
+		}
+		if _, err := ep.CQ().Wait(ctx, comps); err != nil {
+			return err
+		}
+		return comps[0].Err()
+	}
+	if !strings.Contains(addr, "listen:") {
+		start := buf.Bytes()
+		first := byte(65)
+		for ping := range count {
+			n := copy(start, fmt.Sprintf("rdma-ping-%d: ", ping))
+			for i, ch := n, first; i < rpingSize; i++ {
+				start[i] = ch
+				if ch++; ch > 122 {
+					ch = 65
+				}
+			}
+			if first++; first > 122 {
+				first = 65
+			}
+			start[rpingSize-1] = 0
+			clear(sink.Bytes())
+			advertise(buf)
+			if err := send(); err != nil {
+				t.Fatalf("ping %d: %v", ping, err)
+			}
+			if err := recv(); err != nil { // the server has READ the source
+				t.Fatalf("ping %d: %v", ping, err)
+			}
+			advertise(sink)
+			if err := send(); err != nil {
+				t.Fatalf("ping %d: %v", ping, err)
+			}
+			if err := recv(); err != nil { // the server has WRITTEN the sink
+				t.Fatalf("ping %d: %v", ping, err)
+			}
+			if !bytes.Equal(start, sink.Bytes()) {
+				t.Fatalf("ping %d: wrote back %q, want %q", ping, sink.Bytes(), start)
+			}
+		}
+		return // Close disconnects: rping's server waits for the DREQ
+	}
+	for ping := 0; ; ping++ {
+		if err := recv(); err != nil {
+			if errors.Is(err, fabric.ErrPeerGone) && ping == count {
+				return // the client disconnected after its last ping
+			}
+			t.Fatalf("after %d of %d pings: %v", ping, count, err)
+		}
+		if err := rma(true, rpingSize); err != nil {
+			t.Fatalf("ping %d: read: %v", ping, err)
+		}
+		if err := send(); err != nil {
+			t.Fatalf("ping %d: %v", ping, err)
+		}
+		if err := recv(); err != nil {
+			t.Fatalf("ping %d: %v", ping, err)
+		}
+		n := bytes.IndexByte(buf.Bytes(), 0) + 1
+		if n == 0 {
+			n = rpingSize
+		}
+		if err := rma(false, n); err != nil {
+			t.Fatalf("ping %d: write: %v", ping, err)
+		}
+		if err := send(); err != nil {
+			t.Fatalf("ping %d: %v", ping, err)
+		}
+	}
+}

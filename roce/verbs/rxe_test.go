@@ -15,7 +15,8 @@ package verbs
 //     (the suite over verbs Listen, the listener cases, DREQ as peer loss,
 //     REJ as ErrRefused) while guest 0 runs step 1; the suite guest to
 //     guest over rdmacm://; Weft against librdmacm's rdma_server and
-//     rdma_client, each way;
+//     rdma_client and against rping (READ and WRITE of advertised
+//     buffers), each way;
 //  4. the conformance suite between the verbs backend in guest 0 and
 //     Weft's user-space engine on the host side of the bridge (10.77.0.1),
 //     over the pingpong exchange and over rdma_cm (the engine's
@@ -94,6 +95,12 @@ func guestScript() string {
 	run(&g1, "weft-rdma-client", "WEFT_RC_ADDR='rdmacm://10.77.0.2:7471' "+T+" -test.timeout 5m -test.run '^TestGuestRdmaCM$'")
 	run(&g1, "weft-rdma-server", "WEFT_RC_ADDR='rdmacm://listen:10.77.0.3:7471' "+T+" -test.timeout 5m -test.run '^TestGuestRdmaCM$'")
 	run(&g0, "rdma_client", "retry rdma_client -s 10.77.0.3")
+	// rping: SENDs of buffer advertisements, RDMA READ and WRITE of them
+	// (rping asks for one READ outstanding each way: resp_res, init_depth).
+	run(&g0, "rping-server", "rping -s -a 10.77.0.2 -C 20")
+	run(&g1, "weft-rping-client", "WEFT_RPING_ADDR='rdmacm://10.77.0.2:7174?resp_res=1&init_depth=1' WEFT_RPING_COUNT=20 "+T+" -test.timeout 5m -test.run '^TestGuestRping$'")
+	run(&g1, "weft-rping-server", "WEFT_RPING_ADDR='rdmacm://listen:10.77.0.3:7174?resp_res=1&init_depth=1' WEFT_RPING_COUNT=20 "+T+" -test.timeout 5m -test.run '^TestGuestRping$'")
+	run(&g0, "rping-client", "retry rping -c -a 10.77.0.3 -C 20 -V")
 	// 4. The suite against the user-space engine on the host: the
 	// pingpong exchange, then rdma_cm.
 	run(&g0, "fabrictest-engine-B", "WEFT_SIDE=B WEFT_ADDR='10.77.0.1:18515' "+T+" -test.timeout 20m -test.run '^TestGuestSide$'")

@@ -278,21 +278,22 @@ func TestPeerGone(t *testing.T) {
 // ---- rdma_cm (cm_rdma.go) on one device ----
 
 // cmSetup is how the rdma_cm cases reach the device: a listener on its
-// IPv4 address, port 0 (the rdma_cm picks one).
-func cmSetup(t testing.TB, params string) (addr string, opts *fabric.Options) {
+// IPv4 address, port 0 (the rdma_cm picks one), and the query that both
+// ends take.
+func cmSetup(t testing.TB, params string) (addr, query string, opts *fabric.Options) {
 	_, ip := device(t)
-	addr = "rdmacm://" + ip.String() + ":0?maxmsg=65536"
+	query = "?maxmsg=65536"
 	if params != "" {
-		addr += "&" + params
+		query += "&" + params
 	}
-	return addr, &fabric.Options{HandshakeTimeout: 30 * time.Second}
+	return "rdmacm://" + ip.String() + ":0" + query, query, &fabric.Options{HandshakeTimeout: 30 * time.Second}
 }
 
 // cmPair connects two endpoints through a verbs listener: a is accepted,
-// b dialled.
+// b dialled, both with params.
 func cmPair(t testing.TB, params string) (a, b fabric.Endpoint) {
-	addr, opts := cmSetup(t, params)
-	a, b = fabrictest.ListenPair(t, "verbs", addr, opts)
+	addr, query, opts := cmSetup(t, params)
+	a, b = fabrictest.ListenPairDial(t, "verbs", addr, func(l fabric.Listener) string { return l.Addr() + query }, opts)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
@@ -307,7 +308,7 @@ func TestConformanceCM(t *testing.T) {
 // fewer clients and messages than on the host backends: Soft-RoCE in an
 // emulated VM is slow.
 func TestListenerCM(t *testing.T) {
-	addr, opts := cmSetup(t, "")
+	addr, _, opts := cmSetup(t, "")
 	fabrictest.TestListener(t, fabrictest.ListenSetup{Backend: "verbs", Addr: addr, Options: opts, Clients: 8, Messages: 300})
 }
 
@@ -344,8 +345,8 @@ func TestCMPeerGone(t *testing.T) {
 }
 
 // TestCMRefused: a connect to a port nobody listens on is rejected by
-// the kernel (REJ reason 8), a fabric.ErrRefused at once; the private
-// data of both sides arrives.
+// the kernel (REJ reason 8), a fabric.ErrRefused at once; then the
+// private data of both sides arrives.
 func TestCMRefused(t *testing.T) {
 	_, ip := device(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -358,12 +359,19 @@ func TestCMRefused(t *testing.T) {
 	}
 	t.Logf("refused in %v: %v", time.Since(start), err)
 
-	a, b := cmPair(t, "data=weft-private")
-	if got := string(bytes.TrimRight(a.(*Endpoint).PeerPrivateData(), "\x00")); got != "weft-private" {
-		t.Errorf("accepted side got private data %q", got)
+	// Each side's data= reaches the other: the REQ's the listener, the
+	// REP's the dialler.
+	addr, _, opts := cmSetup(t, "data=from-listener")
+	a, b := fabrictest.ListenPairDial(t, "verbs", addr, func(l fabric.Listener) string { return l.Addr() + "?data=from-dialler" }, opts)
+	defer a.Close()
+	defer b.Close()
+	t.Logf("private data as librdmacm delivers it: %d bytes to the listener, %d to the dialler",
+		len(a.(*Endpoint).PeerPrivateData()), len(b.(*Endpoint).PeerPrivateData()))
+	if got := string(bytes.TrimRight(a.(*Endpoint).PeerPrivateData(), "\x00")); got != "from-dialler" {
+		t.Errorf("accepted side got private data %q, want the dialler's", got)
 	}
-	if got := string(bytes.TrimRight(b.(*Endpoint).PeerPrivateData(), "\x00")); got != "weft-private" {
-		t.Errorf("dialled side got private data %q", got)
+	if got := string(bytes.TrimRight(b.(*Endpoint).PeerPrivateData(), "\x00")); got != "from-listener" {
+		t.Errorf("dialled side got private data %q, want the listener's", got)
 	}
 }
 

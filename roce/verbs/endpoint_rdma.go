@@ -180,7 +180,8 @@ var (
 
 // Connect opens the device, creates the queue pair, runs the out-of-band
 // exchange (dialing or listening, as o says) and connects the queue pair
-// to the peer's.
+// to the peer's. With o.CM the rdma_cm does all of it through librdmacm
+// (cm_rdma.go).
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if o.CM {
 		return connectCM(ctx, o)
@@ -1364,11 +1365,14 @@ func (ep *Endpoint) Stats() fabric.Stats {
 func (ep *Endpoint) Events() <-chan fabric.Event { return ep.evs }
 
 // LocalAddr implements fabric.Endpoint: the local end of the exchange
-// that set the endpoint up.
+// that set the endpoint up; for rdma_cm endpoints rdmacm://IP:PORT, the
+// rdma_cm id's address.
 func (ep *Endpoint) LocalAddr() string { return ep.laddr }
 
 // RemoteAddr implements fabric.Endpoint: the exchange address dialled, or
-// the peer's end of an accepted exchange.
+// the peer's end of an accepted exchange; for rdma_cm endpoints
+// rdmacm://IP:PORT, the peer's address (a dialled endpoint's dials the
+// listener again).
 func (ep *Endpoint) RemoteAddr() string { return ep.raddr }
 
 // Close implements fabric.Endpoint. An RC endpoint first waits (at most

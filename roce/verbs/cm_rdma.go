@@ -419,8 +419,10 @@ func connectCM(ctx context.Context, o Options) (*Endpoint, error) {
 	if _, err := ch.await(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
 		return nil, err
 	}
-	if rc, err := C.weft_cm_ack_timeout(id, C.uint8_t(o.Timeout)); rc != 0 {
-		return nil, cmCallErr("rdma_set_option(ACK_TIMEOUT)", err)
+	if o.Timeout != 0 {
+		if rc, err := C.weft_cm_ack_timeout(id, C.uint8_t(o.Timeout)); rc != 0 {
+			return nil, cmCallErr("rdma_set_option(ACK_TIMEOUT)", err)
+		}
 	}
 	owned = true
 	ep, err := newEndpoint(o, id, ch)
@@ -557,7 +559,9 @@ func (l *cmListener) handshake(id *C.struct_rdma_cm_id, ch *cmChannel, req cmEve
 		case <-ctx.Done():
 		}
 	}()
-	C.weft_cm_ack_timeout(id, C.uint8_t(l.o.Timeout)) // as the dialler's; without it the REQ's applies
+	if l.o.Timeout != 0 {
+		C.weft_cm_ack_timeout(id, C.uint8_t(l.o.Timeout)) // without it the REQ's applies
+	}
 	ep, err := newEndpoint(l.o, id, ch)
 	if err != nil {
 		// newEndpoint destroyed the id, which rejects the request.

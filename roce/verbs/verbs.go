@@ -151,7 +151,7 @@ type Options struct {
 	Local     netip.Addr    // local RoCE address (default: the TCP connection's)
 	Type      roce.QPType   // RC (default) or UD
 	MTU       int           // path MTU (default: the port's active MTU)
-	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms)
+	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms; rdma_cm: 0, the path's, as librdmacm's programs have it)
 	Retry     uint8         // retry count (default 6: rxe and some NICs treat 7 as infinite)
 	RNRRetry  uint8         // RNR retry count (default 7: infinite)
 	QKey      uint32        // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
@@ -187,9 +187,11 @@ type Options struct {
 // resolves the address and route and connects like rdma_connect; with
 // "listen:" it accepts one connection like rdma_listen + rdma_accept;
 // fabric.Listen accepts any number. The rdma_cm chooses the device, port,
-// GID and path MTU, so dev, ib_port, gid, mtu and qkey are refused; data
-// is the private data sent with the connect or accept, resp_res and
-// init_depth the RDMA READ and atomic depths offered and asked for.
+// GID and path MTU, so dev, ib_port, gid, mtu and qkey are refused; the
+// local ACK timeout too unless timeout is given (Linux derives it from the
+// path: exponent 19 on RoCE, about 2 s). data is the private data sent
+// with the connect or accept, resp_res and init_depth the RDMA READ and
+// atomic depths offered and asked for.
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond}
@@ -283,6 +285,9 @@ func ParseAddr(addr string) (Options, error) {
 		default:
 			err = fmt.Errorf("verbs: unknown parameter %q: %w", k, fabric.ErrInvalid)
 		}
+	}
+	if o.CM && vals.Get("timeout") == "" {
+		o.Timeout = 0
 	}
 	if err == nil && o.CM && o.Type != roce.RC {
 		err = fmt.Errorf("verbs: rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)

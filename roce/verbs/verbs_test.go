@@ -45,15 +45,15 @@ func TestParseAddrCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !o.CM || o.Listen || o.Bootstrap != "10.0.0.2:7471" || o.PrivateData != "hello" || o.RespRes != 4 || o.InitDepth != 2 ||
-		o.Retry != 5 || o.Local.String() != "10.0.0.1" {
+		o.Retry != 5 || o.Local.String() != "10.0.0.1" || o.Timeout != 0 {
 		t.Errorf("ParseAddr = %+v", o)
 	}
 	o, err = ParseAddr("rdmacm://listen:[fd00::1]:9000?data=" + strings.Repeat("x", 196))
 	if err != nil || !o.CM || !o.Listen || o.Bootstrap != "[fd00::1]:9000" {
 		t.Errorf("listen: %+v, %v", o, err)
 	}
-	o, err = ParseAddr("10.0.0.2:7000?cm=1&maxmsg=4096")
-	if err != nil || !o.CM || o.Bootstrap != "10.0.0.2:7000" || o.MaxMsg != 4096 {
+	o, err = ParseAddr("10.0.0.2:7000?cm=1&maxmsg=4096&timeout=12")
+	if err != nil || !o.CM || o.Bootstrap != "10.0.0.2:7000" || o.MaxMsg != 4096 || o.Timeout != 12 {
 		t.Errorf("cm=1: %+v, %v", o, err)
 	}
 	if _, err := ParseAddr("rdmacm://h?type=ud"); !errors.Is(err, fabric.ErrNotSupported) {

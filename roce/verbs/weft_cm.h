@@ -29,6 +29,16 @@ static inline int weft_cm_get_event(struct rdma_event_channel *ch, struct weft_c
 	out->status = e->status;
 	out->id = e->id;
 	out->listen_id = e->listen_id;
+	switch (e->event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+	case RDMA_CM_EVENT_ESTABLISHED:
+	case RDMA_CM_EVENT_REJECTED:
+		break; // these carry connection parameters (RC: param.conn)
+	default:
+		rdma_ack_cm_event(e);
+		return 1;
+	}
 	const struct rdma_conn_param *p = &e->param.conn;
 	out->qp_num = p->qp_num;
 	out->resp_res = p->responder_resources;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,30 +48,45 @@ func IsCMAddr(addr string) bool {
 	return false
 }
 
-// parseCMAddr parses an rdma_cm address into Options (Bootstrap holds
-// HOST:PORT) and the peer's or listener's address.
-func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, error) {
+// SplitCMAddr splits an rdma_cm address (see IsCMAddr) into its
+// "listen:" prefix, HOST:PORT (the port DefaultCMPort if omitted) and its
+// parameters less cm=1. Both backends that speak rdma_cm ("roce" and
+// "verbs") parse their rdma_cm addresses with it.
+func SplitCMAddr(addr string) (listen bool, hostport string, params url.Values, err error) {
 	rest := strings.TrimPrefix(addr, CMScheme)
 	hp, q, _ := strings.Cut(rest, "?")
-	var kept []string
-	for _, kv := range strings.Split(q, "&") {
-		if kv != "" && kv != "cm=1" {
-			kept = append(kept, kv)
-		}
-	}
-	listen := false
 	if r, ok := strings.CutPrefix(hp, "listen:"); ok {
 		listen, hp = true, r
 	}
+	if hp == "" {
+		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
+	}
 	if _, _, err := net.SplitHostPort(hp); err != nil {
 		hp = net.JoinHostPort(strings.Trim(hp, "[]"), strconv.Itoa(DefaultCMPort))
+	}
+	params, err = url.ParseQuery(q)
+	if err != nil {
+		return listen, hp, nil, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
+	}
+	if params.Get("cm") == "1" {
+		params.Del("cm")
+	}
+	return listen, hp, params, nil
+}
+
+// parseCMAddr parses an rdma_cm address into Options (Bootstrap holds
+// HOST:PORT) and the peer's or listener's address.
+func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, error) {
+	listen, hp, params, err := SplitCMAddr(addr)
+	if err != nil {
+		return Options{}, netip.AddrPort{}, fmt.Errorf("roce: %w", err)
 	}
 	s := hp
 	if listen {
 		s = "listen:" + s
 	}
-	if len(kept) > 0 {
-		s += "?" + strings.Join(kept, "&")
+	if len(params) > 0 {
+		s += "?" + params.Encode()
 	}
 	o, err := ParseAddr(s)
 	if err != nil {
@@ -79,20 +95,30 @@ func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, err
 	if o.Type != RC {
 		return o, netip.AddrPort{}, fmt.Errorf("roce: rdma_cm connects RC queue pairs only (UD needs SIDR): %w", fabric.ErrNotSupported)
 	}
-	host, port, _ := net.SplitHostPort(o.Bootstrap)
+	ap, err := ResolveCMAddr(ctx, o.Bootstrap)
+	return o, ap, err
+}
+
+// ResolveCMAddr resolves the HOST:PORT of an rdma_cm address (a name is
+// looked up) to an IP address and port.
+func ResolveCMAddr(ctx context.Context, hostport string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("roce: %q: %w", hostport, fabric.ErrInvalid)
+	}
 	pn, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
-		return o, netip.AddrPort{}, fmt.Errorf("roce: port %q: %w", port, fabric.ErrInvalid)
+		return netip.AddrPort{}, fmt.Errorf("roce: port %q: %w", port, fabric.ErrInvalid)
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
 		ips, lerr := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		if lerr != nil || len(ips) == 0 {
-			return o, netip.AddrPort{}, fmt.Errorf("roce: host %q: %w", host, lerr)
+			return netip.AddrPort{}, fmt.Errorf("roce: host %q: %w", host, lerr)
 		}
 		ip = ips[0]
 	}
-	return o, netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
+	return netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
 }
 
 // localFor returns the local address that routes to dst.

@@ -13,7 +13,7 @@ package verbs
 // object to and nothing escapes to the heap.
 
 /*
-#cgo LDFLAGS: -libverbs
+#cgo LDFLAGS: -libverbs -lrdmacm
 #include "weft_verbs.h"
 */
 import "C"

@@ -56,6 +56,11 @@ func queryDevice(d *C.struct_ibv_device) (DeviceInfo, error) {
 		return info, &fabric.OpError{Op: "ibv_open_device " + info.Name, Backend: "verbs", Err: err}
 	}
 	defer C.ibv_close_device(ctx)
+	return queryContext(info, ctx)
+}
+
+// queryContext fills in info from an open device context.
+func queryContext(info DeviceInfo, ctx *C.struct_ibv_context) (DeviceInfo, error) {
 	var attr C.struct_ibv_device_attr
 	if rc := C.ibv_query_device(ctx, &attr); rc != 0 {
 		return info, &fabric.OpError{Op: "ibv_query_device " + info.Name, Backend: "verbs", Err: syscall.Errno(rc)}

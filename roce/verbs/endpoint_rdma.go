@@ -3,7 +3,7 @@
 package verbs
 
 /*
-#include "weft_verbs.h"
+#include "weft_cm.h"
 #include <fcntl.h>
 
 static inline struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int access) {
@@ -155,6 +155,14 @@ type Endpoint struct {
 
 	regMu sync.Mutex
 	regs  map[*C.struct_ibv_mr]*mrec
+
+	// rdma_cm endpoints (cm_rdma.go): the id owns the queue pair and the
+	// device context; the channel carries the id's events.
+	cmid     *C.struct_rdma_cm_id
+	cmch     *cmChannel
+	peerData []byte        // the peer's private data
+	cmGone   chan struct{} // closed when the connection is disconnected
+	cmDone   chan struct{} // closed when watchCM returns; nil if it never ran
 }
 
 // Dest is the out-of-band address of a queue pair.
@@ -172,8 +180,12 @@ var (
 
 // Connect opens the device, creates the queue pair, runs the out-of-band
 // exchange (dialing or listening, as o says) and connects the queue pair
-// to the peer's.
+// to the peer's. With o.CM the rdma_cm does all of it through librdmacm
+// (cm_rdma.go).
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
+	if o.CM {
+		return connectCM(ctx, o)
+	}
 	conn, err := roce.DialBootstrap(ctx, o.Listen, o.Bootstrap, o.Local)
 	if err != nil {
 		return nil, err
@@ -182,7 +194,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if !o.Local.IsValid() {
 		o.Local = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	}
-	ep, err := newEndpoint(o)
+	ep, err := newEndpoint(o, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -224,47 +236,26 @@ func errnoErr(op string, err error, rc C.int) error {
 }
 
 // newEndpoint opens the device and creates everything but the
-// connection.
-func newEndpoint(o Options) (_ *Endpoint, err error) {
-	devs, err := Devices()
-	if err != nil {
-		return nil, err
-	}
+// connection. With an rdma_cm id (bound to a device by address or route
+// resolution, or by a connection request) it uses the id's device
+// context and port and creates the queue pair on the id, which librdmacm
+// then moves through its states; the endpoint owns id and ch from the
+// call on, and releases them on failure too.
+func newEndpoint(o Options, id *C.struct_rdma_cm_id, ch *cmChannel) (_ *Endpoint, err error) {
 	ep := &Endpoint{o: o, stop: make(chan struct{}), regs: map[*C.struct_ibv_mr]*mrec{},
-		evs: make(chan fabric.Event, 16), ud: o.Type == roce.UD}
+		evs: make(chan fabric.Event, 16), ud: o.Type == roce.UD, cmid: id, cmch: ch}
 	defer func() {
 		if err != nil {
 			ep.destroy()
 		}
 	}()
-	// Device, port and GID.
-	if o.GIDIndex >= 0 {
-		ep.dev, ep.port, ep.sgid = devs[0], o.Port, o.GIDIndex
-		if o.Device != "" {
-			found := false
-			for _, d := range devs {
-				if d.Name == o.Device {
-					ep.dev, found = d, true
-				}
-			}
-			if !found {
-				return nil, fmt.Errorf("%w: no device %q", ErrNoDevice, o.Device)
-			}
-		}
-		if ep.port == 0 {
-			ep.port = 1
-		}
+	if id != nil {
+		err = ep.cmDevice()
 	} else {
-		name, port, idx, err := FindGID(devs, o.Device, o.Local)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range devs {
-			if d.Name == name {
-				ep.dev = d
-			}
-		}
-		ep.port, ep.sgid = port, idx
+		err = ep.pickDevice()
+	}
+	if err != nil {
+		return nil, err
 	}
 	var pinfo *PortInfo
 	for i := range ep.dev.Ports {
@@ -280,6 +271,9 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 		if g.Index == ep.sgid {
 			sgid = g.GID
 		}
+	}
+	if sgid == ([16]byte{}) && id != nil {
+		sgid = ep.local.GID // the id's address, as a GID (cmDevice)
 	}
 	if sgid == ([16]byte{}) {
 		return nil, fmt.Errorf("verbs: %s port %d has no GID %d: %w", ep.dev.Name, ep.port, ep.sgid, fabric.ErrInvalid)
@@ -321,8 +315,10 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 	ep.spin = (&fabric.Options{Spin: o.Spin}).SpinBudget()
 
 	// Device objects.
-	if err := ep.openDevice(); err != nil {
-		return nil, err
+	if id == nil {
+		if err := ep.openDevice(); err != nil {
+			return nil, err
+		}
 	}
 	ep.dom = &fabric.Domain{Name: "verbs:" + ep.dev.Name}
 	ep.pd, err = C.ibv_alloc_pd(ep.ctx)
@@ -355,8 +351,13 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 	// grant, and some refuse large requests.
 	var gotInline, gotWR C.uint32_t
 	for _, want := range []int{256, 64, 0} {
-		ep.qp, err = C.weft_create_qp(ep.pd, ep.scq, ep.rcq, ud, C.uint32_t(ep.depth), C.uint32_t(ep.depth),
-			C.uint32_t(ep.maxSGE), C.uint32_t(want), &gotInline, &gotWR)
+		if id != nil {
+			ep.qp, err = C.weft_cm_create_qp(id, ep.pd, ep.scq, ep.rcq, C.uint32_t(ep.depth), C.uint32_t(ep.depth),
+				C.uint32_t(ep.maxSGE), C.uint32_t(want), &gotInline, &gotWR)
+		} else {
+			ep.qp, err = C.weft_create_qp(ep.pd, ep.scq, ep.rcq, ud, C.uint32_t(ep.depth), C.uint32_t(ep.depth),
+				C.uint32_t(ep.maxSGE), C.uint32_t(want), &gotInline, &gotWR)
+		}
 		if ep.qp != nil {
 			break
 		}
@@ -392,8 +393,10 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 	ep.q.rslot = C.uint32_t(ep.rslot)
 	ep.q.rlkey = ep.rmr.lkey
 
-	if rc := C.weft_qp_init(ep.qp, C.uint8_t(ep.port), C.uint32_t(o.QKey), ud); rc != 0 {
-		return nil, errnoErr("ibv_modify_qp(INIT)", nil, rc)
+	if id == nil { // rdma_create_qp left it in INIT
+		if rc := C.weft_qp_init(ep.qp, C.uint8_t(ep.port), C.uint32_t(o.QKey), ud); rc != 0 {
+			return nil, errnoErr("ibv_modify_qp(INIT)", nil, rc)
+		}
 	}
 	// Receives go up before the peer learns our QPN, so its first send
 	// finds a buffer.
@@ -414,6 +417,45 @@ func newEndpoint(o Options) (_ *Endpoint, err error) {
 		ep.caps.RMA, ep.caps.Reliable, ep.caps.Atomics = true, true, ep.dev.Atomics
 	}
 	return ep, nil
+}
+
+// pickDevice chooses the device, port and GID index that the options
+// ask for.
+func (ep *Endpoint) pickDevice() error {
+	o := ep.o
+	devs, err := Devices()
+	if err != nil {
+		return err
+	}
+	if o.GIDIndex >= 0 {
+		ep.dev, ep.port, ep.sgid = devs[0], o.Port, o.GIDIndex
+		if o.Device != "" {
+			found := false
+			for _, d := range devs {
+				if d.Name == o.Device {
+					ep.dev, found = d, true
+				}
+			}
+			if !found {
+				return fmt.Errorf("%w: no device %q", ErrNoDevice, o.Device)
+			}
+		}
+		if ep.port == 0 {
+			ep.port = 1
+		}
+	} else {
+		name, port, idx, err := FindGID(devs, o.Device, o.Local)
+		if err != nil {
+			return err
+		}
+		for _, d := range devs {
+			if d.Name == name {
+				ep.dev = d
+			}
+		}
+		ep.port, ep.sgid = port, idx
+	}
+	return nil
 }
 
 func (ep *Endpoint) openDevice() error {
@@ -1198,7 +1240,15 @@ func (ep *Endpoint) endRecv(out, bytes int, flushed bool, verr error) (int, erro
 		ep.sendMu.Lock()
 		ep.reap()
 		if !ep.failed.Load() {
-			ep.failLocked(fabric.StatusFlushed)
+			if ep.cmid != nil {
+				// Only a disconnection moves an rdma_cm queue pair to
+				// the error state without a failed work request: the
+				// peer's DREQ (librdmacm flushes on it), seen here
+				// before watchCM reports it.
+				ep.failLocked(fabric.StatusPeerGone)
+			} else {
+				ep.failLocked(fabric.StatusFlushed)
+			}
 		}
 		ep.sendMu.Unlock()
 	}
@@ -1315,11 +1365,14 @@ func (ep *Endpoint) Stats() fabric.Stats {
 func (ep *Endpoint) Events() <-chan fabric.Event { return ep.evs }
 
 // LocalAddr implements fabric.Endpoint: the local end of the exchange
-// that set the endpoint up.
+// that set the endpoint up; for rdma_cm endpoints rdmacm://IP:PORT, the
+// rdma_cm id's address.
 func (ep *Endpoint) LocalAddr() string { return ep.laddr }
 
 // RemoteAddr implements fabric.Endpoint: the exchange address dialled, or
-// the peer's end of an accepted exchange.
+// the peer's end of an accepted exchange; for rdma_cm endpoints
+// rdmacm://IP:PORT, the peer's address (a dialled endpoint's dials the
+// listener again).
 func (ep *Endpoint) RemoteAddr() string { return ep.raddr }
 
 // Close implements fabric.Endpoint. An RC endpoint first waits (at most
@@ -1342,6 +1395,7 @@ func (ep *Endpoint) Close() error {
 		ep.life.Lock()
 		defer ep.life.Unlock()
 		ep.linger()
+		ep.disconnectCM()
 		ep.destroy()
 	})
 	return nil
@@ -1377,8 +1431,12 @@ func (ep *Endpoint) linger() {
 // destroy releases every device object that exists, in dependency order.
 func (ep *Endpoint) destroy() {
 	if ep.qp != nil {
-		C.weft_qp_err(ep.qp)
-		C.ibv_destroy_qp(ep.qp)
+		if ep.cmid != nil {
+			C.rdma_destroy_qp(ep.cmid)
+		} else {
+			C.weft_qp_err(ep.qp)
+			C.ibv_destroy_qp(ep.qp)
+		}
 		ep.qp = nil
 	}
 	if ep.ah != nil {
@@ -1439,14 +1497,15 @@ func (ep *Endpoint) destroy() {
 		C.ibv_dealloc_pd(ep.pd)
 		ep.pd = nil
 	}
-	if ep.ctx != nil {
+	if ep.ctx != nil && ep.cmid == nil { // an rdma_cm id's context is librdmacm's
 		C.ibv_close_device(ep.ctx)
-		ep.ctx = nil
 	}
+	ep.ctx = nil
 	if ep.q != nil {
 		C.weft_q_free(ep.q)
 		ep.q = nil
 	}
+	ep.destroyCM()
 }
 
 // nop crosses into C and back, for the binding benchmark.

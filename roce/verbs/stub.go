@@ -32,3 +32,9 @@ func FindGID(devs []DeviceInfo, dev string, ip netip.Addr) (string, uint8, int, 
 // Connect sets up an endpoint. Without the binding it returns an error
 // matching fabric.ErrNotSupported.
 func Connect(ctx context.Context, o Options) (*Endpoint, error) { return nil, errNoBinding }
+
+// ListenCM starts an rdma_cm listener. Without the binding it returns an
+// error matching fabric.ErrNotSupported.
+func ListenCM(ctx context.Context, o Options, fo fabric.Options) (fabric.Listener, error) {
+	return nil, errNoBinding
+}

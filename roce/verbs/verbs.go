@@ -6,13 +6,31 @@
 // exchange (rdma-core's ibv_rc_pingpong format), so either end may be
 // either implementation, or an rdma-core program.
 //
-// The binding uses cgo and needs libibverbs (Debian: libibverbs-dev) at
-// build time, so it sits behind a build tag:
+// # rdma_cm
+//
+// An address rdmacm://HOST[:PORT] (see ParseAddr) connects through
+// librdmacm instead, as the "roce" backend's rdma_cm addresses do through
+// the engine's own CM, so either end may be either backend or a librdmacm
+// program (rping, ucmatose, rdma_server, ...): address and route
+// resolution, rdma_connect with private data and the RDMA READ depths
+// (responder resources, initiator depth), and rdma_disconnect on Close.
+// fabric.Listen on rdmacm://HOST:PORT listens like rdma_listen and accepts
+// any number of peers, each an independent Endpoint with an rdma_cm id and
+// event channel of its own; requests past the backlog are rejected. The
+// event channels wait in Go's poller, like the completion channels. A
+// peer's disconnect (its DREQ) is the peer's loss: EventPeerGone, and
+// fabric.ErrPeerGone from then on. A REJ is a *cm.RejectError (matching
+// fabric.ErrRefused, or context.DeadlineExceeded for a timeout), any other
+// failed event a *CMError matching its errno and fabric sentinel.
+//
+// The binding uses cgo and needs libibverbs and librdmacm (Debian:
+// libibverbs-dev, librdmacm-dev) at build time, so it sits behind a build
+// tag:
 //
 //	go build -tags rdma ./...
 //
-// Without the tag (or without cgo) the package still builds: Devices and
-// Connect return an error matching fabric.ErrNotSupported, and the
+// Without the tag (or without cgo) the package still builds: Devices,
+// Connect and ListenCM return an error matching fabric.ErrNotSupported, and the
 // "verbs" backend is registered so that fabric.Open says why.
 //
 // # Data path
@@ -57,6 +75,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce"
+	"github.com/weft-io/weft/roce/cm"
 )
 
 // ErrNoDevice reports that there is no RDMA device to use: the kernel has
@@ -132,7 +151,7 @@ type Options struct {
 	Local     netip.Addr    // local RoCE address (default: the TCP connection's)
 	Type      roce.QPType   // RC (default) or UD
 	MTU       int           // path MTU (default: the port's active MTU)
-	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms)
+	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms; rdma_cm: 0, the path's, as librdmacm's programs have it)
 	Retry     uint8         // retry count (default 6: rxe and some NICs treat 7 as infinite)
 	RNRRetry  uint8         // RNR retry count (default 7: infinite)
 	QKey      uint32        // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
@@ -142,22 +161,48 @@ type Options struct {
 	Inline    int           // Caps.InlineSize: copy-before-return limit (default 4096)
 	Signal    int           // SignalEvery: one signaled work request per this many (default Depth/4)
 	Spin      time.Duration // busy-poll budget of blocking calls (fabric.Options.Spin)
+
+	// rdma_cm addresses (rdmacm://) only:
+	CM          bool   // connect through librdmacm: Bootstrap is the rdma_cm HOST:PORT
+	PrivateData string // user private data sent with the connect (at most 56 bytes) or accept (at most 196)
+	RespRes     uint8  // responder resources offered (0: the device's maximum, at most 16)
+	InitDepth   uint8  // initiator depth asked for (0: the device's maximum, at most 16)
 }
 
 // ParseAddr parses a verbs address:
 //
 //	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=6&rnr=7&qkey=0x11111111&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64]
+//	rdmacm://[listen:]HOST[:PORT][?local=IP&timeout=14&retry=6&rnr=7&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64&data=TEXT&resp_res=N&init_depth=N]
 //
-// HOST:PORT is the TCP address of the out-of-band exchange, in the format
-// of rdma-core's pingpong programs (port 18515 by default), exactly as for
-// the user-space engine of package roce: "listen:" accepts one connection
-// there, otherwise the endpoint dials it (retrying until the peer listens).
+// In the first form HOST:PORT is the TCP address of the out-of-band
+// exchange, in the format of rdma-core's pingpong programs (port 18515 by
+// default), exactly as for the user-space engine of package roce:
+// "listen:" accepts one connection there, otherwise the endpoint dials it
+// (retrying until the peer listens).
+//
+// The second form (or the first with cm=1) connects through librdmacm,
+// as the "roce" backend's rdma_cm addresses do: HOST:PORT is the peer's
+// (with "listen:", the local) IP address and rdma_cm port in the TCP port
+// space (7471 by default, as rdma_server and rdma_client use). Open
+// resolves the address and route and connects like rdma_connect; with
+// "listen:" it accepts one connection like rdma_listen + rdma_accept;
+// fabric.Listen accepts any number. The rdma_cm chooses the device, port,
+// GID and path MTU, so dev, ib_port, gid, mtu and qkey are refused; the
+// local ACK timeout too unless timeout is given (Linux derives it from the
+// path: exponent 19 on RoCE, about 2 s). data is the private data sent
+// with the connect or accept, resp_res and init_depth the RDMA READ and
+// atomic depths offered and asked for.
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond}
 	var vals url.Values
 	var err error
-	o.Listen, o.Bootstrap, vals, err = roce.SplitAddr(addr)
+	if roce.IsCMAddr(addr) {
+		o.CM = true
+		o.Listen, o.Bootstrap, vals, err = roce.SplitCMAddr(addr)
+	} else {
+		o.Listen, o.Bootstrap, vals, err = roce.SplitAddr(addr)
+	}
 	if err != nil {
 		return o, fmt.Errorf("verbs: %w", err)
 	}
@@ -170,7 +215,26 @@ func ParseAddr(addr string) (Options, error) {
 			}
 			return n
 		}
+		if o.CM {
+			switch k {
+			case "dev", "ib_port", "gid", "mtu", "qkey":
+				err = fmt.Errorf("verbs: %s: the rdma_cm chooses it, not an rdmacm:// parameter: %w", k, fabric.ErrInvalid)
+				continue
+			}
+		} else {
+			switch k {
+			case "data", "resp_res", "init_depth":
+				err = fmt.Errorf("verbs: %s: an rdmacm:// parameter only: %w", k, fabric.ErrInvalid)
+				continue
+			}
+		}
 		switch k {
+		case "data":
+			o.PrivateData = v
+		case "resp_res":
+			o.RespRes = uint8(num(8))
+		case "init_depth":
+			o.InitDepth = uint8(num(8))
 		case "dev":
 			o.Device = v
 		case "ib_port":
@@ -222,10 +286,29 @@ func ParseAddr(addr string) (Options, error) {
 			err = fmt.Errorf("verbs: unknown parameter %q: %w", k, fabric.ErrInvalid)
 		}
 	}
+	if o.CM && vals.Get("timeout") == "" {
+		o.Timeout = 0
+	}
+	if err == nil && o.CM && o.Type != roce.RC {
+		err = fmt.Errorf("verbs: rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
+	}
+	if err == nil && o.CM && len(o.PrivateData) > o.maxPrivateData() {
+		err = fmt.Errorf("verbs: data: %d bytes, at most %d fit: %w", len(o.PrivateData), o.maxPrivateData(), fabric.ErrInvalid)
+	}
 	if err == nil && o.MTU != 0 && mtuEnum(o.MTU) == 0 {
 		err = fmt.Errorf("verbs: mtu=%d: want 256, 512, 1024, 2048 or 4096: %w", o.MTU, fabric.ErrInvalid)
 	}
 	return o, err
+}
+
+// maxPrivateData is the most user private data an rdma_cm connect
+// carries (a REQ's 92 bytes less the 36 of the CMA header) or, for a
+// listening address, an accept (a REP's 196).
+func (o *Options) maxPrivateData() int {
+	if o.Listen {
+		return cm.UserREPPrivateDataSize
+	}
+	return cm.UserREQPrivateDataSize
 }
 
 // mtuEnum maps an MTU in bytes to enum ibv_mtu (1 for 256 ... 5 for
@@ -245,7 +328,19 @@ func init() { fabric.RegisterBackend("verbs", driver{}) }
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?dev=rxe0&gid=1&type=rc|ud&mtu=1024]: libibverbs (RDMA NICs, Soft-RoCE; build with -tags rdma); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515)"
+	return "[listen:]HOST:PORT[?dev=rxe0&gid=1&type=rc|ud&mtu=1024]: libibverbs (RDMA NICs, Soft-RoCE; build with -tags rdma); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); " +
+		"rdmacm://[listen:]HOST[:PORT][?data=TEXT&resp_res=N&init_depth=N] connects through librdmacm instead (rdma_cm port 7471 by default), like rdma_connect and rdma_listen; fabric.Listen takes rdmacm://HOST:PORT (port 0: any)"
+}
+
+// apply takes the endpoint sizes of fo that the address left open.
+func (o *Options) apply(fo fabric.Options) {
+	if fo.MaxMsgSize > 0 && o.MaxMsg == 0 {
+		o.MaxMsg = fo.MaxMsgSize
+	}
+	if fo.QueueDepth > 0 && o.Depth == 0 {
+		o.Depth = fo.QueueDepth
+	}
+	o.Spin = fo.Spin
 }
 
 // Open implements fabric.Driver.
@@ -254,13 +349,7 @@ func (driver) Open(ctx context.Context, addr string, fo fabric.Options) (fabric.
 	if err != nil {
 		return nil, &fabric.OpError{Op: "open", Backend: "verbs", Addr: addr, Err: err}
 	}
-	if fo.MaxMsgSize > 0 && o.MaxMsg == 0 {
-		o.MaxMsg = fo.MaxMsgSize
-	}
-	if fo.QueueDepth > 0 && o.Depth == 0 {
-		o.Depth = fo.QueueDepth
-	}
-	o.Spin = fo.Spin
+	o.apply(fo)
 	ep, err := Connect(ctx, o)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -269,4 +358,28 @@ func (driver) Open(ctx context.Context, addr string, fo fabric.Options) (fabric.
 		return nil, &fabric.OpError{Op: "open", Backend: "verbs", Addr: addr, Err: err}
 	}
 	return ep, nil
+}
+
+// Listen implements fabric.ListenDriver: addr is an rdma_cm address
+// (rdmacm://HOST:PORT[?...], "listen:" implied), where the listener takes
+// every connection request like rdma_listen, accepts it in the
+// background and queues it until Accept. Requests beyond
+// fabric.Options.Backlog are rejected (the dialer sees fabric.ErrRefused);
+// a handshake that outlasts Options.HandshakeTimeout is dropped. The TCP
+// exchange of the pingpong form connects one pair at a time and does not
+// listen: it returns an error matching fabric.ErrNotSupported.
+func (driver) Listen(ctx context.Context, addr string, fo fabric.Options) (fabric.Listener, error) {
+	o, err := ParseAddr(addr)
+	if err == nil && !o.CM {
+		err = fmt.Errorf("verbs: listeners take rdmacm:// addresses: %w", fabric.ErrNotSupported)
+	}
+	if err != nil {
+		return nil, &fabric.OpError{Op: "listen", Backend: "verbs", Addr: addr, Err: err}
+	}
+	o.apply(fo)
+	l, err := ListenCM(ctx, o, fo)
+	if err != nil {
+		return nil, &fabric.OpError{Op: "listen", Backend: "verbs", Addr: addr, Err: err}
+	}
+	return l, nil
 }

@@ -3,6 +3,8 @@ package verbs
 import (
 	"context"
 	"errors"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,10 +27,49 @@ func TestParseAddr(t *testing.T) {
 		o.KeepAlive != 100*time.Millisecond || o.Timeout != 14 {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
-	for _, bad := range []string{"", "h?mtu=1000", "h?type=uc", "h?nope=1", "h?gid=x", "h?keepalive=-1s", "h?local=banana", "h?%zz"} {
+	for _, bad := range []string{"", "h?mtu=1000", "h?type=uc", "h?nope=1", "h?gid=x", "h?keepalive=-1s", "h?local=banana", "h?%zz",
+		"h?data=x", "h?resp_res=1", "rdmacm://", "rdmacm://h?gid=1", "rdmacm://h?dev=rxe0", "rdmacm://h?mtu=1024",
+		"rdmacm://h?qkey=1", "rdmacm://h?ib_port=1", "rdmacm://h?resp_res=300",
+		"rdmacm://h?data=" + strings.Repeat("x", 57), "rdmacm://listen:h?data=" + strings.Repeat("x", 197)} {
 		if _, err := ParseAddr(bad); !errors.Is(err, fabric.ErrInvalid) {
 			t.Errorf("ParseAddr(%q) = %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// rdma_cm addresses: the scheme or cm=1, port 7471 by default, the
+// connection parameters of librdmacm.
+func TestParseAddrCM(t *testing.T) {
+	o, err := ParseAddr("rdmacm://10.0.0.2?data=hello&resp_res=4&init_depth=2&retry=5&local=10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.CM || o.Listen || o.Bootstrap != "10.0.0.2:7471" || o.PrivateData != "hello" || o.RespRes != 4 || o.InitDepth != 2 ||
+		o.Retry != 5 || o.Local.String() != "10.0.0.1" || o.Timeout != 0 {
+		t.Errorf("ParseAddr = %+v", o)
+	}
+	o, err = ParseAddr("rdmacm://listen:[fd00::1]:9000?data=" + strings.Repeat("x", 196))
+	if err != nil || !o.CM || !o.Listen || o.Bootstrap != "[fd00::1]:9000" {
+		t.Errorf("listen: %+v, %v", o, err)
+	}
+	o, err = ParseAddr("10.0.0.2:7000?cm=1&maxmsg=4096&timeout=12")
+	if err != nil || !o.CM || o.Bootstrap != "10.0.0.2:7000" || o.MaxMsg != 4096 || o.Timeout != 12 {
+		t.Errorf("cm=1: %+v, %v", o, err)
+	}
+	if _, err := ParseAddr("rdmacm://h?type=ud"); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("rdma_cm UD: %v, want ErrNotSupported", err)
+	}
+	// The pingpong form listens nowhere: Listen says so.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if l, err := fabric.Listen(ctx, "verbs", "127.0.0.1:0", nil); !errors.Is(err, fabric.ErrNotSupported) {
+		if l != nil {
+			l.Close()
+		}
+		t.Errorf("Listen on a pingpong address: %v, want ErrNotSupported", err)
+	}
+	if _, err := fabric.Listen(ctx, "verbs", "rdmacm://h?gid=1", nil); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("Listen on a bad address: %v, want ErrInvalid", err)
 	}
 }
 
@@ -53,9 +94,47 @@ func TestStub(t *testing.T) {
 	if ep != nil || !errors.Is(err, fabric.ErrNotSupported) {
 		t.Errorf("Open: %v, %v; want ErrNotSupported", ep, err)
 	}
+	if _, err := fabric.Open(ctx, "verbs", "rdmacm://127.0.0.1:1", nil); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("Open rdmacm: %v; want ErrNotSupported", err)
+	}
+	if _, err := fabric.Listen(ctx, "verbs", "rdmacm://127.0.0.1:0", nil); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("Listen rdmacm: %v; want ErrNotSupported", err)
+	}
 }
 
 func ExampleParseAddr() {
 	o, _ := ParseAddr("listen:10.77.0.2?dev=rxe0&mtu=1024")
 	_ = o // o.Listen, o.Bootstrap == "10.77.0.2:18515", o.Device == "rxe0"
+}
+
+// Failed rdma_cm events match their errno and the fabric sentinel.
+func TestCMError(t *testing.T) {
+	for _, c := range []struct {
+		errno syscall.Errno
+		want  error
+	}{
+		{syscall.ETIMEDOUT, context.DeadlineExceeded},
+		{syscall.ENODEV, fabric.ErrNotSupported},
+		{syscall.EADDRNOTAVAIL, ErrNoDevice},
+		{syscall.ECONNREFUSED, fabric.ErrRefused},
+		{syscall.EHOSTUNREACH, fabric.ErrPeerGone},
+		{syscall.ENETUNREACH, fabric.ErrPeerGone},
+	} {
+		err := error(&CMError{Event: "RDMA_CM_EVENT_ADDR_ERROR", Status: -int(c.errno)})
+		if !errors.Is(err, c.want) || !errors.Is(err, c.errno) {
+			t.Errorf("%v: %v does not match %v and the errno", c.errno, err, c.want)
+		}
+		if errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("%v matches ErrInvalid", err)
+		}
+	}
+	err := error(&CMError{Event: "RDMA_CM_EVENT_CONNECT_ERROR", Status: 5})
+	for _, s := range []error{fabric.ErrRefused, fabric.ErrPeerGone, context.DeadlineExceeded, fabric.ErrNotSupported} {
+		if errors.Is(err, s) {
+			t.Errorf("%v (a transport status) matches %v", err, s)
+		}
+	}
+	if err.Error() == "" {
+		t.Error("empty message")
+	}
 }

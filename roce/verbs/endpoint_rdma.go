@@ -186,7 +186,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if o.CM {
 		return connectCM(ctx, o)
 	}
-	conn, err := roce.DialBootstrap(ctx, o.Listen, o.Bootstrap, o.Local)
+	conn, err := roce.DialBootstrapRetry(ctx, o.Listen, o.Bootstrap, o.Local, o.DialRetry)
 	if err != nil {
 		return nil, err
 	}

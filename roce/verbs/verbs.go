@@ -156,6 +156,7 @@ type Options struct {
 	RNRRetry  uint8         // RNR retry count (default 7: infinite)
 	QKey      uint32        // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
 	KeepAlive time.Duration // idle keep-alive of RC endpoints (default 100 ms; "keepalive=0" disables)
+	DialRetry time.Duration // how long a dial retries a refused exchange, as roce's (default 5s; "dialretry=0": never, -1: until ctx is done)
 	MaxMsg    int           // largest message (default 64 KiB; UD: the MTU)
 	Depth     int           // send and receive queue depth (default 256)
 	Inline    int           // Caps.InlineSize: copy-before-return limit (default 4096)
@@ -171,7 +172,7 @@ type Options struct {
 
 // ParseAddr parses a verbs address:
 //
-//	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=6&rnr=7&qkey=0x11111111&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64]
+//	[listen:]HOST[:PORT][?dev=rxe0&ib_port=1&gid=1&local=IP&type=rc|ud&mtu=1024&timeout=14&retry=6&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=65536&depth=256&inline=4096&signal=64]
 //	rdmacm://[listen:]HOST[:PORT][?local=IP&timeout=14&retry=6&rnr=7&keepalive=100ms&maxmsg=65536&depth=256&inline=4096&signal=64&data=TEXT&resp_res=N&init_depth=N]
 //
 // In the first form HOST:PORT is the TCP address of the out-of-band
@@ -194,7 +195,7 @@ type Options struct {
 // atomic depths offered and asked for.
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
-		KeepAlive: 100 * time.Millisecond}
+		KeepAlive: 100 * time.Millisecond, DialRetry: roce.DefaultDialRetry}
 	var vals url.Values
 	var err error
 	if roce.IsCMAddr(addr) {
@@ -273,6 +274,16 @@ func ParseAddr(addr string) (Options, error) {
 				o.KeepAlive = d
 			} else {
 				err = fmt.Errorf("verbs: keepalive=%q: %w", v, fabric.ErrInvalid)
+			}
+		case "dialretry":
+			if v == "-1" {
+				o.DialRetry = -1
+			} else if d, e := time.ParseDuration(v); e == nil && d >= 0 {
+				o.DialRetry = d
+			} else if v == "0" {
+				o.DialRetry = 0
+			} else {
+				err = fmt.Errorf("verbs: dialretry=%q: %w", v, fabric.ErrInvalid)
 			}
 		case "maxmsg":
 			o.MaxMsg = int(num(31))

@@ -13,21 +13,21 @@ import (
 )
 
 func TestParseAddr(t *testing.T) {
-	o, err := ParseAddr("listen:10.0.0.1?dev=mlx5_0&ib_port=2&gid=3&type=ud&mtu=4096&timeout=12&retry=5&rnr=6&qkey=0x1234&keepalive=0&maxmsg=8192&depth=64&inline=1024&signal=8")
+	o, err := ParseAddr("listen:10.0.0.1?dev=mlx5_0&ib_port=2&gid=3&type=ud&mtu=4096&timeout=12&retry=5&rnr=6&qkey=0x1234&keepalive=0&dialretry=-1&maxmsg=8192&depth=64&inline=1024&signal=8")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Options{Listen: true, Bootstrap: "10.0.0.1:18515", Device: "mlx5_0", Port: 2, GIDIndex: 3, Type: roce.UD,
-		MTU: 4096, Timeout: 12, Retry: 5, RNRRetry: 6, QKey: 0x1234, MaxMsg: 8192, Depth: 64, Inline: 1024, Signal: 8}
+		MTU: 4096, Timeout: 12, Retry: 5, RNRRetry: 6, QKey: 0x1234, DialRetry: -1, MaxMsg: 8192, Depth: 64, Inline: 1024, Signal: 8}
 	if o != want {
 		t.Errorf("ParseAddr = %+v\nwant %+v", o, want)
 	}
 	o, err = ParseAddr("[fd00::1]:9999")
 	if err != nil || o.Listen || o.Bootstrap != "[fd00::1]:9999" || o.Type != roce.RC || o.GIDIndex != -1 ||
-		o.KeepAlive != 100*time.Millisecond || o.Timeout != 14 {
+		o.KeepAlive != 100*time.Millisecond || o.Timeout != 14 || o.DialRetry != roce.DefaultDialRetry {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
-	for _, bad := range []string{"", "h?mtu=1000", "h?type=uc", "h?nope=1", "h?gid=x", "h?keepalive=-1s", "h?local=banana", "h?%zz",
+	for _, bad := range []string{"", "h?mtu=1000", "h?type=uc", "h?nope=1", "h?gid=x", "h?keepalive=-1s", "h?dialretry=-2s", "h?dialretry=x", "h?local=banana", "h?%zz",
 		"h?data=x", "h?resp_res=1", "rdmacm://", "rdmacm://h?gid=1", "rdmacm://h?dev=rxe0", "rdmacm://h?mtu=1024",
 		"rdmacm://h?qkey=1", "rdmacm://h?ib_port=1", "rdmacm://h?resp_res=300",
 		"rdmacm://h?data=" + strings.Repeat("x", 57), "rdmacm://listen:h?data=" + strings.Repeat("x", 197)} {

@@ -23,9 +23,10 @@
 //
 // Fabric users get a fabric.Endpoint: import the package for its side
 // effect and open the "ethernet" backend with an address such as
-// "eth0", "eth0:peer=02:00:00:00:00:02" or "eth0:udp=10.0.0.2" (see
-// ParseAddr and the driver's Usage). The endpoint is a reliable, ordered
-// message connection to one peer (Caps.Reliable): sequence numbers,
+// "eth0", "eth0?peer=02:00:00:00:00:02" or "eth0?udp=10.0.0.2" (see
+// ParseAddr and the driver's Usage; the older "eth0:peer=..." form, with
+// options after a colon separated by commas, is accepted too). The
+// endpoint is a reliable, ordered message connection to one peer (Caps.Reliable): sequence numbers,
 // cumulative and negative acknowledgements, selective retransmission
 // from the UMEM, credit-based flow control, segmentation of messages
 // larger than the MTU, and a handshake, FIN and keepalives so that a
@@ -35,7 +36,7 @@
 //
 // Two endpoints that Open each other pair up (a symmetric open). A
 // Listener on a queue accepts any number of peers, which dial the address
-// its Addr returns with their own interface name: "eth1:peer=MAC,listener=1".
+// its Addr returns with their own interface name: "eth1?peer=MAC&listener=1".
 // listener=1 flags the hello for the listener, so that it reaches the
 // listener even when a dialer on that queue names the same peer, as when
 // the ranks of a mesh dial each other's listeners at once. Frames carry a 28-byte Weft header directly

@@ -2,17 +2,18 @@ package ethernet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/internal/netns"
-	"github.com/weft-io/weft/internal/units"
 )
 
 func init() {
@@ -23,10 +24,10 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "IFACE[:opt=val,...]: AF_XDP on interface IFACE; opts queue=N, peer=MAC, listener=1 (the peer is a listener), udp=PEERIP[:PORT], " +
+	return "IFACE[?key=val&...]: AF_XDP on interface IFACE; keys queue=N, peer=MAC, listener=1 (the peer is a listener), udp=PEERIP[:PORT], " +
 		"local=IP[:PORT], netns=NAME, ethertype=0x88b5, xdp=auto|native|generic, bind=auto|copy|zerocopy, " +
 		"busypoll=DURATION, budget=N, window=N, maxmsg=SIZE, timeout=DURATION " +
-		"(e.g. veth0, eth0:queue=0,peer=02:00:00:00:00:02, eth0:udp=10.0.0.2:34997)"
+		"(e.g. veth0, eth0?queue=0&peer=02:00:00:00:00:02, eth0?udp=10.0.0.2:34997; the older IFACE:key=val,... is accepted too)"
 }
 
 // Open implements fabric.Driver. It opens the interface in the calling
@@ -103,120 +104,80 @@ func applyOptions(c *EndpointConfig, o *fabric.Options) {
 }
 
 // ParseAddr parses an ethernet address string (see the driver's Usage):
-// an interface name, then optional comma-separated key=value options
-// after the first colon. Values may contain colons (MAC addresses).
+// an interface name, then optional parameters in the query grammar of
+// every backend, IFACE?k=v&k=v. The older form IFACE:k=v,k=v (options
+// after the first colon, separated by commas) is still accepted. A
+// malformed value or an unknown parameter is an error that names the key
+// and matches fabric.ErrInvalid.
 func ParseAddr(addr string) (EndpointConfig, error) {
 	var c EndpointConfig
-	name, opts, _ := strings.Cut(addr, ":")
+	name, query, isQuery := strings.Cut(addr, "?")
+	var p *addrparam.Params
+	var err error
+	if isQuery {
+		p, err = addrparam.ParseQuery(query)
+	} else {
+		var list string
+		name, list, _ = strings.Cut(addr, ":")
+		p, err = addrparam.ParseList(list)
+	}
 	if name == "" {
 		return c, fmt.Errorf("no interface name: %w", fabric.ErrInvalid)
 	}
+	if strings.Contains(name, ":") {
+		return c, fmt.Errorf("interface name %q: want IFACE?k=v&k=v or IFACE:k=v,k=v: %w", name, fabric.ErrInvalid)
+	}
 	c.Interface = name
-	if opts == "" {
-		return c, nil
+	if err != nil {
+		return c, err
 	}
-	for _, kv := range strings.Split(opts, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return c, fmt.Errorf("option %q is not key=value: %w", kv, fabric.ErrInvalid)
+	c.Queue = p.Int("queue", 0, 0, math.MaxInt32)
+	p.Value("peer", func(v string) error {
+		mac, err := net.ParseMAC(v)
+		if err != nil || len(mac) != 6 {
+			return errors.New("want a MAC address")
 		}
-		bad := func(err error) (EndpointConfig, error) {
-			return c, fmt.Errorf("%s=%q: %v: %w", k, v, err, fabric.ErrInvalid)
+		c.PeerMAC = mac
+		return nil
+	})
+	c.ToListener = p.Bool("listener", false)
+	p.Value("udp", func(v string) (err error) {
+		c.PeerIP, c.PeerPort, err = parseIPPort(v)
+		c.UDP = true
+		return err
+	})
+	p.Value("local", func(v string) (err error) {
+		c.LocalIP, c.LocalPort, err = parseIPPort(v)
+		c.UDP = true
+		return err
+	})
+	p.Value("netns", func(v string) error {
+		if v == "" || strings.ContainsAny(v, "/") {
+			return errors.New("want a namespace name")
 		}
-		switch k {
-		case "queue":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return bad(fmt.Errorf("not a queue id"))
-			}
-			c.Queue = n
-		case "peer":
-			mac, err := net.ParseMAC(v)
-			if err != nil || len(mac) != 6 {
-				return bad(fmt.Errorf("not a MAC address"))
-			}
-			c.PeerMAC = mac
-		case "listener":
-			switch v {
-			case "0":
-				c.ToListener = false
-			case "1":
-				c.ToListener = true
-			default:
-				return bad(fmt.Errorf("want 0 or 1"))
-			}
-		case "udp", "local":
-			ip, port, err := parseIPPort(v)
-			if err != nil {
-				return bad(err)
-			}
-			c.UDP = true
-			if k == "udp" {
-				c.PeerIP, c.PeerPort = ip, port
-			} else {
-				c.LocalIP, c.LocalPort = ip, port
-			}
-		case "netns":
-			if v == "" || strings.ContainsAny(v, "/") {
-				return bad(fmt.Errorf("not a namespace name"))
-			}
-			c.Netns = v
-		case "ethertype":
-			n, err := strconv.ParseUint(v, 0, 16)
-			if err != nil || n < 0x600 {
-				return bad(fmt.Errorf("not an EtherType"))
-			}
-			c.EtherType = uint16(n)
-		case "xdp":
-			switch v {
-			case "auto":
-				c.Attach = AttachAuto
-			case "native", "drv", "driver":
-				c.Attach = AttachNative
-			case "generic", "skb":
-				c.Attach = AttachGeneric
-			default:
-				return bad(fmt.Errorf("want auto, native or generic"))
-			}
-		case "bind":
-			switch v {
-			case "auto":
-				c.Bind = xsk.ModeAuto
-			case "copy":
-				c.Bind = xsk.ModeCopy
-			case "zerocopy", "zc":
-				c.Bind = xsk.ModeZeroCopy
-			default:
-				return bad(fmt.Errorf("want auto, copy or zerocopy"))
-			}
-		case "busypoll", "timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return bad(fmt.Errorf("not a duration"))
-			}
-			if k == "busypoll" {
-				c.BusyPoll.Timeout, c.BusyPoll.Prefer = d, true
-			} else {
-				c.PeerTimeout = d
-			}
-		case "budget", "window", "maxmsg":
-			n, err := units.ParseSize(v, 1<<31)
-			if err != nil {
-				return bad(err)
-			}
-			switch k {
-			case "budget":
-				c.BusyPoll.Budget = n
-			case "window":
-				c.Window = n
-			case "maxmsg":
-				c.MaxMsgSize = n
-			}
-		default:
-			return c, fmt.Errorf("unknown option %q: %w", k, fabric.ErrInvalid)
+		c.Netns = v
+		return nil
+	})
+	p.Value("ethertype", func(v string) error {
+		n, err := strconv.ParseUint(v, 0, 16)
+		if err != nil || n < 0x600 {
+			return errors.New("want an EtherType (0x0600 to 0xffff)")
 		}
+		c.EtherType = uint16(n)
+		return nil
+	})
+	c.Attach = addrparam.Enum(p, "xdp", AttachAuto, map[string]AttachMode{"auto": AttachAuto,
+		"native": AttachNative, "drv": AttachNative, "driver": AttachNative, "generic": AttachGeneric, "skb": AttachGeneric})
+	c.Bind = addrparam.Enum(p, "bind", xsk.ModeAuto, map[string]xsk.BindMode{"auto": xsk.ModeAuto,
+		"copy": xsk.ModeCopy, "zerocopy": xsk.ModeZeroCopy, "zc": xsk.ModeZeroCopy})
+	if _, ok := p.Lookup("busypoll"); ok {
+		c.BusyPoll.Timeout, c.BusyPoll.Prefer = p.Duration("busypoll", 0, 0, math.MaxInt64), true
 	}
-	return c, nil
+	c.PeerTimeout = p.Duration("timeout", 0, 0, math.MaxInt64)
+	c.BusyPoll.Budget = p.Size("budget", 0, 1<<31)
+	c.Window = p.Size("window", 0, 1<<31)
+	c.MaxMsgSize = p.Size("maxmsg", 0, 1<<31)
+	return c, p.Err()
 }
 
 func parseIPPort(v string) (netip.Addr, uint16, error) {
@@ -225,7 +186,7 @@ func parseIPPort(v string) (netip.Addr, uint16, error) {
 	}
 	ip, err := netip.ParseAddr(v)
 	if err != nil || !ip.Is4() {
-		return netip.Addr{}, 0, fmt.Errorf("not an IPv4 address[:port]")
+		return netip.Addr{}, 0, errors.New("want an IPv4 address[:port]")
 	}
 	return ip, 0, nil
 }

@@ -1283,7 +1283,7 @@ func (e *Endpoint) Events() <-chan fabric.Event { return e.evs }
 // framing the local IP and port.
 func (e *Endpoint) LocalAddr() string {
 	if e.cfg.UDP {
-		return fmt.Sprintf("%s:local=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.LocalIP, e.cfg.LocalPort))
+		return fmt.Sprintf("%s?local=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.LocalIP, e.cfg.LocalPort))
 	}
 	return e.cfg.Interface
 }
@@ -1293,12 +1293,12 @@ func (e *Endpoint) LocalAddr() string {
 // with UDP framing).
 func (e *Endpoint) RemoteAddr() string {
 	if e.cfg.UDP {
-		return fmt.Sprintf("%s:udp=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.PeerIP, e.cfg.PeerPort))
+		return fmt.Sprintf("%s?udp=%s", e.cfg.Interface, netip.AddrPortFrom(e.cfg.PeerIP, e.cfg.PeerPort))
 	}
 	e.mu.Lock()
 	mac := net.HardwareAddr(e.peerMAC[:])
 	e.mu.Unlock()
-	return fmt.Sprintf("%s:peer=%s", e.cfg.Interface, mac)
+	return fmt.Sprintf("%s?peer=%s", e.cfg.Interface, mac)
 }
 
 // Link returns the interface's information as of Dial.

@@ -69,7 +69,7 @@ func ExampleQueue_Send() {
 // A fabric endpoint over an interface; the peer runs the same on its
 // side of the link.
 func ExampleDial() {
-	ep, err := fabric.Open(context.Background(), "ethernet", "eth0:peer=02:00:00:00:00:02", nil)
+	ep, err := fabric.Open(context.Background(), "ethernet", "eth0?peer=02:00:00:00:00:02", nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func ExampleDial() {
 }
 
 func ExampleParseAddr() {
-	c, err := ethernet.ParseAddr("eth0:queue=1,peer=02:00:00:00:00:02,xdp=native")
+	c, err := ethernet.ParseAddr("eth0?queue=1&peer=02:00:00:00:00:02&xdp=native")
 	if err != nil {
 		log.Fatal(err)
 	}

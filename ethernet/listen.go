@@ -116,11 +116,11 @@ func Listen(cfg EndpointConfig, backlog int, handshake time.Duration) (*Listener
 		stop: make(chan struct{}), done: make(chan struct{}),
 		byPeer: map[peerKey]*Endpoint{}, pending: map[*Endpoint]bool{}, seen: map[replayKey]struct{}{}}
 	if cfg.UDP {
-		l.addr = fmt.Sprintf("%s:udp=%s,listener=1", cfg.Interface, netip.AddrPortFrom(cfg.LocalIP, cfg.LocalPort))
+		l.addr = fmt.Sprintf("%s?udp=%s&listener=1", cfg.Interface, netip.AddrPortFrom(cfg.LocalIP, cfg.LocalPort))
 	} else {
-		l.addr = fmt.Sprintf("%s:peer=%s,listener=1", cfg.Interface, li.MAC)
+		l.addr = fmt.Sprintf("%s?peer=%s&listener=1", cfg.Interface, li.MAC)
 		if cfg.EtherType != EtherTypeWeft {
-			l.addr += fmt.Sprintf(",ethertype=%#x", cfg.EtherType)
+			l.addr += fmt.Sprintf("&ethertype=%#x", cfg.EtherType)
 		}
 	}
 	l.q = acceptq.New("ethernet", l.addr, backlog)
@@ -138,8 +138,8 @@ func Listen(cfg EndpointConfig, backlog int, handshake time.Duration) (*Listener
 }
 
 // Addr implements fabric.Listener: what a peer on the same segment dials,
-// with its own interface name in place of this one: IFACE:peer=MAC (or
-// IFACE:udp=IP:PORT with UDP framing), with listener=1 so that the
+// with its own interface name in place of this one: IFACE?peer=MAC (or
+// IFACE?udp=IP:PORT with UDP framing), with listener=1 so that the
 // dialer's hello reaches this listener even while a dialer here names
 // that peer too.
 func (l *Listener) Addr() string { return l.addr }

@@ -47,8 +47,8 @@ func newListenTopo(t testing.TB, framing string) *listenTopo {
 // dial maps a listener's address (its own interface) to what a client
 // in namespace B types: B's interface, same options, B's namespace.
 func (lt *listenTopo) dial(l fabric.Listener) string {
-	_, opts, _ := strings.Cut(l.Addr(), ":")
-	return lt.p.NameB + ":" + opts + ",netns=" + lt.nsB
+	_, opts, _ := strings.Cut(l.Addr(), "?")
+	return lt.p.NameB + "?" + opts + "&netns=" + lt.nsB
 }
 
 // halfOpen sends one raw hello from namespace B to the listener at addr
@@ -218,12 +218,12 @@ func TestListenersAndDialersShareQueues(t *testing.T) {
 		sendRecv(t, b, a, []byte("hi"))
 	}
 	// A dials C from A's namespace.
-	_, opts, _ := strings.Cut(lc.Addr(), ":")
+	_, opts, _ := strings.Cut(lc.Addr(), "?")
 	ch := make(chan error, 1)
 	var b fabric.Endpoint
 	go func() {
 		var err error
-		b, err = fabric.Open(ctx, "ethernet", lt.p.NameA+":"+opts+",netns="+lt.nsA, nil)
+		b, err = fabric.Open(ctx, "ethernet", lt.p.NameA+"?"+opts+"&netns="+lt.nsA, nil)
 		ch <- err
 	}()
 	a, err := lc.Accept(ctx)
@@ -246,7 +246,7 @@ func TestCrossDial(t *testing.T) {
 	lt := newListenTopo(t, "")
 	lb := fabrictest.Listen(t, "ethernet", lt.p.NameB+":netns="+lt.nsB, nil)
 	require.Contains(t, lb.Addr(), "listener=1")
-	_, optsB, _ := strings.Cut(lb.Addr(), ":")
+	_, optsB, _ := strings.Cut(lb.Addr(), "?")
 	ctx, cancel := context.WithTimeout(context.Background(), fabrictest.Timeout)
 	defer cancel()
 	// B dials A, whose listener is not up yet: its hellos go unanswered.
@@ -262,7 +262,7 @@ func TestCrossDial(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	// A dials B's listener: B's waiting dialer names A, but the hello is
 	// for the listener.
-	dA, err := fabric.Open(ctx, "ethernet", lt.p.NameA+":"+optsB+",netns="+lt.nsA, nil)
+	dA, err := fabric.Open(ctx, "ethernet", lt.p.NameA+"?"+optsB+"&netns="+lt.nsA, nil)
 	require.NoError(t, err)
 	defer dA.Close()
 	aB, err := lb.Accept(ctx)

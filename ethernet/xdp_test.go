@@ -118,6 +118,37 @@ func TestParseAddr(t *testing.T) {
 	require.ErrorIs(t, err, fabric.ErrInvalid)
 }
 
+// The query form is the canonical one and parses to what the older form
+// does; every malformed value and unknown key is an error matching
+// fabric.ErrInvalid that names the key.
+func TestParseAddrQuery(t *testing.T) {
+	old, err := ethernet.ParseAddr("eth1:udp=10.0.0.2:5000,local=10.0.0.1,bind=copy,xdp=generic,busypoll=50us,budget=64,window=256,maxmsg=1M,timeout=2s,ethertype=0x88b6,queue=3,netns=n1")
+	require.NoError(t, err)
+	c, err := ethernet.ParseAddr("eth1?udp=10.0.0.2:5000&local=10.0.0.1&bind=copy&xdp=generic&busypoll=50us&budget=64&window=256&maxmsg=1M&timeout=2s&ethertype=0x88b6&queue=3&netns=n1")
+	require.NoError(t, err)
+	require.Equal(t, old, c)
+	require.Equal(t, 3, c.Queue)
+	require.True(t, c.BusyPoll.Prefer)
+	c, err = ethernet.ParseAddr("eth0?peer=02:00:00:00:00:02")
+	require.NoError(t, err)
+	require.Equal(t, "02:00:00:00:00:02", c.PeerMAC.String())
+	for _, bad := range []struct{ addr, key string }{
+		{"eth0?queue=x", "queue"}, {"eth0?queue=-1", "queue"}, {"eth0?peer=zz", "peer"}, {"eth0?udp=fd00::1", "udp"},
+		{"eth0?local=x", "local"}, {"eth0?netns=a/b", "netns"}, {"eth0?ethertype=5", "ethertype"},
+		{"eth0?xdp=fast", "xdp"}, {"eth0?bind=dma", "bind"}, {"eth0?busypoll=-1s", "busypoll"},
+		{"eth0?timeout=soon", "timeout"}, {"eth0?budget=-1", "budget"}, {"eth0?window=4G", "window"},
+		{"eth0?maxmsg=1T", "maxmsg"}, {"eth0?listener=2", "listener"}, {"eth0?nope=1", "nope"}, {"eth0:queue=1,nope=1", "nope"}, {"eth0:queue", "queue"},
+	} {
+		_, err := ethernet.ParseAddr(bad.addr)
+		require.ErrorIs(t, err, fabric.ErrInvalid, bad.addr)
+		require.Contains(t, err.Error(), bad.key, bad.addr)
+	}
+	for _, bad := range []string{"?queue=1", "eth0:queue=1?x=1", "eth0?%zz"} {
+		_, err := ethernet.ParseAddr(bad)
+		require.ErrorIs(t, err, fabric.ErrInvalid, bad)
+	}
+}
+
 func TestParseUDP4(t *testing.T) {
 	f := udp4Frame(9000, 5, 0x4000)
 	var h ethernet.UDP4

@@ -10,6 +10,11 @@
 //
 //	ep, err := fabric.Open(ctx, "ntb", "/dev/shm/weft0", nil)
 //
+// Every backend's address is its own head followed by parameters as a
+// URL query, HEAD?key=value&key=value (Usage tells a backend's keys); a
+// malformed value or an unknown key is an error that names the key and
+// matches ErrInvalid.
+//
 // Data lives in registered memory. Register makes caller memory a Region;
 // Alloc gets a Region of backend memory (an NTB window, AF_XDP UMEM,
 // pinned pages), which is what a peer can reach with RMA. A Region has a

@@ -2,14 +2,12 @@ package ntb
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/url"
+	"math"
 	"strings"
-	"time"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/internal/units"
+	"github.com/weft-io/weft/internal/addrparam"
 )
 
 func init() {
@@ -84,9 +82,12 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 
 // ParseAddr parses an ntb address: a file path with an optional query of
 // mem, mws, spads, dbbits (device geometry, used when the file is
-// created) and queues, ring, maxmsg, window, dma, dmachan (transport). Sizes take K, M
+// created) and queues, ring, maxmsg, window, dma, dmachan (transport),
+// in the query grammar of every backend (PATH?k=v&k=v). Sizes take K, M
 // and G suffixes. The parameters listener and queue, which select how
-// fabric.Open connects, are accepted and not returned.
+// fabric.Open connects, are accepted and not returned. A malformed value
+// or an unknown parameter is an error that names the key and matches
+// fabric.ErrInvalid.
 func ParseAddr(addr string) (path string, sc ShmConfig, tc Config, err error) {
 	a, err := parseAddr(addr)
 	return a.path, a.sc, a.tc, err
@@ -109,113 +110,51 @@ type ntbAddr struct {
 
 func parseAddr(addr string) (ntbAddr, error) {
 	a := ntbAddr{queue: -1, bar: 2, mc: MappingConfig{Side: -1}}
-	path, query, _ := strings.Cut(addr, "?")
+	path, p, err := addrparam.Split(addr)
 	for _, k := range []string{"pci", "mem"} {
-		if p, ok := strings.CutPrefix(path, k+":"); ok {
-			a.kind, path = k, p
+		if r, ok := strings.CutPrefix(path, k+":"); ok {
+			a.kind, path = k, r
 		}
 	}
 	if path == "" {
 		return a, fmt.Errorf("empty path: %w", fabric.ErrInvalid)
 	}
 	a.path = path
-	vals, err := url.ParseQuery(query)
 	if err != nil {
-		return a, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
+		return a, err
 	}
-	for k, vs := range vals {
-		v := vs[len(vs)-1]
-		if a.kind != "" {
-			ok, err := a.mappingParam(k, v)
-			if err != nil {
-				return a, err
-			}
-			if ok {
-				continue
-			}
-		}
-		n, perr := units.ParseSize(v, 1<<40)
-		if perr != nil {
-			return a, fmt.Errorf("%s=%q: %w: %w", k, v, fabric.ErrInvalid, perr)
-		}
-		switch k {
-		case "mem":
-			a.sc.MemSize = n
-		case "mws":
-			a.sc.MWs = n
-		case "spads":
-			a.sc.Spads = n
-		case "dbbits":
-			a.sc.DoorbellBits = n
-		case "queues":
-			a.tc.Queues = n
-		case "ring":
-			a.tc.RingSize = n
-		case "maxmsg":
-			a.tc.MaxMsgSize = n
-		case "window":
-			a.tc.WindowSize = n
-		case "dma":
-			a.tc.DMAThreshold = n
-		case "dmachan":
-			a.tc.DMAChannels = n
-		case "listener":
-			a.listener = n != 0
-		case "queue":
-			if n >= maxQueues {
-				return a, fmt.Errorf("queue=%d: at most %d queues: %w", n, maxQueues, fabric.ErrInvalid)
-			}
-			a.queue, a.listener = n, true
-		default:
-			return a, fmt.Errorf("unknown parameter %q: %w", k, fabric.ErrInvalid)
-		}
+	const limit = 1 << 40
+	a.sc.MemSize = p.Size("mem", 0, limit)
+	a.sc.MWs = p.Size("mws", 0, limit)
+	a.sc.Spads = p.Size("spads", 0, limit)
+	a.sc.DoorbellBits = p.Size("dbbits", 0, limit)
+	a.tc.Queues = p.Size("queues", 0, limit)
+	a.tc.RingSize = p.Size("ring", 0, limit)
+	a.tc.MaxMsgSize = p.Size("maxmsg", 0, limit)
+	a.tc.WindowSize = p.Size("window", 0, limit)
+	a.tc.DMAThreshold = p.Size("dma", 0, limit)
+	a.tc.DMAChannels = p.Size("dmachan", 0, limit)
+	a.listener = p.Bool("listener", false)
+	if q := p.Int("queue", -1, 0, maxQueues-1); q >= 0 {
+		a.queue, a.listener = q, true
 	}
-	return a, nil
+	if a.kind != "" {
+		a.mappingParams(p)
+	}
+	return a, p.Err()
 }
 
-// mappingParam parses the parameters of pci: and mem: addresses; ok
-// false leaves k to the common ones.
-func (a *ntbAddr) mappingParam(k, v string) (ok bool, err error) {
-	bad := func(err error) (bool, error) {
-		return true, fmt.Errorf("%s=%q: %w: %w", k, v, fabric.ErrInvalid, err)
-	}
-	switch k {
-	case "poll", "link", "dead":
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return bad(errors.Join(err, errors.New("want a positive duration")))
-		}
-		*map[string]*time.Duration{"poll": &a.mc.Poll, "link": &a.mc.Link, "dead": &a.mc.Dead}[k] = d
-		return true, nil
-	case "side":
-		switch v {
-		case "0", "1":
-			a.mc.Side = int(v[0] - '0')
-		case "any", "-1":
-			a.mc.Side = -1
-		default:
-			return bad(errors.New("want 0, 1 or any"))
-		}
-		return true, nil
-	case "wc":
-		a.wc = v == "1" || v == "true"
-		return true, nil
-	case "bar", "off", "size":
-		n, err := units.ParseSize(v, 1<<40)
-		if err != nil {
-			return bad(err)
-		}
-		switch k {
-		case "bar":
-			a.bar = n
-		case "off":
-			a.off = int64(n)
-		case "size":
-			a.size = int64(n)
-		}
-		return true, nil
-	}
-	return false, nil
+// mappingParams reads the parameters of pci: and mem: addresses (other
+// addresses do not know them).
+func (a *ntbAddr) mappingParams(p *addrparam.Params) {
+	a.mc.Poll = p.Duration("poll", 0, 1, math.MaxInt64)
+	a.mc.Link = p.Duration("link", 0, 1, math.MaxInt64)
+	a.mc.Dead = p.Duration("dead", 0, 1, math.MaxInt64)
+	a.mc.Side = addrparam.Enum(p, "side", -1, map[string]int{"0": 0, "1": 1, "any": -1, "-1": -1})
+	a.wc = p.Bool("wc", false)
+	a.bar = p.Size("bar", a.bar, 1<<40)
+	a.off = int64(p.Size("off", 0, 1<<40))
+	a.size = int64(p.Size("size", 0, 1<<40))
 }
 
 // dialMapped opens a bridge laid out in a PCI BAR (pci:) or a mapped file

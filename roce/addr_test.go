@@ -1,7 +1,10 @@
 package roce
 
 import (
+	"context"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
@@ -29,4 +32,58 @@ func TestSplitAddr(t *testing.T) {
 	if o, err := ParseAddr("listen:127.0.0.1?type=ud&mtu=4096"); err != nil || !o.Listen || o.Type != UD || o.MTU != 4096 || o.Bootstrap != "127.0.0.1:18515" {
 		t.Errorf("ParseAddr = %+v, %v", o, err)
 	}
+}
+
+// Every malformed value and every unknown parameter of a roce address
+// is an error matching fabric.ErrInvalid that names the key.
+func TestParseAddrMalformed(t *testing.T) {
+	for _, c := range []struct{ addr, key string }{
+		{"h?mtu=1000", "mtu"}, {"h?mtu=x", "mtu"}, {"h?type=uc", "type"}, {"h?local=banana", "local"},
+		{"h?port=65536", "port"}, {"h?timeout=32", "timeout"}, {"h?retry=8", "retry"}, {"h?rnr=-1", "rnr"},
+		{"h?qkey=0x100000000", "qkey"}, {"h?keepalive=-1s", "keepalive"}, {"h?keepalive=soon", "keepalive"},
+		{"h?dialretry=-2s", "dialretry"}, {"h?noicrc=maybe", "noicrc"}, {"h?raw=2", "raw"},
+		{"h?maxmsg=-1", "maxmsg"}, {"h?inline=1G1", "inline"}, {"h?nope=1", "nope"}, {"h?cm=1", "cm"},
+	} {
+		_, err := ParseAddr(c.addr)
+		if !errors.Is(err, fabric.ErrInvalid) || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("ParseAddr(%q) = %v, want ErrInvalid naming %s", c.addr, err, c.key)
+		}
+	}
+	o, err := ParseAddr("[fd00::1]:7?keepalive=0&dialretry=-1&noicrc=1&raw=0&qkey=0x1234&timeout=14&maxmsg=8192")
+	if err != nil || o.Bootstrap != "[fd00::1]:7" || o.KeepAlive != 0 || o.DialRetry != -1 || !o.NoICRC || !o.NoRaw ||
+		o.QKey != 0x1234 || o.Timeout != 14 || o.QP.MaxMsgSize != 8192 || o.MTU != 1024 || o.Retry != 7 {
+		t.Errorf("ParseAddr = %+v, %v", o, err)
+	}
+	if !IsCMAddr("h?cm=1") || !IsCMAddr("rdmacm://h") || IsCMAddr("h?mtu=1024") || IsCMAddr("h?cm=0") {
+		t.Error("IsCMAddr")
+	}
+	if _, _, err := parseCMAddr(context.Background(), "h?cm=1&retry=9"); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("parseCMAddr: %v, want ErrInvalid", err)
+	}
+	o, ap, err := parseCMAddr(context.Background(), "rdmacm://listen:10.0.0.1?mtu=4096")
+	if err != nil || !o.Listen || ap.String() != "10.0.0.1:7471" || o.MTU != 4096 {
+		t.Errorf("parseCMAddr = %+v %v %v", o, ap, err)
+	}
+}
+
+// An engine is shared by the endpoints of its address only if they ask
+// for its configuration: a conflicting noicrc or raw is refused.
+func TestEngineConfigConflict(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.9:0")
+	e, release, err := acquireEngine(addr, false, true)
+	if err != nil {
+		t.Skip("no engine at", addr, err)
+	}
+	defer release()
+	for _, c := range []struct{ noICRC, noRaw bool }{{true, true}, {false, false}} {
+		if _, _, err := acquireEngine(addr, c.noICRC, c.noRaw); !errors.Is(err, fabric.ErrInvalid) ||
+			!strings.Contains(err.Error(), "raw=0") {
+			t.Errorf("acquireEngine(%+v) = %v, want ErrInvalid", c, err)
+		}
+	}
+	e2, release2, err := acquireEngine(addr, false, true)
+	if err != nil || e2 != e {
+		t.Fatalf("same configuration: %v, %v", e2 == e, err)
+	}
+	release2()
 }

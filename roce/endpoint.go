@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -161,12 +163,18 @@ var engines struct {
 }
 
 type sharedEngine struct {
-	e    *Engine
-	refs int
+	e      *Engine
+	refs   int
+	noICRC bool // the engine's configuration, which every sharer must ask for
+	noRaw  bool
 }
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
-// function that releases it.
+// function that releases it. An engine already running at addr with
+// another noICRC or noRaw is not shared: the call fails with an error
+// matching fabric.ErrInvalid (an address's noicrc and raw parameters
+// configure its engine, so all endpoints of one local address must agree
+// on them).
 func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), error) {
 	engines.Lock()
 	defer engines.Unlock()
@@ -174,12 +182,16 @@ func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), er
 		engines.m = map[netip.AddrPort]*sharedEngine{}
 	}
 	s := engines.m[addr]
+	if s != nil && (s.noICRC != noICRC || s.noRaw != noRaw) {
+		return nil, nil, fmt.Errorf("the engine at %s runs with %s; this endpoint asks for %s: %w",
+			addr, engineParams(s.noICRC, s.noRaw), engineParams(noICRC, noRaw), fabric.ErrInvalid)
+	}
 	if s == nil {
 		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC, NoRaw: noRaw})
 		if err != nil {
 			return nil, nil, err
 		}
-		s = &sharedEngine{e: e}
+		s = &sharedEngine{e: e, noICRC: noICRC, noRaw: noRaw}
 		engines.m[addr] = s
 	}
 	s.refs++
@@ -195,6 +207,18 @@ func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), er
 			}
 		})
 	}, nil
+}
+
+// engineParams formats an engine configuration as address parameters.
+func engineParams(noICRC, noRaw bool) string {
+	return fmt.Sprintf("noicrc=%d&raw=%d", b2i(noICRC), b2i(!noRaw))
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Options are the parameters of a fabric address (see ParseAddr).
@@ -230,119 +254,98 @@ const DefaultDialRetry = 5 * time.Second
 // connection there, otherwise the endpoint dials it (fabric.Listen
 // accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
+// noicrc and raw configure the engine of the local address, which all
+// endpoints there share: they must agree on them (see Open). A malformed
+// value or an unknown parameter is an error that names the key and
+// matches fabric.ErrInvalid.
 func ParseAddr(addr string) (Options, error) {
-	o := Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
-		KeepAlive: 100 * time.Millisecond, DialRetry: DefaultDialRetry}
-	var vals url.Values
-	var err error
-	o.Listen, o.Bootstrap, vals, err = SplitAddr(addr)
+	listen, boot, p, err := splitAddr(addr, DefaultBootstrapPort)
 	if err != nil {
-		return o, fmt.Errorf("roce: %w", err)
+		return defaultOptions(), err
 	}
-	for k, vs := range vals {
-		v := vs[len(vs)-1]
-		num := func(bits int) uint64 {
-			n, e := strconv.ParseUint(v, 0, bits)
-			if e != nil && err == nil {
-				err = fmt.Errorf("roce: %s=%q: %w", k, v, fabric.ErrInvalid)
-			}
-			return n
-		}
-		switch k {
-		case "mtu":
-			o.MTU = int(num(16))
-		case "type":
-			switch strings.ToLower(v) {
-			case "rc":
-				o.Type = RC
-			case "ud":
-				o.Type = UD
-			default:
-				err = fmt.Errorf("roce: type=%q: want rc or ud", v)
-			}
-		case "local":
-			a, e := netip.ParseAddr(v)
-			if e != nil {
-				err = fmt.Errorf("roce: local=%q: %w", v, e)
-			}
-			o.Local = a
-		case "port":
-			o.Port = uint16(num(16))
-		case "timeout":
-			o.Timeout = uint8(num(5))
-		case "retry":
-			o.Retry = uint8(num(3))
-		case "rnr":
-			o.RNRRetry = uint8(num(3))
-		case "qkey":
-			o.QKey = uint32(num(32))
-		case "keepalive":
-			if v == "0" {
-				o.KeepAlive = 0
-			} else if d, e := time.ParseDuration(v); e == nil {
-				o.KeepAlive = d
-			} else {
-				err = fmt.Errorf("roce: keepalive=%q: %w", v, e)
-			}
-		case "dialretry":
-			if v == "0" {
-				o.DialRetry = 0
-			} else if v == "-1" {
-				o.DialRetry = -1
-			} else if d, e := time.ParseDuration(v); e == nil && d >= 0 {
-				o.DialRetry = d
-			} else {
-				err = fmt.Errorf("roce: dialretry=%q: %w", v, fabric.ErrInvalid)
-			}
-		case "noicrc":
-			o.NoICRC = v != "0"
-		case "raw":
-			o.NoRaw = v == "0"
-		case "maxmsg":
-			o.QP.MaxMsgSize = int(num(31))
-		case "inline":
-			o.QP.InlineSize = int(num(31))
-		default:
-			err = fmt.Errorf("roce: unknown parameter %q", k)
-		}
+	if p.Bool("cm", false) {
+		p.Fail("cm", "1", errors.New("an rdma_cm address (see IsCMAddr), which Open and Listen take"))
 	}
-	if err == nil && !validMTU(o.MTU) {
-		err = fmt.Errorf("roce: mtu=%d: want 256, 512, 1024, 2048 or 4096", o.MTU)
+	return parseOptions(listen, boot, p)
+}
+
+func defaultOptions() Options {
+	return Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
+		KeepAlive: 100 * time.Millisecond, DialRetry: DefaultDialRetry}
+}
+
+// parseOptions reads the parameters of a roce address (exchange or
+// rdma_cm) into Options.
+func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, error) {
+	d := defaultOptions()
+	o := Options{Listen: listen, Bootstrap: bootstrap}
+	o.MTU = p.Int("mtu", d.MTU, 0, 1<<16-1)
+	if !validMTU(o.MTU) {
+		p.Fail("mtu", strconv.Itoa(o.MTU), errors.New("want 256, 512, 1024, 2048 or 4096"))
 	}
-	return o, err
+	o.Type = addrparam.Enum(p, "type", d.Type, map[string]QPType{"rc": RC, "ud": UD})
+	o.Local = p.IP("local", netip.Addr{})
+	o.Port = uint16(p.Int("port", 0, 0, 1<<16-1))
+	o.Timeout = uint8(p.Int("timeout", int(d.Timeout), 0, 31))
+	o.Retry = uint8(p.Int("retry", int(d.Retry), 0, 7))
+	o.RNRRetry = uint8(p.Int("rnr", int(d.RNRRetry), 0, 7))
+	o.QKey = uint32(p.Uint("qkey", uint64(d.QKey), 1<<32-1))
+	o.KeepAlive = p.Duration("keepalive", d.KeepAlive, 0, math.MaxInt64)
+	if v, _ := p.Lookup("dialretry"); v == "-1" {
+		o.DialRetry = -1
+	} else {
+		o.DialRetry = p.Duration("dialretry", d.DialRetry, 0, math.MaxInt64)
+	}
+	o.NoICRC = p.Bool("noicrc", false)
+	o.NoRaw = !p.Bool("raw", true)
+	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
+	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
+	return o, p.Err()
 }
 
 // SplitAddr splits an address of the RoCE backends ("roce", and "verbs"
 // in roce/verbs), [listen:]HOST[:PORT][?PARAMS], into the listen flag, the
 // host:port of the TCP exchange (port DefaultBootstrapPort if none) and
-// the parameters. Its errors match fabric.ErrInvalid.
+// the parameters (internal/addrparam's grammar, one value a key: the
+// last). Its errors match fabric.ErrInvalid.
 func SplitAddr(addr string) (listen bool, bootstrap string, params url.Values, err error) {
-	rest, query, _ := strings.Cut(addr, "?")
-	if r, ok := strings.CutPrefix(rest, "listen:"); ok {
-		listen, rest = true, r
+	listen, bootstrap, p, err := splitAddr(addr, DefaultBootstrapPort)
+	if err != nil {
+		return listen, bootstrap, nil, err
+	}
+	return listen, bootstrap, p.Values(), nil
+}
+
+// splitAddr splits [listen:]HOST[:PORT][?PARAMS], giving HOST port
+// defPort if it has none.
+func splitAddr(addr string, defPort int) (listen bool, hostport string, p *addrparam.Params, err error) {
+	rest, p, err := addrparam.Split(addr)
+	rest, listen = addrparam.CutListen(rest)
+	if err != nil {
+		return listen, rest, nil, err
 	}
 	if rest == "" {
 		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
 	}
-	if !strings.Contains(rest, ":") || strings.HasSuffix(rest, "]") {
-		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(DefaultBootstrapPort))
+	if _, _, serr := net.SplitHostPort(rest); serr != nil {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(defPort))
 	}
-	params, err = url.ParseQuery(query)
-	if err != nil {
-		return listen, rest, nil, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
-	}
-	return listen, rest, params, nil
+	return listen, rest, p, nil
 }
 
 type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&dialretry=5s]: user-space RoCEv2 engine; HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1]: user-space RoCEv2 engine (noicrc and raw configure the engine every endpoint of the local address shares); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
 		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 
-// Open implements fabric.Driver.
+// Open implements fabric.Driver. The endpoints of one local address and
+// port share one engine, started by the first with its noicrc and raw
+// parameters; an endpoint that asks for others fails with an error
+// matching fabric.ErrInvalid rather than silently getting the running
+// engine's.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
 	if IsCMAddr(addr) {
 		return openCM(ctx, addr, o) // rdmacm.go, rdmacm_fabric.go

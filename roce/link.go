@@ -74,8 +74,9 @@ type Link interface {
 // engine the real headers; the UDP socket then only holds the port.
 // Without the privilege it receives on the UDP socket and the engine
 // rebuilds the headers assuming identification 0 (Raw reports which);
-// WEFT_ROCE_NORAW=1 chooses that too (for Weft-only fabrics, where it
-// saves the kernel a second delivery per packet).
+// UDPConfig.NoRaw (the address parameter raw=0) chooses that too, for
+// Weft-only fabrics, where it saves the kernel a second delivery per
+// packet. No environment variable overrides the configuration.
 type UDPLink struct {
 	conn  *net.UDPConn
 	rc    syscall.RawConn
@@ -187,7 +188,7 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	// Big socket buffers: the engine moves bursts (a 256 KiB RDMA READ is
 	// 256 response packets at once). Root may exceed net.core.rmem_max.
 	setBuffers(l.fd, 16<<20)
-	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() && !c.NoRaw && os.Getenv("WEFT_ROCE_NORAW") == "" {
+	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() && !c.NoRaw {
 		l.openRaw()
 	}
 	return l, nil

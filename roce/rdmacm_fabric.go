@@ -13,6 +13,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/acceptq"
+	"github.com/weft-io/weft/internal/addrparam"
 )
 
 // rdma_cm addresses of the "roce" backend:
@@ -39,61 +40,39 @@ func IsCMAddr(addr string) bool {
 	if strings.HasPrefix(addr, CMScheme) {
 		return true
 	}
-	_, q, _ := strings.Cut(addr, "?")
-	for _, kv := range strings.Split(q, "&") {
-		if kv == "cm=1" {
-			return true
-		}
-	}
-	return false
+	_, p, err := addrparam.Split(addr)
+	return err == nil && p.Bool("cm", false)
 }
 
 // SplitCMAddr splits an rdma_cm address (see IsCMAddr) into its
 // "listen:" prefix, HOST:PORT (the port DefaultCMPort if omitted) and its
-// parameters less cm=1. Both backends that speak rdma_cm ("roce" and
-// "verbs") parse their rdma_cm addresses with it.
+// parameters less cm (internal/addrparam's grammar, one value a key: the
+// last). Both backends that speak rdma_cm ("roce" and "verbs") parse
+// their rdma_cm addresses with it. Its errors match fabric.ErrInvalid.
 func SplitCMAddr(addr string) (listen bool, hostport string, params url.Values, err error) {
-	rest := strings.TrimPrefix(addr, CMScheme)
-	hp, q, _ := strings.Cut(rest, "?")
-	if r, ok := strings.CutPrefix(hp, "listen:"); ok {
-		listen, hp = true, r
-	}
-	if hp == "" {
-		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
-	}
-	if _, _, err := net.SplitHostPort(hp); err != nil {
-		hp = net.JoinHostPort(strings.Trim(hp, "[]"), strconv.Itoa(DefaultCMPort))
-	}
-	params, err = url.ParseQuery(q)
+	listen, hostport, p, err := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
 	if err != nil {
-		return listen, hp, nil, fmt.Errorf("%w: %w", fabric.ErrInvalid, err)
+		return listen, hostport, nil, err
 	}
-	if params.Get("cm") == "1" {
-		params.Del("cm")
-	}
-	return listen, hp, params, nil
+	params = p.Values()
+	params.Del("cm")
+	return listen, hostport, params, nil
 }
 
 // parseCMAddr parses an rdma_cm address into Options (Bootstrap holds
 // HOST:PORT) and the peer's or listener's address.
 func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, error) {
-	listen, hp, params, err := SplitCMAddr(addr)
+	listen, hp, p, err := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
 	if err != nil {
-		return Options{}, netip.AddrPort{}, fmt.Errorf("roce: %w", err)
+		return defaultOptions(), netip.AddrPort{}, err
 	}
-	s := hp
-	if listen {
-		s = "listen:" + s
-	}
-	if len(params) > 0 {
-		s += "?" + params.Encode()
-	}
-	o, err := ParseAddr(s)
+	p.Bool("cm", true)
+	o, err := parseOptions(listen, hp, p)
 	if err != nil {
 		return o, netip.AddrPort{}, err
 	}
 	if o.Type != RC {
-		return o, netip.AddrPort{}, fmt.Errorf("roce: rdma_cm connects RC queue pairs only (UD needs SIDR): %w", fabric.ErrNotSupported)
+		return o, netip.AddrPort{}, fmt.Errorf("rdma_cm connects RC queue pairs only (UD needs SIDR): %w", fabric.ErrNotSupported)
 	}
 	ap, err := ResolveCMAddr(ctx, o.Bootstrap)
 	return o, ap, err

@@ -66,7 +66,7 @@ func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Confi
 		// Raw Ethernet framing (EtherType 0x88B5), the paper's
 		// DPDK-Ethernet baseline: no IP or UDP on the back-plane.
 		listen = func(j int) string { return pairIf(j) }
-		dial = func(j int) string { return pairIf(j) + ":peer=" + pairMAC(j, i).String() + ",listener=1" }
+		dial = func(j int) string { return pairIf(j) + "?peer=" + pairMAC(j, i).String() + "&listener=1" }
 	default:
 		return "", nil, fmt.Errorf("back-plane %q: want ntb, roce or ethernet (+batch)", backend)
 	}

@@ -97,23 +97,23 @@ func ethernetSetup(t testing.TB, dir string, n int) {
 }
 
 // ethernetMesh opens rank i on r<i> of ethernetSetup's segment. Its name
-// is its listener's address, "r<i>:peer=MAC": a peer dials that MAC from
+// is its listener's address, "r<i>?peer=MAC&listener=1": a peer dials that MAC from
 // its own interface.
 func ethernetMesh(t testing.TB, dir string, i, n int) *rdm.Endpoint {
 	b, err := os.ReadFile(filepath.Join(dir, "netns"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := fmt.Sprintf("netns=%s,timeout=%v", b, ethernetPeerTimeout)
+	opts := fmt.Sprintf("netns=%s&timeout=%v", b, ethernetPeerTimeout)
 	cfg := &rdm.Config{Resolve: func(name string) (string, error) {
-		_, peer, ok := strings.Cut(name, ":")
+		_, peer, ok := strings.Cut(name, "?")
 		if !ok || !strings.HasPrefix(peer, "peer=") {
 			return "", fmt.Errorf("not an ethernet rank: %q", name)
 		}
-		return fmt.Sprintf("r%d:%s,%s", i, peer, opts), nil
+		return fmt.Sprintf("r%d?%s&%s", i, peer, opts), nil
 	}}
 	cfg.Options.Spin = -1
-	e, err := rdm.Open(context.Background(), "ethernet", fmt.Sprintf("r%d:%s", i, opts), cfg)
+	e, err := rdm.Open(context.Background(), "ethernet", fmt.Sprintf("r%d?%s", i, opts), cfg)
 	if err != nil {
 		t.Fatalf("rank %d: %v", i, err)
 	}

@@ -3,11 +3,11 @@ package batch
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/spin"
 )
 
 // DefaultSlots is the number of receive slots when SplitterOptions.Slots
@@ -197,22 +197,24 @@ func (s *Splitter) Recv(pkts []Packet) (int, error) {
 // RecvWait is Recv that blocks until it has at least one packet, ctx is
 // done or the endpoint fails. It waits with the endpoint's RecvWait (spin,
 // then sleep); when every slot is held by unreleased packets it waits for
-// a Release from another goroutine. Closing the Splitter does not wake
-// it; closing the endpoint or cancelling ctx does.
+// a Release from another goroutine, polling for fabric.DefaultSpin, then
+// sleeping in steps that grow from 20 µs to 1 ms. Closing the Splitter
+// does not wake it; closing the endpoint or cancelling ctx does.
 func (s *Splitter) RecvWait(ctx context.Context, pkts []Packet) (int, error) {
 	if len(pkts) == 0 {
 		return 0, nil
 	}
-	for i := 0; ; i++ {
+	w := spin.New(fabric.DefaultSpin)
+	for {
 		n, err := s.recv(ctx, pkts)
 		if n > 0 || err != nil {
 			return n, err
 		}
-		// Every slot is held: wait for a release.
-		if err := ctx.Err(); err != nil {
+		// Every slot is held: wait for a release (spin, then sleep in
+		// growing steps).
+		if err := w.Wait(ctx); err != nil {
 			return 0, err
 		}
-		runtime.Gosched()
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
+	"github.com/weft-io/weft/internal/spin"
 	"golang.org/x/sys/unix"
 )
 
@@ -1188,20 +1188,10 @@ func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fa
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	deadline := time.Now().Add(e.spin)
-	for i := 0; ; i++ {
+	for s := spin.Start(e.spin); s.Next(ctx); {
 		n, err := op(msgs)
 		if n > 0 || err != nil {
 			return n, err
-		}
-		if i&31 == 31 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if !time.Now().Before(deadline) {
-				break
-			}
-			runtime.Gosched()
 		}
 	}
 	for {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/spin"
 	"golang.org/x/sys/unix"
 )
 
@@ -474,20 +474,10 @@ func (q *Queue) RecvWait(ctx context.Context, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, nil
 	}
-	deadline := time.Now().Add(q.spin)
-	for i := 0; ; i++ {
+	for s := spin.Start(q.spin); s.Next(ctx); {
 		n, err := q.Recv(frames)
 		if n > 0 || err != nil {
 			return n, err
-		}
-		if i&63 == 63 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if !time.Now().Before(deadline) {
-				break
-			}
-			runtime.Gosched()
 		}
 	}
 	for {

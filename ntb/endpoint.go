@@ -3,14 +3,13 @@ package ntb
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/spin"
 )
 
 // Endpoint is one queue of a Transport, as a fabric.Endpoint.
@@ -578,20 +577,9 @@ func (e *Endpoint) recvWait(ctx context.Context, msgs []fabric.Message, views []
 	}
 	// Busy-poll: Recv itself is the cheapest check (one lock, one load
 	// of the next record's sequence word).
-	if e.t.spin > 0 {
-		deadline := time.Now().Add(e.t.spin)
-		for i := 1; ; i++ {
-			if n, err := e.poll(msgs, views); n > 0 || err != nil {
-				return n, err
-			}
-			if i&255 == 0 {
-				if time.Now().After(deadline) || ctx.Err() != nil {
-					break
-				}
-				if i&8191 == 0 {
-					runtime.Gosched()
-				}
-			}
+	for s := spin.Start(e.t.spin); s.Next(ctx); {
+		if n, err := e.poll(msgs, views); n > 0 || err != nil {
+			return n, err
 		}
 	}
 	for {
@@ -626,19 +614,9 @@ func (e *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, er
 	if n, err := e.Send(msgs); n > 0 || err != nil {
 		return n, err
 	}
-	deadline := time.Now().Add(e.t.spin)
-	for i := 1; ; i++ {
-		n, err := e.Send(msgs)
-		if n > 0 || err != nil {
+	for s := spin.Start(e.t.spin); s.Next(ctx); {
+		if n, err := e.Send(msgs); n > 0 || err != nil {
 			return n, err
-		}
-		if i&63 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if time.Now().After(deadline) {
-				break
-			}
 		}
 	}
 	for {

@@ -7,12 +7,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/spin"
 )
 
 // Queue is a completion queue. Producers call Push; consumers Poll or
@@ -124,24 +124,12 @@ func (q *Queue) Wait(ctx context.Context, out []fabric.Completion) (int, error) 
 	if n := q.Poll(out); n > 0 {
 		return n, nil
 	}
-	if q.spin > 0 {
-		deadline := time.Now().Add(q.spin)
-		for i := 0; ; i++ {
-			if n := q.Poll(out); n > 0 {
-				return n, nil
-			}
-			if q.closed.Load() {
-				return 0, errClosed
-			}
-			if i&255 == 255 {
-				if time.Now().After(deadline) {
-					break
-				}
-				if err := ctx.Err(); err != nil {
-					return 0, err
-				}
-				runtime.Gosched()
-			}
+	for s := spin.Start(q.spin); s.Next(ctx); {
+		if n := q.Poll(out); n > 0 {
+			return n, nil
+		}
+		if q.closed.Load() {
+			return 0, errClosed
 		}
 	}
 	for {

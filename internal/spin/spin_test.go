@@ -20,7 +20,7 @@ func TestSpinThenSleep(t *testing.T) {
 	if w.sleep != 0 {
 		t.Fatalf("slept within the spin budget (after %d waits)", n)
 	}
-	for range 64 + 10 { // the clock is read every 64 spins
+	for range 64 + 10 { // the clock is read every Every (at most 64) spins
 		w.Wait(context.Background())
 	}
 	if w.sleep != MaxSleep {
@@ -46,5 +46,73 @@ func TestContext(t *testing.T) {
 	w := New(time.Second)
 	if err := w.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v", err)
+	}
+}
+
+// A zero (or negative) budget does not spin at all: Options.Spin < 0
+// means sleep at once.
+func TestSpinZeroBudget(t *testing.T) {
+	for _, b := range []time.Duration{0, -1} {
+		s := Start(b)
+		if s.Next(context.Background()) {
+			t.Fatalf("budget %v: Next = true", b)
+		}
+	}
+}
+
+// Next spins for the budget, then stops for good.
+func TestSpinBudget(t *testing.T) {
+	start := time.Now()
+	s := Start(time.Millisecond)
+	for s.Next(context.Background()) {
+	}
+	if d := time.Since(start); d < time.Millisecond {
+		t.Fatalf("spun %v, want the budget of 1ms", d)
+	}
+	if s.Next(context.Background()) {
+		t.Fatal("Next after the budget")
+	}
+	if s.Rounds() < Every {
+		t.Fatalf("%d rounds", s.Rounds())
+	}
+}
+
+// A done context ends the spin at the next clock reading.
+func TestSpinContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s := Start(time.Hour)
+	n := 0
+	for s.Next(ctx) {
+		n++
+	}
+	if n != Every-1 {
+		t.Fatalf("%d rounds after cancel, want %d", n, Every-1)
+	}
+}
+
+// BenchmarkNext is the cost Spin adds to one poll of a spinning wait
+// (the clock, the context and a yield every Every rounds included).
+func BenchmarkNext(b *testing.B) {
+	ctx := context.Background()
+	s := Start(time.Hour)
+	for range b.N {
+		if !s.Next(ctx) {
+			b.Fatal("budget spent")
+		}
+	}
+}
+
+// BenchmarkInline is the loop the backends had before Spin, for
+// reference: a counter, and the clock and context every Every rounds.
+func BenchmarkInline(b *testing.B) {
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Hour)
+	for i := 1; i <= b.N; i++ {
+		if i&(Every-1) == 0 {
+			if ctx.Err() != nil || !time.Now().Before(deadline) {
+				b.Fatal("budget spent")
+			}
+		}
 	}
 }

@@ -98,7 +98,7 @@ func FuzzDemux(f *testing.F) {
 	f.Add(frame(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m := &mux{conns: map[uint32]*Endpoint{}, lmac: mac, etype: EtherTypeWeft}
-		e := &Endpoint{session: 77, fsize: 2048}
+		e := &Endpoint{handshakeState: handshakeState{session: 77}, fsize: 2048}
 		e.mem = make([]byte, 4*2048)
 		e.in.init(e.mem, e.fsize, 4)
 		e.in.free.push(1)

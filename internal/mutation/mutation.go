@@ -100,9 +100,9 @@ var List = []Mutation{
 	},
 	{
 		Name: "ethernet-alloc-per-endpoint-send",
-		File: "ethernet/endpoint.go",
+		File: "ethernet/window.go",
 		Old:  "\tdefer e.mu.Unlock()\n\tif e.closed.Load() {\n\t\treturn 0, e.errClosed(\"send\")",
-		New:  "\tdefer e.mu.Unlock()\n\t_ = fmt.Sprint(len(msgs) + 1000)\n\tif e.closed.Load() {\n\t\treturn 0, e.errClosed(\"send\")",
+		New:  "\tdefer e.mu.Unlock()\n\t_ = make([]byte, len(msgs)+1000)\n\tif e.closed.Load() {\n\t\treturn 0, e.errClosed(\"send\")",
 		Pkg:  "./ethernet/", Run: "^TestZeroAllocsEndpoint$",
 		Why: "zero allocations per message on the reliable Ethernet endpoint",
 	},

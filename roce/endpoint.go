@@ -86,7 +86,7 @@ func (ep *Endpoint) Read(msgs []fabric.Message) (int, error) { return ep.qp.Read
 // any permissions (the engine reaches it directly).
 func (ep *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, error) {
 	if ep.qp.closed.Load() {
-		return nil, &fabric.OpError{Op: "register", Backend: "roce", Err: fabric.ErrClosed}
+		return nil, opErr("register", fabric.ErrClosed)
 	}
 	return ep.pd.RegMR(buf, access)
 }
@@ -94,7 +94,7 @@ func (ep *Endpoint) Register(buf []byte, access fabric.Access) (*fabric.Region, 
 // Alloc implements fabric.Endpoint.
 func (ep *Endpoint) Alloc(size int, access fabric.Access) (*fabric.Region, error) {
 	if size <= 0 {
-		return nil, &fabric.OpError{Op: "alloc", Backend: "roce", Err: fabric.ErrInvalid}
+		return nil, opErr("alloc", fabric.ErrInvalid)
 	}
 	// 64-byte alignment keeps 8-byte atomics and cache lines aligned.
 	raw := make([]byte, size+64)
@@ -352,12 +352,12 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 	}
 	opts, err := ParseAddr(addr)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("open", addr, err)
 	}
 	opts.apply(o)
 	ep, err := Connect(ctx, opts)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("open", addr, err)
 	}
 	return ep, nil
 }

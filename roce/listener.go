@@ -56,12 +56,12 @@ func (driver) Listen(ctx context.Context, addr string, fo fabric.Options) (fabri
 	}
 	o, err := ParseAddr(addr)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "listen", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("listen", addr, err)
 	}
 	o.apply(fo)
 	l, err := ListenExchange(ctx, o, fo)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "listen", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("listen", addr, err)
 	}
 	return l, nil
 }

@@ -886,7 +886,7 @@ func getU32(b []byte) uint32 {
 // Recv moves arrived messages into the messages' SGEs. It never blocks.
 func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 	if qp.closed.Load() {
-		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+		return 0, opErr("recv", fabric.ErrClosed)
 	}
 	qp.e.poll()
 	qp.mu.Lock()
@@ -899,7 +899,7 @@ func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 		}
 		capacity, err := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, fabric.AccessLocalWrite)
 		if err != nil {
-			return &fabric.OpError{Op: "recv", Backend: "roce", Err: err}
+			return opErr("recv", err)
 		}
 		m.Flags, m.Imm = flags, imm
 		m.Len = fabric.Scatter(m.SGEs, payload)
@@ -920,7 +920,7 @@ const maxViews = 4096
 // ReleaseViews.
 func (qp *QP) RecvViews(views []fabric.View) (int, error) {
 	if qp.closed.Load() {
-		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+		return 0, opErr("recv", fabric.ErrClosed)
 	}
 	qp.e.poll()
 	qp.mu.Lock()
@@ -930,7 +930,7 @@ func (qp *QP) RecvViews(views []fabric.View) (int, error) {
 	}
 	want := min(len(views), maxViews-int(qp.vTail-qp.vHead))
 	if want == 0 && len(views) > 0 {
-		return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fmt.Errorf("%d views outstanding, release some first: %w", maxViews, fabric.ErrInvalid)}
+		return 0, opErr("recv", fmt.Errorf("%d views outstanding, release some first: %w", maxViews, fabric.ErrInvalid))
 	}
 	return qp.deliverLocked(want, func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error {
 		views[i] = fabric.View{Data: payload, Imm: imm, Flags: flags, Len: ln}
@@ -943,12 +943,12 @@ func (qp *QP) RecvViews(views []fabric.View) (int, error) {
 // ReleaseViews gives the oldest n views back (fabric.ViewReceiver).
 func (qp *QP) ReleaseViews(n int) error {
 	if qp.closed.Load() {
-		return &fabric.OpError{Op: "release", Backend: "roce", Err: fabric.ErrClosed}
+		return opErr("release", fabric.ErrClosed)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if out := int(qp.vTail - qp.vHead); n < 0 || n > out {
-		return &fabric.OpError{Op: "release", Backend: "roce", Err: fmt.Errorf("%d views, %d outstanding: %w", n, out, fabric.ErrInvalid)}
+		return opErr("release", fmt.Errorf("%d views, %d outstanding: %w", n, out, fabric.ErrInvalid))
 	}
 	qp.vHead += uint64(n)
 	qp.releaseLocked()
@@ -1021,13 +1021,13 @@ func (qp *QP) deliverLocked(max int, deliver func(i, ln int, imm uint32, flags f
 
 func (qp *QP) stateErr(op string) error {
 	if qp.closed.Load() {
-		return &fabric.OpError{Op: op, Backend: "roce", Err: fabric.ErrClosed}
+		return opErr(op, fabric.ErrClosed)
 	}
 	err := qp.status.Err()
 	if err == nil {
 		err = fabric.ErrFlushed
 	}
-	return &fabric.OpError{Op: op, Backend: "roce", Err: fmt.Errorf("QP %#x in error state: %w", qp.qpn, err)}
+	return opErr(op, fmt.Errorf("QP %#x in error state: %w", qp.qpn, err))
 }
 
 // wait spins on ready, driving the engine, for the spin budget, then
@@ -1101,7 +1101,7 @@ func (qp *QP) recvWait(ctx context.Context, want int, poll func() (int, error)) 
 		}
 		if err := qp.wait(ctx, qp.recvReady, &qp.recvWaiters, qp.recvCh); err != nil {
 			if qp.closed.Load() {
-				return 0, &fabric.OpError{Op: "recv", Backend: "roce", Err: fabric.ErrClosed}
+				return 0, opErr("recv", fabric.ErrClosed)
 			}
 			return 0, err
 		}
@@ -1130,7 +1130,7 @@ func (qp *QP) postWait(ctx context.Context, msgs []fabric.Message, post func([]f
 		}
 		if err := qp.wait(ctx, qp.sendReady, &qp.sendWaiters, qp.sendCh); err != nil {
 			if qp.closed.Load() {
-				return 0, &fabric.OpError{Op: "send", Backend: "roce", Err: fabric.ErrClosed}
+				return 0, opErr("send", fabric.ErrClosed)
 			}
 			return 0, err
 		}

@@ -143,19 +143,19 @@ func cmEndpoint(c *Conn, pd *PD, release func()) *Endpoint {
 func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoint, error) {
 	o, ap, err := parseCMAddr(ctx, addr)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("open", addr, err)
 	}
 	local := o.Local
 	if !local.IsValid() {
 		if o.Listen {
 			local = ap.Addr()
 		} else if local, err = localFor(ap.Addr()); err != nil {
-			return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+			return nil, opErrAddr("open", addr, err)
 		}
 	}
 	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("open", addr, err)
 	}
 	pd := eng.AllocPD()
 	cfg := o.connConfig(fo)
@@ -176,7 +176,7 @@ func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoin
 	}
 	if err != nil {
 		release()
-		return nil, &fabric.OpError{Op: "open", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("open", addr, err)
 	}
 	return cmEndpoint(c, pd, release), nil
 }
@@ -195,7 +195,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 	}
 	o, ap, err := parseCMAddr(ctx, addr)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "listen", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("listen", addr, err)
 	}
 	local := o.Local
 	if !local.IsValid() {
@@ -204,13 +204,13 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 	key := netip.AddrPortFrom(local, o.Port)
 	eng, release, err := acquireEngine(key, o.NoICRC, o.NoRaw)
 	if err != nil {
-		return nil, &fabric.OpError{Op: "listen", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("listen", addr, err)
 	}
 	cfg := o.connConfig(fo)
 	l, err := eng.CM().Listen(ap.Port(), fo.BacklogSize(), cfg)
 	if err != nil {
 		release()
-		return nil, &fabric.OpError{Op: "listen", Backend: "roce", Addr: addr, Err: err}
+		return nil, opErrAddr("listen", addr, err)
 	}
 	cl := &cmListener{l: l, eng: eng, key: key, noICRC: o.NoICRC, noRaw: o.NoRaw, release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
 		limit: fo.HandshakeLimit()}

@@ -17,7 +17,7 @@ func (qp *QP) Send(msgs []fabric.Message) (int, error) { return qp.post(msgs, wo
 // immediate data if FlagImm).
 func (qp *QP) Write(msgs []fabric.Message) (int, error) {
 	if qp.cfg.Type != RC {
-		return 0, &fabric.OpError{Op: "write", Backend: "roce", Err: fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported)}
+		return 0, opErr("write", fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported))
 	}
 	return qp.post(msgs, wopWrite, "write", 0, 0)
 }
@@ -26,7 +26,7 @@ func (qp *QP) Write(msgs []fabric.Message) (int, error) {
 // SGEs.
 func (qp *QP) Read(msgs []fabric.Message) (int, error) {
 	if qp.cfg.Type != RC {
-		return 0, &fabric.OpError{Op: "read", Backend: "roce", Err: fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported)}
+		return 0, opErr("read", fmt.Errorf("RDMA on a UD QP: %w", fabric.ErrNotSupported))
 	}
 	return qp.post(msgs, wopRead, "read", 0, 0)
 }
@@ -46,15 +46,15 @@ func (qp *QP) CompareSwap(sge fabric.SGE, remote fabric.RemoteIOV, compare, swap
 
 func (qp *QP) postAtomic(op wop, sge fabric.SGE, remote fabric.RemoteIOV, swap, cmp uint64, ctx uint64, flags fabric.MsgFlags) error {
 	if qp.cfg.Type != RC {
-		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fabric.ErrNotSupported}
+		return opErr("atomic", fabric.ErrNotSupported)
 	}
 	if sge.Length != 8 || remote.Addr%8 != 0 {
-		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fmt.Errorf("atomics need 8 aligned bytes: %w", fabric.ErrInvalid)}
+		return opErr("atomic", fmt.Errorf("atomics need 8 aligned bytes: %w", fabric.ErrInvalid))
 	}
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{sge}, Remote: remote, Context: ctx, Flags: flags}}
 	n, err := qp.post(msgs, op, "atomic", swap, cmp)
 	if err == nil && n == 0 {
-		return &fabric.OpError{Op: "atomic", Backend: "roce", Err: fmt.Errorf("send queue full")}
+		return opErr("atomic", fmt.Errorf("send queue full"))
 	}
 	return err
 }
@@ -63,7 +63,7 @@ func (qp *QP) postAtomic(op wop, sge fabric.SGE, remote fabric.RemoteIOV, swap, 
 // window allows.
 func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64) (int, error) {
 	if qp.closed.Load() {
-		return 0, &fabric.OpError{Op: name, Backend: "roce", Err: fabric.ErrClosed}
+		return 0, opErr(name, fabric.ErrClosed)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -71,7 +71,7 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 		if qp.state == StateErr {
 			return 0, qp.stateErr(name)
 		}
-		return 0, &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("QP %#x is %v, not RTS: %w", qp.qpn, qp.state, fabric.ErrInvalid)}
+		return 0, opErr(name, fmt.Errorf("QP %#x is %v, not RTS: %w", qp.qpn, qp.state, fabric.ErrInvalid))
 	}
 	need := fabric.Access(0)
 	if op == wopRead || op == wopFetchAdd || op == wopCmpSwap {
@@ -82,12 +82,12 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 	for n < len(msgs) {
 		m := &msgs[n]
 		if len(m.SGEs) > maxSGE {
-			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGE, fabric.ErrMessageSize)}
+			err = opErr(name, fmt.Errorf("%d SGEs, max %d: %w", len(m.SGEs), maxSGE, fabric.ErrMessageSize))
 			break
 		}
 		size, cerr := fabric.CheckSGEs(m.SGEs, &qp.pd.dom, need)
 		if cerr != nil {
-			err = &fabric.OpError{Op: name, Backend: "roce", Err: cerr}
+			err = opErr(name, cerr)
 			break
 		}
 		limit := qp.cfg.MaxMsgSize
@@ -98,11 +98,11 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 			limit = 1 << 31
 		}
 		if size > limit {
-			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d bytes, max %d: %w", size, limit, fabric.ErrMessageSize)}
+			err = opErr(name, fmt.Errorf("%d bytes, max %d: %w", size, limit, fabric.ErrMessageSize))
 			break
 		}
 		if (op == wopWrite || op == wopRead) && m.Remote.Len != 0 && uint64(size) > m.Remote.Len {
-			err = &fabric.OpError{Op: name, Backend: "roce", Err: fmt.Errorf("%d bytes for a remote buffer of %d: %w", size, m.Remote.Len, fabric.ErrInvalid)}
+			err = opErr(name, fmt.Errorf("%d bytes for a remote buffer of %d: %w", size, m.Remote.Len, fabric.ErrInvalid))
 			break
 		}
 		if qp.sqTail-qp.sqHead >= uint64(len(qp.sq)) && len(qp.sq) < qp.cfg.SQDepth {

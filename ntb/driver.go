@@ -61,7 +61,7 @@ func applyOptions(tc *Config, o fabric.Options) {
 // transport: closing it closes both.
 func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoint, error) {
 	if tc.Queues > 1 {
-		return nil, fmt.Errorf("ntb: DialShm opens one queue; use OpenShm and Dial for %d", tc.Queues)
+		return nil, fmt.Errorf("ntb: DialShm opens one queue; use OpenShm and Dial for %d: %w", tc.Queues, fabric.ErrInvalid)
 	}
 	if sc.MemSize == 0 && tc.RingSize > 1<<20 {
 		sc.MemSize = max(16<<20, 4*tc.RingSize)

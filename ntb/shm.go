@@ -170,7 +170,7 @@ func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
 	}
 	if c.MemSize < mwAlign || c.MemSize%mwAlign != 0 || c.MWs > maxMWs || c.MWs < 1 ||
 		c.Spads > maxSpads || c.Spads < 1 || c.DoorbellBits < 1 || c.DoorbellBits > 64 {
-		return nil, fmt.Errorf("ntb: invalid shm geometry %+v", c)
+		return nil, fmt.Errorf("ntb: invalid shm geometry %+v: %w", c, fabric.ErrInvalid)
 	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -211,7 +211,7 @@ func (d *ShmDevice) init(c ShmConfig) error {
 		st.Size = size
 	}
 	if st.Size < shmHeaderSize {
-		return fmt.Errorf("ntb: %s is not an emulated bridge (size %d)", d.path, st.Size)
+		return fmt.Errorf("ntb: %s is not an emulated bridge (size %d): %w", d.path, st.Size, fabric.ErrInvalid)
 	}
 	mem, err := unix.Mmap(d.fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -440,8 +440,8 @@ func (d *ShmDevice) MWSetTrans(widx int, addr, size uint64) error {
 		return fmt.Errorf("ntb: memory window %d: %w", widx, errBadIndex)
 	}
 	if addr%mwAlign != 0 || size%mwAlign != 0 || size == 0 || addr > d.memSize || size > d.memSize-addr {
-		return fmt.Errorf("ntb: window %d translation %#x+%#x: misaligned or outside %#x bytes of memory",
-			widx, addr, size, d.memSize)
+		return fmt.Errorf("ntb: window %d translation %#x+%#x: misaligned or outside %#x bytes of memory: %w",
+			widx, addr, size, d.memSize, fabric.ErrInvalid)
 	}
 	t := sideMWTrans + 32*widx
 	shm.U64(d.my, t+16).Store(0)
@@ -468,11 +468,11 @@ func (d *ShmDevice) PeerMW(widx int) ([]byte, error) {
 	}
 	t := sideMWTrans + 32*widx
 	if shm.U64(d.per, t+16).Load() != 1 {
-		return nil, fmt.Errorf("ntb: peer memory window %d has no translation", widx)
+		return nil, fmt.Errorf("ntb: peer memory window %d has no translation: %w", widx, fabric.ErrInvalid)
 	}
 	addr, size := shm.U64(d.per, t).Load(), shm.U64(d.per, t+8).Load()
 	if addr > d.memSize || size > d.memSize-addr || size == 0 {
-		return nil, fmt.Errorf("ntb: peer memory window %d translation %#x+%#x is outside its memory", widx, addr, size)
+		return nil, fmt.Errorf("ntb: peer memory window %d translation %#x+%#x is outside its memory: %w", widx, addr, size, fabric.ErrInvalid)
 	}
 	return d.remote[addr : addr+size : addr+size], nil
 }
@@ -509,7 +509,7 @@ func (d *ShmDevice) DBReadMask() uint64 { return shm.U64(d.my, sideDBMask).Load(
 // asleep in DBWait.
 func (d *ShmDevice) PeerDBSet(bits uint64) error {
 	if bits&^d.dbValid != 0 {
-		return fmt.Errorf("ntb: doorbell bits %#x outside valid mask %#x", bits, d.dbValid)
+		return fmt.Errorf("ntb: doorbell bits %#x outside valid mask %#x: %w", bits, d.dbValid, fabric.ErrInvalid)
 	}
 	shm.U64(d.per, sideDB).Or(bits)
 	seq := shm.U32(d.per, sideDBSeq)

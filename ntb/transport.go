@@ -166,19 +166,19 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 	nq := min(cfg.Queues, maxQueues, bitsCount(dev.DBValidMask())/2)
 	switch {
 	case cfg.Queues < 1 || cfg.Queues > nq:
-		return nil, fmt.Errorf("ntb: %d queues: the device's doorbells allow 1..%d", cfg.Queues, nq)
+		return nil, fmt.Errorf("ntb: %d queues: the device's doorbells allow 1..%d: %w", cfg.Queues, nq, fabric.ErrInvalid)
 	case cfg.RingSize%4096 != 0 || cfg.RingSize < 8192:
-		return nil, fmt.Errorf("ntb: ring size %d is not a multiple of 4096 of at least 8192", cfg.RingSize)
+		return nil, fmt.Errorf("ntb: ring size %d is not a multiple of 4096 of at least 8192: %w", cfg.RingSize, fabric.ErrInvalid)
 	case cfg.MaxMsgSize < 1 || cfg.MaxMsgSize > cfg.RingSize/2-4*recHdr:
-		return nil, fmt.Errorf("ntb: max message size %d does not fit twice in a %d-byte ring", cfg.MaxMsgSize, cfg.RingSize)
+		return nil, fmt.Errorf("ntb: max message size %d does not fit twice in a %d-byte ring: %w", cfg.MaxMsgSize, cfg.RingSize, fabric.ErrInvalid)
 	case dev.SpadCount() < numSpads:
-		return nil, fmt.Errorf("ntb: the device has %d scratchpads, the handshake needs %d", dev.SpadCount(), numSpads)
+		return nil, fmt.Errorf("ntb: the device has %d scratchpads, the handshake needs %d: %w", dev.SpadCount(), numSpads, fabric.ErrNotSupported)
 	}
 	lay := layout{queues: cfg.Queues, ring: cfg.RingSize, heapOff: ringsOff + cfg.Queues*cfg.RingSize, size: cfg.WindowSize}
 	lay.size -= lay.size % int(max(align, salign, 4096))
 	if lay.heapOff > lay.size || uint64(lay.size) > maxSize || lay.size > len(mem) {
-		return nil, fmt.Errorf("ntb: window of %d bytes cannot hold %d rings of %d bytes (device memory %d, window max %d)",
-			lay.size, cfg.Queues, cfg.RingSize, len(mem), maxSize)
+		return nil, fmt.Errorf("ntb: window of %d bytes cannot hold %d rings of %d bytes (device memory %d, window max %d): %w",
+			lay.size, cfg.Queues, cfg.RingSize, len(mem), maxSize, fabric.ErrInvalid)
 	}
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (t *Transport) Queues() int {
 // transport's regions; closing one closes only its queue.
 func (t *Transport) Endpoint(q int) (*Endpoint, error) {
 	if q < 0 || q >= len(t.eps) {
-		return nil, fmt.Errorf("ntb: queue %d of %d", q, len(t.eps))
+		return nil, fmt.Errorf("ntb: queue %d of %d: %w", q, len(t.eps), fabric.ErrInvalid)
 	}
 	return t.eps[q], nil
 }

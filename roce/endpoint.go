@@ -303,11 +303,10 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	return o, p.Err()
 }
 
-// SplitAddr splits an address of the RoCE backends ("roce", and "verbs"
-// in roce/verbs), [listen:]HOST[:PORT][?PARAMS], into the listen flag, the
-// host:port of the TCP exchange (port DefaultBootstrapPort if none) and
-// the parameters (internal/addrparam's grammar, one value a key: the
-// last). Its errors match fabric.ErrInvalid.
+// SplitAddr splits a roce exchange address, [listen:]HOST[:PORT][?PARAMS],
+// into the listen flag, the host:port of the TCP exchange (port
+// DefaultBootstrapPort if none) and the parameters (internal/addrparam's
+// grammar, one value a key: the last). Its errors match fabric.ErrInvalid.
 func SplitAddr(addr string) (listen bool, bootstrap string, params url.Values, err error) {
 	listen, bootstrap, p, err := splitAddr(addr, DefaultBootstrapPort)
 	if err != nil {
@@ -319,18 +318,7 @@ func SplitAddr(addr string) (listen bool, bootstrap string, params url.Values, e
 // splitAddr splits [listen:]HOST[:PORT][?PARAMS], giving HOST port
 // defPort if it has none.
 func splitAddr(addr string, defPort int) (listen bool, hostport string, p *addrparam.Params, err error) {
-	rest, p, err := addrparam.Split(addr)
-	rest, listen = addrparam.CutListen(rest)
-	if err != nil {
-		return listen, rest, nil, err
-	}
-	if rest == "" {
-		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
-	}
-	if _, _, serr := net.SplitHostPort(rest); serr != nil {
-		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(defPort))
-	}
-	return listen, rest, p, nil
+	return addrparam.SplitHost(addr, defPort)
 }
 
 type driver struct{}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,21 +41,6 @@ func IsCMAddr(addr string) bool {
 	}
 	_, p, err := addrparam.Split(addr)
 	return err == nil && p.Bool("cm", false)
-}
-
-// SplitCMAddr splits an rdma_cm address (see IsCMAddr) into its
-// "listen:" prefix, HOST:PORT (the port DefaultCMPort if omitted) and its
-// parameters less cm (internal/addrparam's grammar, one value a key: the
-// last). Both backends that speak rdma_cm ("roce" and "verbs") parse
-// their rdma_cm addresses with it. Its errors match fabric.ErrInvalid.
-func SplitCMAddr(addr string) (listen bool, hostport string, params url.Values, err error) {
-	listen, hostport, p, err := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
-	if err != nil {
-		return listen, hostport, nil, err
-	}
-	params = p.Values()
-	params.Del("cm")
-	return listen, hostport, params, nil
 }
 
 // parseCMAddr parses an rdma_cm address into Options (Bootstrap holds

@@ -20,6 +20,7 @@ package addrparam
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -78,6 +79,25 @@ func Split(addr string) (head string, p *Params, err error) {
 	head, query, _ := strings.Cut(addr, "?")
 	p, err = ParseQuery(query)
 	return head, p, err
+}
+
+// SplitHost splits [listen:]HOST[:PORT][?PARAMS], the address of the
+// backends that name a host (roce and verbs), into the listen flag,
+// HOST:PORT (port defPort when HOST has none; IPv6 in brackets) and the
+// parameters. Its errors match fabric.ErrInvalid.
+func SplitHost(addr string, defPort int) (listen bool, hostport string, p *Params, err error) {
+	rest, p, err := Split(addr)
+	rest, listen = CutListen(rest)
+	if err != nil {
+		return listen, rest, nil, err
+	}
+	if rest == "" {
+		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
+	}
+	if _, _, serr := net.SplitHostPort(rest); serr != nil {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(defPort))
+	}
+	return listen, rest, p, nil
 }
 
 // ParseQuery parses a URL query (k=v&k=v). A repeated key takes its last

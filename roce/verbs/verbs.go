@@ -67,13 +67,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/roce"
 	"github.com/weft-io/weft/roce/cm"
 )
@@ -196,120 +197,67 @@ type Options struct {
 func ParseAddr(addr string) (Options, error) {
 	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
 		KeepAlive: 100 * time.Millisecond, DialRetry: roce.DefaultDialRetry}
-	var vals url.Values
-	var err error
+	port := roce.DefaultBootstrapPort
 	if roce.IsCMAddr(addr) {
-		o.CM = true
-		o.Listen, o.Bootstrap, vals, err = roce.SplitCMAddr(addr)
-	} else {
-		o.Listen, o.Bootstrap, vals, err = roce.SplitAddr(addr)
+		o.CM, port = true, roce.DefaultCMPort
+		addr = strings.TrimPrefix(addr, roce.CMScheme)
 	}
+	listen, hostport, p, err := addrparam.SplitHost(addr, port)
 	if err != nil {
 		return o, fmt.Errorf("verbs: %w", err)
 	}
-	for k, vs := range vals {
-		v := vs[len(vs)-1]
-		num := func(bits int) uint64 {
-			n, e := strconv.ParseUint(v, 0, bits)
-			if e != nil && err == nil {
-				err = fmt.Errorf("verbs: %s=%q: %w", k, v, fabric.ErrInvalid)
-			}
-			return n
-		}
-		if o.CM {
-			switch k {
-			case "dev", "ib_port", "gid", "mtu", "qkey":
-				err = fmt.Errorf("verbs: %s: the rdma_cm chooses it, not an rdmacm:// parameter: %w", k, fabric.ErrInvalid)
-				continue
-			}
-		} else {
-			switch k {
-			case "data", "resp_res", "init_depth":
-				err = fmt.Errorf("verbs: %s: an rdmacm:// parameter only: %w", k, fabric.ErrInvalid)
-				continue
-			}
-		}
-		switch k {
-		case "data":
-			o.PrivateData = v
-		case "resp_res":
-			o.RespRes = uint8(num(8))
-		case "init_depth":
-			o.InitDepth = uint8(num(8))
-		case "dev":
-			o.Device = v
-		case "ib_port":
-			o.Port = uint8(num(8))
-		case "gid":
-			o.GIDIndex = int(num(16))
-		case "local":
-			a, e := netip.ParseAddr(v)
-			if e != nil {
-				err = fmt.Errorf("verbs: local=%q: %w", v, fabric.ErrInvalid)
-			}
-			o.Local = a
-		case "type":
-			switch strings.ToLower(v) {
-			case "rc":
-				o.Type = roce.RC
-			case "ud":
-				o.Type = roce.UD
-			default:
-				err = fmt.Errorf("verbs: type=%q: want rc or ud: %w", v, fabric.ErrInvalid)
-			}
-		case "mtu":
-			o.MTU = int(num(16))
-		case "timeout":
-			o.Timeout = uint8(num(5))
-		case "retry":
-			o.Retry = uint8(num(3))
-		case "rnr":
-			o.RNRRetry = uint8(num(3))
-		case "qkey":
-			o.QKey = uint32(num(32))
-		case "keepalive":
-			if v == "0" {
-				o.KeepAlive = 0
-			} else if d, e := time.ParseDuration(v); e == nil && d > 0 {
-				o.KeepAlive = d
-			} else {
-				err = fmt.Errorf("verbs: keepalive=%q: %w", v, fabric.ErrInvalid)
-			}
-		case "dialretry":
-			if v == "-1" {
-				o.DialRetry = -1
-			} else if d, e := time.ParseDuration(v); e == nil && d >= 0 {
-				o.DialRetry = d
-			} else if v == "0" {
-				o.DialRetry = 0
-			} else {
-				err = fmt.Errorf("verbs: dialretry=%q: %w", v, fabric.ErrInvalid)
-			}
-		case "maxmsg":
-			o.MaxMsg = int(num(31))
-		case "depth":
-			o.Depth = int(num(16))
-		case "inline":
-			o.Inline = int(num(31))
-		case "signal":
-			o.Signal = int(num(16))
-		default:
-			err = fmt.Errorf("verbs: unknown parameter %q: %w", k, fabric.ErrInvalid)
+	o.Listen, o.Bootstrap = listen, hostport
+	// Parameters of one kind of address only.
+	only := []string{"dev", "ib_port", "gid", "mtu", "qkey"}
+	why := errors.New("the rdma_cm chooses it, not an rdmacm:// parameter")
+	if !o.CM {
+		only, why = []string{"data", "resp_res", "init_depth"}, errors.New("an rdmacm:// parameter only")
+	}
+	for _, k := range only {
+		if v, ok := p.Lookup(k); ok {
+			p.Fail(k, v, why)
 		}
 	}
-	if o.CM && vals.Get("timeout") == "" {
-		o.Timeout = 0
+	p.Bool("cm", o.CM)
+	o.PrivateData = p.String("data", "")
+	o.RespRes = uint8(p.Int("resp_res", 0, 0, 255))
+	o.InitDepth = uint8(p.Int("init_depth", 0, 0, 255))
+	o.Device = p.String("dev", "")
+	o.Port = uint8(p.Int("ib_port", 0, 0, 255))
+	o.GIDIndex = p.Int("gid", o.GIDIndex, 0, 1<<16-1)
+	o.Local = p.IP("local", netip.Addr{})
+	o.Type = addrparam.Enum(p, "type", o.Type, map[string]roce.QPType{"rc": roce.RC, "ud": roce.UD})
+	o.MTU = p.Int("mtu", 0, 0, 1<<16-1)
+	if o.MTU != 0 && mtuEnum(o.MTU) == 0 {
+		p.Fail("mtu", strconv.Itoa(o.MTU), errors.New("want 256, 512, 1024, 2048 or 4096"))
 	}
-	if err == nil && o.CM && o.Type != roce.RC {
-		err = fmt.Errorf("verbs: rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
+	if o.CM {
+		o.Timeout = 0 // the path's, as librdmacm's programs have it
 	}
-	if err == nil && o.CM && len(o.PrivateData) > o.maxPrivateData() {
-		err = fmt.Errorf("verbs: data: %d bytes, at most %d fit: %w", len(o.PrivateData), o.maxPrivateData(), fabric.ErrInvalid)
+	o.Timeout = uint8(p.Int("timeout", int(o.Timeout), 0, 31))
+	o.Retry = uint8(p.Int("retry", int(o.Retry), 0, 7))
+	o.RNRRetry = uint8(p.Int("rnr", int(o.RNRRetry), 0, 7))
+	o.QKey = uint32(p.Uint("qkey", uint64(o.QKey), 1<<32-1))
+	o.KeepAlive = p.Duration("keepalive", o.KeepAlive, 0, math.MaxInt64)
+	if v, _ := p.Lookup("dialretry"); v == "-1" {
+		o.DialRetry = -1
+	} else {
+		o.DialRetry = p.Duration("dialretry", o.DialRetry, 0, math.MaxInt64)
 	}
-	if err == nil && o.MTU != 0 && mtuEnum(o.MTU) == 0 {
-		err = fmt.Errorf("verbs: mtu=%d: want 256, 512, 1024, 2048 or 4096: %w", o.MTU, fabric.ErrInvalid)
+	o.MaxMsg = p.Int("maxmsg", 0, 0, 1<<31-1)
+	o.Depth = p.Int("depth", 0, 0, 1<<16-1)
+	o.Inline = p.Int("inline", 0, 0, 1<<31-1)
+	o.Signal = p.Int("signal", 0, 0, 1<<16-1)
+	if err := p.Err(); err != nil {
+		return o, fmt.Errorf("verbs: %w", err)
 	}
-	return o, err
+	if o.CM && o.Type != roce.RC {
+		return o, fmt.Errorf("verbs: rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
+	}
+	if o.CM && len(o.PrivateData) > o.maxPrivateData() {
+		return o, fmt.Errorf("verbs: data: %d bytes, at most %d fit: %w", len(o.PrivateData), o.maxPrivateData(), fabric.ErrInvalid)
+	}
+	return o, nil
 }
 
 // maxPrivateData is the most user private data an rdma_cm connect

@@ -204,7 +204,7 @@ func ParseAddr(addr string) (Options, error) {
 	}
 	listen, hostport, p, err := addrparam.SplitHost(addr, port)
 	if err != nil {
-		return o, fmt.Errorf("verbs: %w", err)
+		return o, err
 	}
 	o.Listen, o.Bootstrap = listen, hostport
 	// Parameters of one kind of address only.
@@ -249,13 +249,13 @@ func ParseAddr(addr string) (Options, error) {
 	o.Inline = p.Int("inline", 0, 0, 1<<31-1)
 	o.Signal = p.Int("signal", 0, 0, 1<<16-1)
 	if err := p.Err(); err != nil {
-		return o, fmt.Errorf("verbs: %w", err)
+		return o, err
 	}
 	if o.CM && o.Type != roce.RC {
-		return o, fmt.Errorf("verbs: rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
+		return o, fmt.Errorf("rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
 	}
 	if o.CM && len(o.PrivateData) > o.maxPrivateData() {
-		return o, fmt.Errorf("verbs: data: %d bytes, at most %d fit: %w", len(o.PrivateData), o.maxPrivateData(), fabric.ErrInvalid)
+		return o, fmt.Errorf("data: %d bytes, at most %d fit: %w", len(o.PrivateData), o.maxPrivateData(), fabric.ErrInvalid)
 	}
 	return o, nil
 }
@@ -330,7 +330,7 @@ func (driver) Open(ctx context.Context, addr string, fo fabric.Options) (fabric.
 func (driver) Listen(ctx context.Context, addr string, fo fabric.Options) (fabric.Listener, error) {
 	o, err := ParseAddr(addr)
 	if err == nil && !o.CM {
-		err = fmt.Errorf("verbs: listeners take rdmacm:// addresses: %w", fabric.ErrNotSupported)
+		err = fmt.Errorf("listeners take rdmacm:// addresses: %w", fabric.ErrNotSupported)
 	}
 	if err != nil {
 		return nil, &fabric.OpError{Op: "listen", Backend: "verbs", Addr: addr, Err: err}

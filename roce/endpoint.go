@@ -291,11 +291,7 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.RNRRetry = uint8(p.Int("rnr", int(d.RNRRetry), 0, 7))
 	o.QKey = uint32(p.Uint("qkey", uint64(d.QKey), 1<<32-1))
 	o.KeepAlive = p.Duration("keepalive", d.KeepAlive, 0, math.MaxInt64)
-	if v, _ := p.Lookup("dialretry"); v == "-1" {
-		o.DialRetry = -1
-	} else {
-		o.DialRetry = p.Duration("dialretry", d.DialRetry, 0, math.MaxInt64)
-	}
+	o.DialRetry = p.Patience("dialretry", d.DialRetry)
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)

@@ -20,6 +20,7 @@ package addrparam
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -261,6 +262,17 @@ func (p *Params) Size(key string, def, limit int) int {
 		return err
 	})
 	return n
+}
+
+// Patience returns how long to keep trying, from key: a non-negative
+// duration, or "-1" for as long as the caller's context allows (returned
+// as -1); def if key is absent. The dial retries of roce and verbs
+// (dialretry=) take it.
+func (p *Params) Patience(key string, def time.Duration) time.Duration {
+	if v, ok := p.Lookup(key); ok && v == "-1" {
+		return -1
+	}
+	return p.Duration(key, def, 0, math.MaxInt64)
 }
 
 // Duration returns the duration of key (time.ParseDuration; a bare "0"

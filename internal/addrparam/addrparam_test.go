@@ -174,3 +174,23 @@ func FuzzParams(f *testing.F) {
 		}
 	})
 }
+
+// TestPatience: dialretry's grammar, a duration or -1 for "until the
+// context ends"; anything else negative, or not a duration, is malformed.
+func TestPatience(t *testing.T) {
+	for _, c := range []struct {
+		q    string
+		want time.Duration
+		bad  bool
+	}{{"", 5 * time.Second, false}, {"r=-1", -1, false}, {"r=0", 0, false}, {"r=250ms", 250 * time.Millisecond, false},
+		{"r=-2s", 0, true}, {"r=-1s", 0, true}, {"r=soon", 0, true}} {
+		p, err := ParseQuery(c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Patience("r", 5*time.Second)
+		if err := p.Err(); (err != nil) != c.bad || (!c.bad && got != c.want) {
+			t.Errorf("%q: %v, %v; want %v (malformed %v)", c.q, got, err, c.want, c.bad)
+		}
+	}
+}

@@ -239,11 +239,7 @@ func ParseAddr(addr string) (Options, error) {
 	o.RNRRetry = uint8(p.Int("rnr", int(o.RNRRetry), 0, 7))
 	o.QKey = uint32(p.Uint("qkey", uint64(o.QKey), 1<<32-1))
 	o.KeepAlive = p.Duration("keepalive", o.KeepAlive, 0, math.MaxInt64)
-	if v, _ := p.Lookup("dialretry"); v == "-1" {
-		o.DialRetry = -1
-	} else {
-		o.DialRetry = p.Duration("dialretry", o.DialRetry, 0, math.MaxInt64)
-	}
+	o.DialRetry = p.Patience("dialretry", o.DialRetry)
 	o.MaxMsg = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.Depth = p.Int("depth", 0, 0, 1<<16-1)
 	o.Inline = p.Int("inline", 0, 0, 1<<31-1)

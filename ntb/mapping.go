@@ -116,20 +116,8 @@ func geometry(c ShmConfig, size uint64) (ShmConfig, error) {
 		}
 		c.MemSize = fit
 	}
-	if c.MWs == 0 {
-		c.MWs = 2
-	}
-	if c.Spads == 0 {
-		c.Spads = 16
-	}
-	if c.DoorbellBits == 0 {
-		c.DoorbellBits = 16
-	}
-	if c.MemSize < mwAlign || c.MemSize%mwAlign != 0 || c.MWs > maxMWs || c.MWs < 1 ||
-		c.Spads > maxSpads || c.Spads < 1 || c.DoorbellBits < 1 || c.DoorbellBits > 64 {
-		return c, fmt.Errorf("invalid bridge geometry %+v: %w", c, fabric.ErrInvalid)
-	}
-	return c, nil
+	err := c.check()
+	return c, err
 }
 
 // claim takes side (or a free one for -1) by compare-and-swap on its

@@ -151,14 +151,11 @@ func (d *ShmDevice) DMA() (DMAEngine, error) {
 	return d.dma, nil
 }
 
-// OpenShm attaches to the emulated bridge in the file at path, creating the
-// file with geometry c if it does not exist. It takes whichever side is
-// free and fails with ErrBusy if both are taken. The link comes up once
-// both sides are attached and enabled; OpenShm enables the local side.
-func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
-	if c.MemSize == 0 {
-		c.MemSize = 16 << 20
-	}
+// check applies the defaults of the windows, scratchpads and doorbells
+// (MemSize is the caller's: a file and a mapped BAR size it differently)
+// and refuses a geometry the register block cannot describe. OpenShm and
+// the mappings of a BAR share it.
+func (c *ShmConfig) check() error {
 	if c.MWs == 0 {
 		c.MWs = 2
 	}
@@ -170,7 +167,21 @@ func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
 	}
 	if c.MemSize < mwAlign || c.MemSize%mwAlign != 0 || c.MWs > maxMWs || c.MWs < 1 ||
 		c.Spads > maxSpads || c.Spads < 1 || c.DoorbellBits < 1 || c.DoorbellBits > 64 {
-		return nil, fmt.Errorf("ntb: invalid shm geometry %+v: %w", c, fabric.ErrInvalid)
+		return fmt.Errorf("invalid bridge geometry %+v: %w", *c, fabric.ErrInvalid)
+	}
+	return nil
+}
+
+// OpenShm attaches to the emulated bridge in the file at path, creating the
+// file with geometry c if it does not exist. It takes whichever side is
+// free and fails with ErrBusy if both are taken. The link comes up once
+// both sides are attached and enabled; OpenShm enables the local side.
+func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
+	if c.MemSize == 0 {
+		c.MemSize = 16 << 20
+	}
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("ntb: %w", err)
 	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {

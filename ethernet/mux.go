@@ -293,34 +293,7 @@ func (m *mux) pollLocked() int {
 
 // l2 checks the link (and IP/UDP) headers of a received frame against
 // this queue and returns the offset of the Weft header, or -1.
-func (m *mux) l2(b []byte) int {
-	if len(b) < EthHdrLen+hdrLen {
-		return -1
-	}
-	if dst := [6]byte(b[0:6]); dst != m.lmac && dst != broadcast {
-		return -1
-	}
-	et := binary.BigEndian.Uint16(b[12:])
-	if !m.udp {
-		if et != m.etype {
-			return -1
-		}
-		return EthHdrLen
-	}
-	if et != EtherTypeIPv4 || len(b) < UDP4HdrLen+hdrLen {
-		return -1
-	}
-	ip := b[EthHdrLen:]
-	ihl := int(ip[0]&0x0f) * 4
-	if ip[0]>>4 != 4 || ihl < IPv4HdrLen || ip[9] != 17 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-		return -1
-	}
-	off := EthHdrLen + ihl
-	if len(b) < off+UDPHdrLen+hdrLen || binary.BigEndian.Uint16(b[off+2:]) != m.lport {
-		return -1
-	}
-	return off + UDPHdrLen
-}
+func (m *mux) l2(b []byte) int { return linkHeader(b, m.lmac, m.udp, m.etype, m.lport) }
 
 // demuxLocked hands one received frame to its connection, to a dialer
 // waiting for its peer's hello, or to the listener. It runs under rxMu

@@ -67,21 +67,22 @@ func TestParseAddrMalformed(t *testing.T) {
 }
 
 // An engine is shared by the endpoints of its address only if they ask
-// for its configuration: a conflicting noicrc or raw is refused.
+// for its configuration: a conflicting noicrc, raw or link is refused.
 func TestEngineConfigConflict(t *testing.T) {
 	addr := netip.MustParseAddrPort("127.0.0.9:0")
-	e, release, err := acquireEngine(addr, false, true)
+	mine := engineOpts{NoRaw: true}
+	e, release, err := acquireEngine(addr, mine)
 	if err != nil {
 		t.Skip("no engine at", addr, err)
 	}
 	defer release()
-	for _, c := range []struct{ noICRC, noRaw bool }{{true, true}, {false, false}} {
-		if _, _, err := acquireEngine(addr, c.noICRC, c.noRaw); !errors.Is(err, fabric.ErrInvalid) ||
-			!strings.Contains(err.Error(), "raw=0") {
+	for _, c := range []engineOpts{{NoICRC: true, NoRaw: true}, {}, {NoRaw: true, Shm: true}} {
+		if _, _, err := acquireEngine(addr, c); !errors.Is(err, fabric.ErrInvalid) ||
+			!strings.Contains(err.Error(), "raw=0&link=udp") {
 			t.Errorf("acquireEngine(%+v) = %v, want ErrInvalid", c, err)
 		}
 	}
-	e2, release2, err := acquireEngine(addr, false, true)
+	e2, release2, err := acquireEngine(addr, mine)
 	if err != nil || e2 != e {
 		t.Fatalf("same configuration: %v, %v", e2 == e, err)
 	}

@@ -163,35 +163,54 @@ var engines struct {
 }
 
 type sharedEngine struct {
-	e      *Engine
-	refs   int
-	noICRC bool // the engine's configuration, which every sharer must ask for
-	noRaw  bool
+	e    *Engine
+	refs int
+	cfg  engineOpts // the engine's configuration, which every sharer must ask for
+}
+
+// engineOpts are the address parameters that configure the engine of a
+// local address (noicrc, raw, link), which all its endpoints share.
+type engineOpts struct {
+	NoICRC, NoRaw, Shm bool
+}
+
+// engineOpts returns the parameters of o that configure its engine.
+func (o Options) engineOpts() engineOpts {
+	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm}
+}
+
+// String formats the configuration as address parameters.
+func (c engineOpts) String() string {
+	link := "udp"
+	if c.Shm {
+		link = "shm"
+	}
+	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s", b2i(c.NoICRC), b2i(!c.NoRaw), link)
 }
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
 // function that releases it. An engine already running at addr with
-// another noICRC or noRaw is not shared: the call fails with an error
-// matching fabric.ErrInvalid (an address's noicrc and raw parameters
-// configure its engine, so all endpoints of one local address must agree
-// on them).
-func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), error) {
+// another configuration is not shared: the call fails with an error
+// matching fabric.ErrInvalid (an address's noicrc, raw and link
+// parameters configure its engine, so all endpoints of one local address
+// must agree on them).
+func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
 	engines.Lock()
 	defer engines.Unlock()
 	if engines.m == nil {
 		engines.m = map[netip.AddrPort]*sharedEngine{}
 	}
 	s := engines.m[addr]
-	if s != nil && (s.noICRC != noICRC || s.noRaw != noRaw) {
+	if s != nil && s.cfg != c {
 		return nil, nil, fmt.Errorf("the engine at %s runs with %s; this endpoint asks for %s: %w",
-			addr, engineParams(s.noICRC, s.noRaw), engineParams(noICRC, noRaw), fabric.ErrInvalid)
+			addr, s.cfg, c, fabric.ErrInvalid)
 	}
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC, NoRaw: noRaw})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm})
 		if err != nil {
 			return nil, nil, err
 		}
-		s = &sharedEngine{e: e, noICRC: noICRC, noRaw: noRaw}
+		s = &sharedEngine{e: e, cfg: c}
 		engines.m[addr] = s
 	}
 	s.refs++
@@ -207,11 +226,6 @@ func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), er
 			}
 		})
 	}, nil
-}
-
-// engineParams formats an engine configuration as address parameters.
-func engineParams(noICRC, noRaw bool) string {
-	return fmt.Sprintf("noicrc=%d&raw=%d", b2i(noICRC), b2i(!noRaw))
 }
 
 func b2i(b bool) int {
@@ -236,6 +250,7 @@ type Options struct {
 	KeepAlive time.Duration  // idle keep-alive (default 100 ms; 0 via "keepalive=0")
 	NoICRC    bool           // do not verify received ICRCs
 	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
+	Shm       bool           // link=shm: carry packets through shared memory to engines of this host (ShmLink)
 	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
@@ -247,15 +262,17 @@ const DefaultDialRetry = 5 * time.Second
 
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
 // connection there, otherwise the endpoint dials it (fabric.Listen
 // accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
-// noicrc and raw configure the engine of the local address, which all
-// endpoints there share: they must agree on them (see Open). A malformed
+// noicrc, raw and link configure the engine of the local address, which
+// all endpoints there share: they must agree on them (see Open). link=shm
+// carries the RoCEv2 packets through shared memory to engines of this
+// host that use it too (see ShmLink), instead of UDP. A malformed
 // value or an unknown parameter is an error that names the key and
 // matches fabric.ErrInvalid.
 func ParseAddr(addr string) (Options, error) {
@@ -294,6 +311,7 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.DialRetry = p.Patience("dialretry", d.DialRetry)
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
+	o.Shm = addrparam.Enum(p, "link", false, map[string]bool{"udp": false, "shm": true})
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
 	return o, p.Err()
@@ -321,7 +339,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1]: user-space RoCEv2 engine (noicrc and raw configure the engine every endpoint of the local address shares); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm]: user-space RoCEv2 engine (noicrc, raw and link configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
 		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 
@@ -425,7 +443,7 @@ func localOf(conn net.Conn, local netip.Addr) netip.Addr {
 // newEndpoint creates a queue pair on the engine of local and returns it
 // with the address to tell the peer.
 func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, Dest, error) {
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.engineOpts())
 	if err != nil {
 		return nil, Dest{}, err
 	}

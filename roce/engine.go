@@ -80,6 +80,10 @@ type EngineConfig struct {
 	Addr netip.AddrPort
 	// NoRaw is UDPConfig.NoRaw for the link the engine opens on Addr.
 	NoRaw bool
+	// Shm opens a ShmLink on Addr instead of a UDPLink: the engine then
+	// reaches the engines of this host that use one too, through shared
+	// memory (the address parameter link=shm).
+	Shm bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
 	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
@@ -101,6 +105,13 @@ const rxBatch = 64
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	link := cfg.Link
 	var blk *qpnBlock
+	if link == nil && cfg.Shm {
+		l, err := ListenShm(cfg.Addr, ShmConfig{})
+		if err != nil {
+			return nil, err
+		}
+		link = l
+	}
 	if link == nil {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("roce: EngineConfig needs a Link or an Addr: %w", fabric.ErrInvalid)
@@ -516,6 +527,11 @@ func (e *Engine) send(pkts []Packet) {
 		if err != nil || (n == 0 && tries > 100) {
 			e.stats.Drops[fabric.DropNoBuffer].Add(uint64(len(pkts)))
 			return
+		}
+		if n == 0 {
+			// The receiver frees space only when it runs (a ShmLink's
+			// ring, in this process perhaps, on as few as one core).
+			runtime.Gosched()
 		}
 	}
 	e.stats.TxBytes.Add(bytes)

@@ -137,7 +137,7 @@ func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoin
 			return nil, opErrAddr("open", addr, err)
 		}
 	}
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.engineOpts())
 	if err != nil {
 		return nil, opErrAddr("open", addr, err)
 	}
@@ -186,7 +186,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 		local = ap.Addr()
 	}
 	key := netip.AddrPortFrom(local, o.Port)
-	eng, release, err := acquireEngine(key, o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(key, o.engineOpts())
 	if err != nil {
 		return nil, opErrAddr("listen", addr, err)
 	}
@@ -196,7 +196,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 		release()
 		return nil, opErrAddr("listen", addr, err)
 	}
-	cl := &cmListener{l: l, eng: eng, key: key, noICRC: o.NoICRC, noRaw: o.NoRaw, release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
+	cl := &cmListener{l: l, eng: eng, key: key, cfg: o.engineOpts(), release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
 		limit: fo.HandshakeLimit()}
 	cl.q = acceptq.New("roce", cl.addr, fo.BacklogSize())
 	cl.wg.Add(1)
@@ -208,8 +208,7 @@ type cmListener struct {
 	l       *CMListener
 	eng     *Engine
 	key     netip.AddrPort // of the shared engine
-	noICRC  bool
-	noRaw   bool
+	cfg     engineOpts
 	release func()
 	addr    string
 	limit   time.Duration
@@ -247,7 +246,7 @@ func (cl *cmListener) loop() {
 				return
 			}
 			// Each endpoint holds the engine, so it outlives the listener.
-			_, rel, err := acquireEngine(cl.key, cl.noICRC, cl.noRaw)
+			_, rel, err := acquireEngine(cl.key, cl.cfg)
 			if err != nil {
 				c.Disconnect(hctx)
 				c.QP().Destroy()

@@ -1,0 +1,564 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/futex"
+	"github.com/weft-io/weft/internal/shm"
+)
+
+// ShmLink is a Link between engines of one host, in one process or many,
+// through shared memory instead of the kernel's network stack: each
+// engine's address (IP and port) names an inbound ring, a file in
+// ShmConfig.Dir, that every other ShmLink of the host may append
+// datagrams to. It stays a RoCEv2 link: the datagrams are the ones a
+// UDPLink sends, ICRC included, and the receiving engine checks the ICRC
+// over rebuilt IP and UDP headers (identification 0), as on a UDP socket
+// without the raw one.
+//
+// Use it for co-located services and tests, where every engine of the
+// fabric uses it (the address parameter link=shm): an engine on a
+// ShmLink neither sends to nor hears engines on UDP. The filesystem, not
+// the network namespace, joins the engines, so engines in different
+// namespaces of one host reach each other by the addresses their rings
+// are named after, which must therefore be unique on the host.
+//
+// The ring is multi-producer, single-consumer: a producer claims a slot
+// by compare-and-swap on the tail and publishes it through the slot's
+// sequence word (D. Vyukov's bounded queue), and the consumer copies each
+// datagram out before the engine parses it, so a producer writing late
+// into shared memory cannot change a packet under the parser. A full ring
+// pushes back on the sender (WriteBatch takes fewer). A ring whose owner
+// closed it, or whose owner died, takes datagrams and drops them, as a
+// network drops datagrams to a host that is down, after one lock probe
+// when the ring fills. A consumer that finds a slot claimed but
+// unpublished for longer than a second, by a producer that died
+// mid-copy, skips it, so no peer can stall a ring for good; a producer
+// that merely stalled that long loses its datagram (the ICRC catches a
+// copy it finishes into a slot reused meanwhile).
+type ShmLink struct {
+	local netip.AddrPort
+	cfg   ShmConfig
+	f     *os.File // the inbound ring; holds the owner's OFD lock
+	mem   []byte
+	r     ring
+
+	memMu   sync.RWMutex // the mapping: Close takes it to unmap
+	readMu  sync.Mutex   // ReadBatch (one poller at a time)
+	stuck   uint64       // the position the consumer last found unpublished
+	stuckAt time.Time    // when it first did
+	closed  atomic.Bool
+	closeMu sync.Mutex
+	wmu     sync.Mutex // WriteBatch, and peers
+	peers   map[netip.AddrPort]*shmPeer
+	drops   atomic.Uint64
+}
+
+// ShmConfig configures a ShmLink. The zero value is the default.
+type ShmConfig struct {
+	// Dir is the directory of the rings (default /dev/shm).
+	Dir string
+	// Slots is the number of datagrams an inbound ring holds, a power of
+	// two (default 1024, 4.5 MB: a queue pair's largest window). Senders
+	// use the ring's own size, read from its header.
+	Slots int
+}
+
+// DefaultShmDir is where ShmLink rings live by default.
+const DefaultShmDir = "/dev/shm"
+
+// Layout of a ring file: a header page, then the slots.
+const (
+	shmMagic   = 0x4c535257 // "WRSL"
+	shmVersion = 1
+
+	shmOffMagic    = 0
+	shmOffVersion  = 4
+	shmOffSlots    = 8
+	shmOffSlotSize = 12
+	shmOffClosed   = 16  // 1 once the owner has closed the ring
+	shmOffTail     = 64  // producers' claim counter (own cache line)
+	shmOffSleeping = 128 // 1 while the consumer sleeps on the bell
+	shmOffBell     = 132 // futex word producers ring
+	shmOffHead     = 192 // the consumer's position (own cache line)
+	shmHeader      = 4096
+
+	// A slot: the sequence word, the datagram's length, source port and
+	// address, then the datagram.
+	slotOffSeq  = 0
+	slotOffLen  = 8
+	slotOffPort = 12
+	slotOffAddr = 16
+	slotOffData = 32
+	shmSlotSize = (slotOffData + maxPacket + 63) &^ 63
+
+	defaultShmSlots = 1024
+	maxShmSlots     = 1 << 16
+	// shmStuck is how long a claimed slot may stay unpublished before the
+	// consumer skips it.
+	shmStuck = time.Second
+)
+
+// ring is a view of one ring's memory, checked once when mapped.
+type ring struct {
+	mem   []byte
+	slots uint64
+	tail  *atomic.Uint64
+	head  *atomic.Uint64
+	bell  *atomic.Uint32
+	sleep *atomic.Uint32
+	shut  *atomic.Uint32
+}
+
+func (r *ring) seq(i uint64) *atomic.Uint64 {
+	return shm.U64(r.mem, shmHeader+int(i&(r.slots-1))*shmSlotSize+slotOffSeq)
+}
+
+func (r *ring) slot(i uint64) []byte {
+	off := shmHeader + int(i&(r.slots-1))*shmSlotSize
+	return r.mem[off : off+shmSlotSize : off+shmSlotSize]
+}
+
+// view checks a mapped ring's header and returns its view; the header's
+// figures come from whoever made the file, so they are checked against
+// the mapping before any slot is touched.
+func view(mem []byte) (ring, error) {
+	if len(mem) < shmHeader {
+		return ring{}, errors.New("shorter than its header")
+	}
+	if shm.Get32(mem, shmOffMagic) != shmMagic || shm.Get32(mem, shmOffVersion) != shmVersion {
+		return ring{}, errors.New("not a ring of this version")
+	}
+	n := uint64(shm.Get32(mem, shmOffSlots))
+	if n == 0 || n > maxShmSlots || n&(n-1) != 0 || shm.Get32(mem, shmOffSlotSize) != shmSlotSize {
+		return ring{}, errors.New("bad geometry")
+	}
+	if uint64(len(mem)) < shmHeader+n*shmSlotSize {
+		return ring{}, errors.New("shorter than its slots")
+	}
+	return ring{mem: mem, slots: n, tail: shm.U64(mem, shmOffTail), head: shm.U64(mem, shmOffHead), bell: shm.U32(mem, shmOffBell),
+		sleep: shm.U32(mem, shmOffSleeping), shut: shm.U32(mem, shmOffClosed)}, nil
+}
+
+// shmPeer is a ring this link sends to.
+type shmPeer struct {
+	f    *os.File
+	mem  []byte
+	r    ring
+	dead bool // the ring's owner is gone: drop what is sent to it
+}
+
+// ShmPath returns the file of the ring of address a in dir (default
+// DefaultShmDir).
+func ShmPath(dir string, a netip.AddrPort) string {
+	if dir == "" {
+		dir = DefaultShmDir
+	}
+	return filepath.Join(dir, "weft-roce-"+a.String())
+}
+
+// ListenShm opens a ShmLink at addr (port 0 means Port): it creates the
+// address's inbound ring, or takes over one whose owner is gone. It fails
+// with an error matching fabric.ErrInvalid if the configuration is
+// invalid, and one matching syscall.EADDRINUSE, as a UDP bind would, if a
+// live link holds the address. The ring file is the user's own (mode
+// 0600): the engines of one fabric run as one user.
+func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), Port)
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if cfg.Dir == "" {
+		cfg.Dir = DefaultShmDir
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = defaultShmSlots
+	}
+	if cfg.Slots < 0 || cfg.Slots > maxShmSlots || cfg.Slots&(cfg.Slots-1) != 0 {
+		return nil, fmt.Errorf("roce: shm link: %d slots: want a power of two up to %d: %w", cfg.Slots, maxShmSlots, fabric.ErrInvalid)
+	}
+	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("roce: shm link: address %v: want a unicast address that names the ring: %w", addr, fabric.ErrInvalid)
+	}
+	path := ShmPath(cfg.Dir, addr)
+	size := shmHeader + cfg.Slots*shmSlotSize
+	// A new file under a temporary name, initialised and locked, then
+	// renamed over the address's: a sender never maps a half-made ring,
+	// and a sender still mapping a dead owner's old file finds it closed.
+	tmp, err := os.CreateTemp(cfg.Dir, ".weft-roce-*")
+	if err != nil {
+		return nil, fmt.Errorf("roce: shm link: %w", err)
+	}
+	fail := func(err error) (*ShmLink, error) {
+		os.Remove(tmp.Name())
+		tmp.Close()
+		return nil, err
+	}
+	if err := lockByte(tmp, 0, false); err != nil {
+		return fail(fmt.Errorf("roce: shm link: lock: %w", err))
+	}
+	if err := tmp.Truncate(int64(size)); err != nil {
+		return fail(fmt.Errorf("roce: shm link: %w", err))
+	}
+	mem, err := unix.Mmap(int(tmp.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("roce: shm link: mmap: %w", err))
+	}
+	shm.Put32(mem, shmOffMagic, shmMagic)
+	shm.Put32(mem, shmOffVersion, shmVersion)
+	shm.Put32(mem, shmOffSlots, uint32(cfg.Slots))
+	shm.Put32(mem, shmOffSlotSize, shmSlotSize)
+	r, _ := view(mem)
+	for i := uint64(0); i < r.slots; i++ {
+		r.seq(i).Store(i)
+	}
+	// Take the address: refuse it while a live owner holds the old file.
+	if old, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+		live := lockByte(old, 0, false) != nil
+		if !live {
+			markClosed(old)
+		}
+		old.Close()
+		if live {
+			unix.Munmap(mem)
+			return fail(fmt.Errorf("roce: shm link: %s is held by a running engine: %w", path, unix.EADDRINUSE))
+		}
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		unix.Munmap(mem)
+		return fail(fmt.Errorf("roce: shm link: %w", err))
+	}
+	l := &ShmLink{local: addr, cfg: cfg, f: tmp, mem: mem, r: r, peers: map[netip.AddrPort]*shmPeer{}}
+	return l, nil
+}
+
+// markClosed sets the closed flag of a ring file whose owner is gone, so
+// that senders still mapping it stop queueing into it.
+func markClosed(f *os.File) {
+	st, err := f.Stat()
+	if err != nil || st.Size() < shmHeader {
+		return
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, shmHeader, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return
+	}
+	shm.U32(mem, shmOffClosed).Store(1)
+	unix.Munmap(mem)
+}
+
+// LocalAddr implements Link.
+func (l *ShmLink) LocalAddr() netip.AddrPort { return l.local }
+
+// Drops returns how many datagrams the link took and dropped because
+// their destination had no ring, a malformed one or one whose owner is
+// gone.
+func (l *ShmLink) Drops() uint64 { return l.drops.Load() }
+
+// ReadBatch implements Link. A datagram longer than its slot (written by
+// a faulty peer) is returned with N -1.
+func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	l.memMu.RLock()
+	defer l.memMu.RUnlock()
+	if l.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	r := &l.r
+	got := 0
+	head := r.head.Load()
+	for got < len(pkts) {
+		seq := r.seq(head)
+		s := seq.Load()
+		if s != head+1 {
+			if s == head && r.tail.Load() > head && l.skipStuck(head) {
+				// Claimed, never published: the producer died mid-copy.
+				if seq.CompareAndSwap(head, head+r.slots) {
+					head++
+				}
+				continue
+			}
+			break
+		}
+		slot := r.slot(head)
+		p := &pkts[got]
+		n := int(shm.Get32(slot, slotOffLen))
+		p.Off = 0
+		if n > maxPacket || n > len(p.Buf) {
+			p.N = -1
+		} else {
+			p.N = copy(p.Buf, slot[slotOffData:slotOffData+n])
+		}
+		port := uint16(shm.Get32(slot, slotOffPort))
+		p.Addr = netip.AddrPortFrom(netip.AddrFrom16([16]byte(slot[slotOffAddr:slotOffAddr+16])).Unmap(), port)
+		p.SrcPort = port
+		seq.Store(head + r.slots)
+		head++
+		got++
+	}
+	r.head.Store(head)
+	return got, nil
+}
+
+// skipStuck reports whether the slot at pos has been claimed and
+// unpublished for longer than shmStuck.
+func (l *ShmLink) skipStuck(pos uint64) bool {
+	now := time.Now()
+	if l.stuck != pos+1 {
+		l.stuck, l.stuckAt = pos+1, now
+		return false
+	}
+	return now.Sub(l.stuckAt) > shmStuck
+}
+
+// WriteBatch implements Link. A full ring takes fewer (backpressure); a
+// destination without a live ring takes the datagrams and drops them.
+func (l *ShmLink) WriteBatch(pkts []Packet) (int, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	src := l.local.Addr().As16()
+	var wake *shmPeer
+	for i := range pkts {
+		p := &pkts[i]
+		peer := l.peer(p.Addr)
+		if peer == nil || peer.dead || p.N < 0 || p.N > maxPacket || p.N > len(p.Buf) {
+			l.drops.Add(1)
+			continue
+		}
+		r := &peer.r
+		if r.shut.Load() != 0 {
+			peer.dead = true
+			l.drops.Add(1)
+			continue
+		}
+		pos, ok := claim(r)
+		if !ok {
+			if !ownerAlive(peer.f) {
+				peer.dead = true
+				l.drops.Add(1)
+				continue
+			}
+			l.ring(wake)
+			return i, nil
+		}
+		slot := r.slot(pos)
+		copy(slot[slotOffData:], p.Buf[:p.N])
+		shm.Put32(slot, slotOffLen, uint32(p.N))
+		sport := p.SrcPort
+		if sport == 0 {
+			sport = l.local.Port()
+		}
+		shm.Put32(slot, slotOffPort, uint32(sport))
+		copy(slot[slotOffAddr:slotOffAddr+16], src[:])
+		// A consumer that gave up on this slot has moved its sequence on:
+		// then the datagram is lost, as on a network.
+		r.seq(pos).CompareAndSwap(pos, pos+1)
+		if wake != peer {
+			l.ring(wake)
+			wake = peer
+		}
+	}
+	l.ring(wake)
+	return len(pkts), nil
+}
+
+// claim takes the next slot of r for a producer.
+// A ring is shared with other processes, so the loop is bounded: words
+// that never settle (a faulty peer) read as a full ring.
+func claim(r *ring) (uint64, bool) {
+	for range 1024 {
+		pos := r.tail.Load()
+		s := r.seq(pos).Load()
+		switch {
+		case s == pos:
+			if r.tail.CompareAndSwap(pos, pos+1) {
+				return pos, true
+			}
+		case s < pos:
+			return 0, false // full: the consumer has not freed this slot yet
+		}
+		// Another producer took pos: try the next.
+	}
+	return 0, false
+}
+
+// ring wakes p's consumer if it sleeps.
+func (l *ShmLink) ring(p *shmPeer) {
+	if p != nil && p.r.sleep.Load() != 0 {
+		p.r.bell.Add(1)
+		futex.Wake(p.r.bell, math.MaxInt32)
+	}
+}
+
+// ownerAlive reports whether a process holds the owner's lock of a ring.
+func ownerAlive(f *os.File) bool {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1}
+	if unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) != nil {
+		return true // cannot tell: keep pushing back
+	}
+	return lk.Type != unix.F_UNLCK
+}
+
+// peer returns the ring of a, mapping it on first use; nil if there is
+// none, or it is malformed (counted as drops by the caller). A ring that
+// closed is looked up again, so a restarted peer is found.
+func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
+	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	p := l.peers[a]
+	if p != nil && !p.dead {
+		return p
+	}
+	if p != nil {
+		// Dead: look again at most every so often for its successor.
+		st, err := os.Stat(ShmPath(l.cfg.Dir, a))
+		if pst, perr := p.f.Stat(); err != nil || perr != nil || os.SameFile(st, pst) {
+			return p
+		}
+		unix.Munmap(p.mem)
+		p.f.Close()
+		delete(l.peers, a)
+	}
+	f, err := os.OpenFile(ShmPath(l.cfg.Dir, a), os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil || st.Size() < shmHeader || st.Size() > shmHeader+maxShmSlots*shmSlotSize {
+		f.Close()
+		return nil
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	r, err := view(mem)
+	if err != nil {
+		unix.Munmap(mem)
+		f.Close()
+		return nil
+	}
+	p = &shmPeer{f: f, mem: mem, r: r}
+	l.peers[a] = p
+	return p
+}
+
+// WaitRead implements Link: it sleeps on the ring's bell (a futex in the
+// shared memory) until a sender rings it.
+func (l *ShmLink) WaitRead(ctx context.Context, deadline time.Time) error {
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, l.wakeSelf)
+		defer stop()
+	}
+	l.memMu.RLock()
+	defer l.memMu.RUnlock()
+	if l.closed.Load() {
+		return os.ErrClosed // and the mapping may be gone
+	}
+	r := &l.r
+	for {
+		// The bell first: a Close or a cancellation after this load
+		// changes it, so the futex does not sleep through them.
+		v := r.bell.Load()
+		if l.closed.Load() {
+			return os.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.sleep.Store(1)
+		if l.readable() {
+			r.sleep.Store(0)
+			return nil
+		}
+		slice := 100 * time.Millisecond
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				r.sleep.Store(0)
+				return nil
+			}
+			slice = min(slice, d)
+		}
+		futex.Wait(r.bell, v, slice)
+		r.sleep.Store(0)
+		if l.readable() {
+			return nil
+		}
+	}
+}
+
+// readable reports whether the next slot is published (or stuck, which
+// ReadBatch must see to skip).
+func (l *ShmLink) readable() bool {
+	return l.r.tail.Load() > l.r.head.Load()
+}
+
+// wakeSelf rings the link's own bell, to end a WaitRead (Close, a
+// cancelled context).
+func (l *ShmLink) wakeSelf() {
+	if !l.memMu.TryRLock() {
+		return // Close holds the mapping: it has rung already
+	}
+	defer l.memMu.RUnlock()
+	if !l.closed.Load() {
+		l.r.bell.Add(1)
+		futex.Wake(l.r.bell, math.MaxInt32)
+	}
+}
+
+// Close implements Link: it marks the ring closed (senders drop what they
+// send to it), removes its file and wakes a blocked WaitRead. It is
+// idempotent.
+func (l *ShmLink) Close() error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.memMu.RLock()
+	l.r.shut.Store(1)
+	l.r.bell.Add(1)
+	futex.Wake(l.r.bell, math.MaxInt32)
+	l.memMu.RUnlock()
+	// Remove the name only if it is still ours (a successor may hold it).
+	path := ShmPath(l.cfg.Dir, l.local)
+	if st, err := os.Stat(path); err == nil {
+		if own, err := l.f.Stat(); err == nil && os.SameFile(st, own) {
+			os.Remove(path)
+		}
+	}
+	l.readMu.Lock()
+	l.wmu.Lock()
+	l.memMu.Lock()
+	for _, p := range l.peers {
+		unix.Munmap(p.mem)
+		p.f.Close()
+	}
+	l.peers = nil
+	unix.Munmap(l.mem)
+	l.mem = nil
+	l.memMu.Unlock()
+	l.wmu.Unlock()
+	l.readMu.Unlock()
+	return l.f.Close()
+}

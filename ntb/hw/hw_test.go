@@ -124,7 +124,7 @@ func TestMirrors(t *testing.T) {
 			{"IMBAR2XLMT", "EMBAR2XLMT"}, {"IM_INT_STATUS", "EM_INT_STATUS"}, {"IM_INT_DISABLE", "EM_INT_DISABLE"},
 			{"IM_SPAD", "EM_SPAD"}, {"IM_DOORBELL", "EM_DOORBELL"}},
 		"intel gen4 (Ice Lake / Sapphire Rapids Xeon)": {{"IM_SPAD", "EM_SPAD"}},
-		"amd Zeppelin":                                 {{"SPAD", "PSION"}}, // checked below by offset only
+		"amd Zeppelin": {{"SPAD", "PSION"}}, // checked below by offset only
 	}
 	for _, m := range Maps() {
 		ps, ok := pairs[m.Family+" "+m.Gen]

@@ -41,6 +41,9 @@ type DoorbellOps struct {
 	// to element i (Intel gen3, gen4).
 	Ring       string
 	RingPerBit bool
+	// RingMask, where set, gates the bits this side may ring; the
+	// driver enables them there at open (Switchtec ODB_MASK).
+	RingMask string
 	// Shift places each side's bits in shared registers: on side s the
 	// local bits sit Shift[s].Local bits up Status and Mask, and the
 	// peer's Shift[s].Peer bits up Ring (Switchtec: the two partitions
@@ -258,7 +261,7 @@ func idtOps() Ops {
 
 func switchtecOps() Ops {
 	o := Ops{
-		DB: DoorbellOps{Status: "IDB", Mask: "IDB_MASK", MaskEnables: true, Ring: "ODB"},
+		DB: DoorbellOps{Status: "IDB", Mask: "IDB_MASK", MaskEnables: true, Ring: "ODB", RingMask: "ODB_MASK"},
 		// Direct windows in BAR 2 and 4; their translation is a
 		// partition operation on the peer's control block.
 		Windows: []Window{{BAR: 2}, {BAR: 4}},

@@ -10,8 +10,9 @@
 // be checked without a bridge: that registers are aligned and do not
 // overlap, that arrays fit, that mirrored blocks (the peer's view, a
 // switch port's global copy) sit where the layout says, and that field
-// encodings round-trip. A Device over them (in package ntb) reports
-// fabric.ErrNotSupported until one is proven on a real bridge.
+// encodings round-trip, and that the driver tables (Ops) name registers
+// the map has. Package ntb's HWDevice, one driver over these tables, is
+// as untested on hardware.
 package hw
 
 import (

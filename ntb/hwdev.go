@@ -108,7 +108,13 @@ type hwParts struct {
 
 // OpenHardware opens the hardware bridge at the PCI address addr with
 // the default HWConfig; see OpenHardwareConfig.
-func OpenHardware(addr string) (Device, error) { return OpenHardwareConfig(addr, HWConfig{}) }
+func OpenHardware(addr string) (Device, error) {
+	d, err := OpenHardwareConfig(addr, HWConfig{})
+	if err != nil {
+		return nil, err // not a nil *HWDevice in a non-nil Device
+	}
+	return d, nil
+}
 
 // OpenHardwareConfig opens the hardware bridge at the PCI address addr
 // ("0000:03:00.0"): the register map is selected by the function's PCI

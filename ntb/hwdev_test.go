@@ -605,6 +605,9 @@ func TestOpenHardwareFake(t *testing.T) {
 			t.Logf("open %s: %v", c.addr, err)
 		}
 	}
+	if dev, err := OpenHardware("0000:ff:1f.7"); dev != nil || !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("OpenHardware of an absent function = %v, %v", dev, err)
+	}
 	d, err := openHardware(bus, "03:00.0", HWConfig{Link: -1})
 	if err != nil {
 		t.Fatal(err)

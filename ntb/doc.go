@@ -15,8 +15,12 @@
 // virtual machines, mapped through package ntb/pci), with a heartbeat for
 // presence and polled doorbells. A device may offer a DMA engine
 // (DMADevice); the emulated ones do. Hardware bridges plug in behind
-// Device: package ntb/hw has their register maps, untested on hardware,
-// and OpenHardware reports fabric.ErrNotSupported.
+// Device: package ntb/hw has their register maps and HWDevice is one
+// driver over them all (OpenHardware), both UNTESTED ON HARDWARE: no
+// bridge was at hand, so their tests only run the driver over memory laid
+// out like each bridge's register BAR and check the registers it writes
+// against the documented layouts. IDT and Switchtec are partial (see
+// HWDevice).
 //
 // Transport runs over a Device, in the spirit of Linux ntb_transport: a
 // handshake over the scratchpads, then one SPSC ring per queue and

@@ -81,27 +81,3 @@ func readHex(path string) uint64 {
 	fmt.Sscanf(strings.TrimSpace(string(b)), "0x%x", &v)
 	return v
 }
-
-// OpenHardware opens a hardware bridge by PCI address. The register map
-// is selected by the function's PCI IDs (package ntb/hw: Intel gen1,
-// gen3, gen4, AMD, IDT 89HPES*NT*, Switchtec), and the BARs map through
-// ntb/pci; but no map has been proven on a real bridge, so the Device
-// over them is not offered yet: it returns fabric.ErrNotSupported, naming
-// the map it found, so a program can fall back to the emulated device.
-func OpenHardware(addr string) (Device, error) {
-	hw, err := ProbeHardware()
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range hw {
-		if h.Addr == addr {
-			m, err := hwmap.Lookup(h.Vendor, h.Device)
-			if err != nil {
-				return nil, fmt.Errorf("ntb: %s (%s %04x:%04x): %w", addr, h.Family, h.Vendor, h.Device, err)
-			}
-			return nil, fmt.Errorf("ntb: %s (%s %s %04x:%04x): register map known but untested on hardware, no driver over it yet: %w",
-				addr, m.Family, m.Gen, h.Vendor, h.Device, fabric.ErrNotSupported)
-		}
-	}
-	return nil, fmt.Errorf("ntb: no NTB function at %s: %w", addr, fabric.ErrNotSupported)
-}

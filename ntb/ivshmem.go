@@ -29,7 +29,7 @@ func mapPCI(addr string, bar int, wc bool, off, size uint64) (Mapping, error) {
 	// The bridge's registers are written into the BAR: only plain shared
 	// memory may take them (class 05h, memory controller, which ivshmem
 	// reports), never a device's register BAR — a hardware NTB's
-	// registers are for its register map (OpenHardware).
+	// registers are for its register map (OpenHardware, HWDevice).
 	if d.Class>>16 != 0x05 {
 		return nil, fmt.Errorf("ntb: %s (%04x:%04x, class %06x) is not shared memory: %w",
 			addr, d.Vendor, d.DeviceID, d.Class, fabric.ErrNotSupported)

@@ -10,9 +10,12 @@ package ntb
 // with an address that names the PCI function, and so does tools/perf;
 // last, guest 1 runs pingpong against the host, which maps the file that
 // backs the BAR ("mem:" address).
-// (VFIO cannot be shown here: the guests have no IOMMU and Debian 12's
-// kernel is built without CONFIG_VFIO_NOIOMMU; ntb/pci's TestVFIOGuest
-// runs on a machine that has ivshmem bound to vfio-pci.) The guests' clocks are
+// (VFIO cannot be shown here: the guests have no IOMMU, and the guest
+// kernel, Debian 12's 6.1.0-50-amd64, is built without
+// CONFIG_VFIO_NOIOMMU ("# CONFIG_VFIO_NOIOMMU is not set" in its
+// config), so no-IOMMU mode is not there either; nor does the image's
+// initrd carry the vfio modules. ntb/pci's TestVFIOGuest runs on a
+// machine that has ivshmem bound to vfio-pci.) The guests' clocks are
 // emulated: the figures are functional, not performance.
 
 import (

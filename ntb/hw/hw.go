@@ -10,8 +10,9 @@
 // be checked without a bridge: that registers are aligned and do not
 // overlap, that arrays fit, that mirrored blocks (the peer's view, a
 // switch port's global copy) sit where the layout says, and that field
-// encodings round-trip. A Device over them (in package ntb) reports
-// fabric.ErrNotSupported until one is proven on a real bridge.
+// encodings round-trip, and that the driver tables (Ops) name registers
+// the map has. Package ntb's HWDevice, one driver over these tables, is
+// as untested on hardware.
 package hw
 
 import (
@@ -69,8 +70,34 @@ type Map struct {
 	// PeerOffset is where the peer's mirror of the local register block
 	// starts, relative to the local one (0: no mirror in this BAR).
 	PeerOffset uint32
+	// RegBARSize is the size of register BAR the map needs: the registers
+	// it lists (and their peer mirror) fit, rounded up to a power of two;
+	// Intel's is the 64 KiB its BAR 0 has. A smaller BAR is the wrong
+	// device.
+	RegBARSize uint64
+	// Ops is how a generic driver works the bridge through these
+	// registers (package ntb's hardware Device).
+	Ops Ops
 	// Source names the public layout the facts come from.
 	Source string
+}
+
+// regsFit is the power of two that holds every register of the map and
+// the peer's mirror of it.
+func (m *Map) regsFit() uint64 {
+	var end uint64
+	for _, r := range m.Regs {
+		e := uint64(r.End())
+		if m.PeerOffset != 0 && r.Off < m.PeerOffset {
+			e += uint64(m.PeerOffset)
+		}
+		end = max(end, e)
+	}
+	n := uint64(4096)
+	for n < end {
+		n <<= 1
+	}
+	return n
 }
 
 // Reg returns the register called name.
@@ -141,10 +168,14 @@ var maps = []*Map{
 			r32("USMEMMISS", 0x70),
 			arr("SPAD", 0x80, 4, 16, 4),
 			arr("B2B_SPAD", 0x100, 4, 16, 4),
-			r32("B2B_DOORBELL", 0x140), r32("B2B_XLAT_L", 0x144), r32("B2B_XLAT_U", 0x148),
+			r16("B2B_DOORBELL", 0x140), r32("B2B_XLAT_L", 0x144), r32("B2B_XLAT_U", 0x148),
 		},
-		DoorbellBits: 15, LinkBit: 15, Scratchpads: 16,
-		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen1.h, ntb_hw_intel.h (device IDs)",
+		// 15 doorbell bits, but on every part listed bit 14 of
+		// B2B_DOORBELL is not mirrored to the peer (an erratum the Linux
+		// driver works around by dropping it), so 14.
+		DoorbellBits: 14, LinkBit: 15, Scratchpads: 16, RegBARSize: 64 << 10,
+		Ops:    intelGen1Ops(),
+		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen1.h, ntb_hw_gen1.c, ntb_hw_intel.h (device IDs)",
 	}),
 	sortRegs(&Map{
 		Family: "intel", Gen: "gen3 (Skylake Xeon)", Vendor: 0x8086, Devices: []uint16{0x201c},
@@ -156,18 +187,20 @@ var maps = []*Map{
 			r64("IM_INT_STATUS", 0x0040), r64("IM_INT_DISABLE", 0x0048),
 			r32("USMEMMISS", 0x0070),
 			arr("IM_SPAD", 0x0080, 4, 16, 4),
-			r64("IM_DOORBELL", 0x0100),
+			arr("IM_DOORBELL", 0x0100, 4, 32, 4), // one register per doorbell bit
 			arr("B2B_SPAD", 0x0180, 4, 16, 4),
 			r64("EMBAR0XBASE", 0x4008),
 			r64("EMBAR1XBASE", 0x4010), r64("EMBAR1XLMT", 0x4018),
 			r64("EMBAR2XBASE", 0x4020), r64("EMBAR2XLMT", 0x4028),
 			r64("EM_INT_STATUS", 0x4040), r64("EM_INT_DISABLE", 0x4048),
 			arr("EM_SPAD", 0x4080, 4, 16, 4),
-			r64("EM_DOORBELL", 0x4100),
+			arr("EM_DOORBELL", 0x4100, 4, 32, 4),
+			r16("SPCICMD", 0x4504),
 			r64("EMBAR0", 0x4510), r64("EMBAR1", 0x4518), r64("EMBAR2", 0x4520),
 		},
-		DoorbellBits: 32, LinkBit: 32, Scratchpads: 16, PeerOffset: 0x4000,
-		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen3.h",
+		DoorbellBits: 32, LinkBit: 32, Scratchpads: 16, PeerOffset: 0x4000, RegBARSize: 64 << 10,
+		Ops:    intelGen3Ops(),
+		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen3.h, ntb_hw_gen3.c",
 	}),
 	sortRegs(&Map{
 		Family: "intel", Gen: "gen4 (Ice Lake / Sapphire Rapids Xeon)", Vendor: 0x8086, Devices: []uint16{0x347e},
@@ -180,39 +213,36 @@ var maps = []*Map{
 			r16("IM23XBASEIDX", 0x0074), r16("IM45XBASEIDX", 0x0076),
 			arr("IM_SPAD", 0x0080, 4, 16, 4),
 			r32("IM_SPAD_SEM", 0x00c0), r32("IM_SPAD_STICKY", 0x00c4),
-			r64("IM_DOORBELL", 0x0100),
+			arr("IM_DOORBELL", 0x0100, 4, 32, 4), // one register per doorbell bit
 			arr("EM_SPAD", 0x8080, 4, 16, 4),
-			r16("LINK_CTRL", 0xb050), r16("LINK_STATUS", 0xb052),
+			r16("LINK_CTRL", 0xb050), r16("LINK_STATUS", 0xb052), r16("SLOTSTS", 0xb05a),
 			r32("PPD0", 0xb0d4), r32("PPD1", 0xb4c0),
 		},
-		DoorbellBits: 32, LinkBit: 32, Scratchpads: 16, PeerOffset: 0x8000,
-		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen4.h",
+		DoorbellBits: 32, LinkBit: 32, Scratchpads: 16, PeerOffset: 0x8000, RegBARSize: 64 << 10,
+		Ops:    intelGen4Ops(),
+		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen4.h, ntb_hw_gen4.c",
 	}),
 	sortRegs(&Map{
-		Family: "amd", Gen: "Zeppelin and later", Vendor: 0x1022, Devices: []uint16{0x145b, 0x148b, 0x14c0, 0x14c3},
-		RegBAR: 0,
-		Regs: []Reg{
-			r32("CNTL", 0x200), r32("STA", 0x204), r32("PGSLV", 0x208), r32("SPAD_MUX", 0x20c),
-			arr("SPAD", 0x210, 4, 16, 4),
-			r32("RSMU_HCID", 0x250), r32("RSMU_SIID", 0x254),
-			r32("PSION", 0x300), r32("SSION", 0x330),
-			r32("MMINDEX", 0x400), r32("MMDATA", 0x404), r32("SIDEINFO", 0x408),
-			r32("ROMBARLMT", 0x410), r32("BAR1LMT", 0x414), r64("BAR23LMT", 0x418), r64("BAR45LMT", 0x420),
-			r64("POMBARXLAT", 0x428), r64("BAR1XLAT", 0x430), r64("BAR23XLAT", 0x438), r64("BAR45XLAT", 0x440),
-			r32("DBFM", 0x450), r32("DBREQ", 0x454), r32("MIRRDBSTAT", 0x458), r32("DBMASK", 0x45c), r32("DBSTAT", 0x460),
-			r32("INTMASK", 0x470), r32("INTSTAT", 0x474),
-			r32("PMESTAT", 0x480), r32("PMSGTRIG", 0x490), r32("LTRLATENCY", 0x494), r32("FLUSHTRIG", 0x498),
-			r32("SMUACK", 0x4a0), r32("SINRST", 0x4a4), r32("RSPNUM", 0x4a8), r32("SMU_SPADMUTEX", 0x4b0), r32("SMU_SPADOFFSET", 0x4b4),
-		},
+		Family: "amd", Gen: "Zeppelin", Vendor: 0x1022, Devices: []uint16{0x145b},
+		RegBAR: 0, Regs: amdRegs(),
 		// The 16 scratchpads are shared: each side uses half.
 		DoorbellBits: 16, LinkBit: -1, Scratchpads: 8, PeerOffset: 0x400,
-		Source: "Linux drivers/ntb/hw/amd/ntb_hw_amd.h, ntb_hw_amd.c (device IDs)",
+		Source: "Linux drivers/ntb/hw/amd/ntb_hw_amd.h, ntb_hw_amd.c (device IDs and windows)",
+		Ops:    amdOps(1, 2, 4),
+	}),
+	sortRegs(&Map{
+		Family: "amd", Gen: "later (148b, 14c0, 14c3)", Vendor: 0x1022, Devices: []uint16{0x148b, 0x14c0, 0x14c3},
+		RegBAR: 0, Regs: amdRegs(),
+		DoorbellBits: 16, LinkBit: -1, Scratchpads: 8, PeerOffset: 0x400,
+		Source: "Linux drivers/ntb/hw/amd/ntb_hw_amd.h, ntb_hw_amd.c (device IDs and windows)",
+		Ops:    amdOps(2, 4),
 	}),
 	sortRegs(&Map{
 		Family: "amd", Gen: "Hygon", Vendor: 0x1d94, Devices: []uint16{0x145b},
-		RegBAR: 0, Regs: nil, // filled below: the AMD layout
+		RegBAR: 0, Regs: amdRegs(),
 		DoorbellBits: 16, LinkBit: -1, Scratchpads: 8, PeerOffset: 0x400,
-		Source: "Linux drivers/ntb/hw/amd/ntb_hw_amd.c (device IDs): AMD's register layout",
+		Source: "Linux drivers/ntb/hw/amd/ntb_hw_amd.c (device IDs): AMD's Zeppelin layout",
+		Ops:    amdOps(1, 2, 4),
 	}),
 	sortRegs(&Map{
 		Family: "idt", Gen: "89HPES*NT* (PCIe Gen2 switches)", Vendor: 0x111d,
@@ -233,6 +263,7 @@ var maps = []*Map{
 		},
 		// IDT has no scratchpads: four message registers per direction.
 		DoorbellBits: 32, LinkBit: -1, Scratchpads: 4,
+		Ops:    idtOps(),
 		Source: "Linux drivers/ntb/hw/idt/ntb_hw_idt.h, ntb_hw_idt.c (port lists)",
 	}),
 	sortRegs(&Map{
@@ -245,19 +276,38 @@ var maps = []*Map{
 			0x8571, 0x8572, 0x8573, 0x8574, 0x8575, 0x8576},
 		RegBAR: 0,
 		Regs:   nil, // built by switchtecRegs
-		// 64 doorbell bits; the driver splits them between the two sides.
-		DoorbellBits: 64, LinkBit: -1, Scratchpads: 0,
+		// 64 doorbell bits shared by the two partitions, 32 each, of
+		// which the top 4 are taken by message interrupts: 28.
+		DoorbellBits: 28, LinkBit: -1, Scratchpads: 0,
+		Ops:    switchtecOps(),
 		Source: "Linux include/linux/switchtec.h (ntb_info_regs, ntb_ctrl_regs, ntb_dbmsg_regs)",
 	}),
 }
 
+// amdRegs lists AMD's register block (one copy per map).
+func amdRegs() []Reg {
+	return []Reg{
+		r32("CNTL", 0x200), r32("STA", 0x204), r32("PGSLV", 0x208), r32("SPAD_MUX", 0x20c),
+		arr("SPAD", 0x210, 4, 16, 4),
+		r32("RSMU_HCID", 0x250), r32("RSMU_SIID", 0x254),
+		r32("PSION", 0x300), r32("SSION", 0x330),
+		r32("MMINDEX", 0x400), r32("MMDATA", 0x404), r32("SIDEINFO", 0x408),
+		r32("ROMBARLMT", 0x410), r32("BAR1LMT", 0x414), r64("BAR23LMT", 0x418), r64("BAR45LMT", 0x420),
+		r64("POMBARXLAT", 0x428), r64("BAR1XLAT", 0x430), r64("BAR23XLAT", 0x438), r64("BAR45XLAT", 0x440),
+		r16("DBFM", 0x450), r16("DBREQ", 0x454), r16("MIRRDBSTAT", 0x458), r16("DBMASK", 0x45c), r16("DBSTAT", 0x460),
+		r32("INTMASK", 0x470), r32("INTSTAT", 0x474),
+		r32("PMESTAT", 0x480), r32("PMSGTRIG", 0x490), r32("LTRLATENCY", 0x494), r32("FLUSHTRIG", 0x498),
+		r32("SMUACK", 0x4a0), r32("SINRST", 0x4a4), r32("RSPNUM", 0x4a8), r32("SMU_SPADMUTEX", 0x4b0), r32("SMU_SPADOFFSET", 0x4b4),
+	}
+}
+
 func init() {
 	for _, m := range maps {
-		if m.Family == "amd" && m.Regs == nil {
-			m.Regs = maps[3].Regs
-		}
 		if m.Family == "switchtec" {
 			m.Regs = switchtecRegs()
+		}
+		if m.RegBARSize == 0 {
+			m.RegBARSize = m.regsFit()
 		}
 	}
 }

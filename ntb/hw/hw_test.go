@@ -83,11 +83,14 @@ func TestMapsConsistent(t *testing.T) {
 		if m.LinkBit >= 0 && m.DBValidMask()&(1<<m.LinkBit) != 0 {
 			t.Errorf("%s: link bit %d inside the valid mask %#x", name, m.LinkBit, m.DBValidMask())
 		}
-		for _, db := range []string{"PDOORBELL", "IM_DOORBELL", "INDBELLSTS", "DBSTAT", "IDB"} {
+		for _, db := range []string{m.Ops.DB.Status, m.Ops.DB.Mask} {
 			if r, ok := m.Reg(db); ok {
 				need := m.DoorbellBits
 				if m.LinkBit >= need {
 					need = m.LinkBit + 1
+				}
+				if m.Ops.DB.Shift[1].Local > 0 {
+					need += int(m.Ops.DB.Shift[1].Local) // the higher side's bits
 				}
 				if int(r.Width)*8 < need {
 					t.Errorf("%s: %s is %d bits, the doorbells need %d", name, db, 8*r.Width, need)
@@ -121,7 +124,7 @@ func TestMirrors(t *testing.T) {
 			{"IMBAR2XLMT", "EMBAR2XLMT"}, {"IM_INT_STATUS", "EM_INT_STATUS"}, {"IM_INT_DISABLE", "EM_INT_DISABLE"},
 			{"IM_SPAD", "EM_SPAD"}, {"IM_DOORBELL", "EM_DOORBELL"}},
 		"intel gen4 (Ice Lake / Sapphire Rapids Xeon)": {{"IM_SPAD", "EM_SPAD"}},
-		"amd Zeppelin and later":                       {{"SPAD", "PSION"}}, // checked below by offset only
+		"amd Zeppelin": {{"SPAD", "PSION"}}, // checked below by offset only
 	}
 	for _, m := range Maps() {
 		ps, ok := pairs[m.Family+" "+m.Gen]
@@ -317,4 +320,86 @@ func FuzzDecodeIDTBarSetup(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOpsTables checks the driver tables against their maps: every
+// register an operation names exists and is wide enough, and each
+// window's BAR is a window BAR.
+func TestOpsTables(t *testing.T) {
+	for _, m := range Maps() {
+		name := m.Family + " " + m.Gen
+		o := m.Ops
+		need := func(what, reg string, minWidth uint8) Reg {
+			t.Helper()
+			if reg == "" {
+				return Reg{}
+			}
+			r, ok := m.Reg(reg)
+			if !ok {
+				t.Errorf("%s: %s names %q, which the map lacks", name, what, reg)
+			} else if r.Width < minWidth {
+				t.Errorf("%s: %s %s is %d bytes, want at least %d", name, what, reg, r.Width, minWidth)
+			}
+			return r
+		}
+		if o.DB.Status == "" || o.DB.Mask == "" || o.DB.Ring == "" {
+			t.Errorf("%s: doorbell registers missing: %+v", name, o.DB)
+		}
+		need("doorbell status", o.DB.Status, 2)
+		need("doorbell mask", o.DB.Mask, 2)
+		ring := need("doorbell ring", o.DB.Ring, 2)
+		if o.DB.RingPerBit && ring.Count < m.DoorbellBits {
+			t.Errorf("%s: %d ring registers for %d bits", name, ring.Count, m.DoorbellBits)
+		}
+		if !o.DB.RingPerBit && int(ring.Width)*8 < m.DoorbellBits+int(o.DB.Shift[0].Peer) {
+			t.Errorf("%s: ring register too narrow", name)
+		}
+		loc, per := need("local scratchpads", o.Spad.Local, 4), need("peer scratchpads", o.Spad.Peer, 4)
+		if o.Spad.Local != "" {
+			n := m.Scratchpads
+			if o.Spad.Halves {
+				n *= 2
+			}
+			if loc.Count < n || per.Count < n {
+				t.Errorf("%s: scratchpad arrays of %d and %d for %d", name, loc.Count, per.Count, n)
+			}
+		}
+		if len(o.Windows) == 0 {
+			t.Errorf("%s: no windows", name)
+		}
+		seen := map[int]bool{}
+		for i, w := range o.Windows {
+			if w.BAR <= 0 || w.BAR > 5 || w.BAR == m.RegBAR || seen[w.BAR] {
+				t.Errorf("%s: window %d in BAR %d", name, i, w.BAR)
+			}
+			seen[w.BAR] = true
+			need("translation", w.Xlat, 8)
+			need("limit", w.Limit, 4)
+			need("base", w.Base, 8)
+			need("mirror limit", w.MirrorLimit, 8)
+			need("mirror base", w.MirrorBase, 8)
+			need("log2 of the size", w.Log2Reg, 2)
+			if (w.Xlat == "") != (w.Limit == "") {
+				t.Errorf("%s: window %d has a translation without a limit or the reverse", name, i)
+			}
+			if w.AddrAlign&(w.AddrAlign-1) != 0 {
+				t.Errorf("%s: window %d alignment %#x", name, i, w.AddrAlign)
+			}
+		}
+		need("link status", o.Link.Status, 2)
+		for _, u := range append(append([]Update{}, o.Link.Enable...), o.Link.Disable...) {
+			need("link update", u.Reg, 2)
+		}
+		if o.Side != nil {
+			need("side", o.Side.Reg, 4)
+		}
+		if p := o.Partition; p != nil {
+			need("partition", p.Self, 1)
+			need("endpoint map", p.EPMapLo, 4)
+			need("endpoint map", p.EPMapHi, 4)
+		}
+		if m.RegBARSize < m.regsFit() || m.RegBARSize&(m.RegBARSize-1) != 0 {
+			t.Errorf("%s: register BAR of %#x bytes, the registers need %#x", name, m.RegBARSize, m.regsFit())
+		}
+	}
 }

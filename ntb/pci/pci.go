@@ -76,6 +76,8 @@ type Device struct {
 	// other bridge, which NTB functions report).
 	Vendor, DeviceID, SubVendor, SubDevice uint16
 	Class                                  uint32
+	// Revision is the revision ID (0 where sysfs does not show it).
+	Revision uint8
 	// Driver is the bound kernel driver ("" when none, "vfio-pci").
 	Driver string
 	// IOMMUGroup is the function's IOMMU group number ("" without one).
@@ -177,6 +179,9 @@ func (b Bus) read(addr string) (Device, error) {
 	}
 	if v, e := readHex(filepath.Join(dir, "subsystem_device")); e == nil {
 		d.SubDevice = uint16(v)
+	}
+	if v, e := readHex(filepath.Join(dir, "revision")); e == nil {
+		d.Revision = uint8(v)
 	}
 	if l, e := os.Readlink(filepath.Join(dir, "driver")); e == nil {
 		d.Driver = filepath.Base(l)

@@ -1,0 +1,274 @@
+package hw
+
+// Ops says, as data, how a generic driver works a bridge through its map:
+// which registers hold the doorbells, scratchpads, window translations
+// and link state, and the arithmetic of each. Register names refer to
+// Map.Regs. One driver (package ntb's hardware Device) reads these tables
+// for every family; what a family does differently is a field here, not
+// a copy of the driver. The facts come from the same public layouts as
+// the maps (Linux's drivers/ntb/hw), and are as untested on hardware.
+type Ops struct {
+	DB      DoorbellOps
+	Spad    SpadOps
+	Windows []Window
+	Link    LinkOps
+	// Side tells which side of the bridge this function is, where the
+	// two sides use the registers differently (AMD: the primary and
+	// secondary split the scratchpads); nil: the sides are alike.
+	Side *SideRule
+	// Partition is set for a partition of a switch (Switchtec): the
+	// doorbell registers repeat per partition, and the side is which of
+	// the two partitions is the lower.
+	Partition *PartitionOps
+	// BarAlignRevs is the range of PCI revisions (inclusive) whose
+	// windows need translations aligned to the window's size, with its
+	// log2 written to each Window.Log2Reg (Intel Ice Lake); zero: none.
+	BarAlignRevs [2]uint8
+}
+
+// DoorbellOps locates the doorbells.
+type DoorbellOps struct {
+	// Status holds the local doorbell bits: read them; write ones to
+	// clear them.
+	Status string
+	// Mask masks local doorbell bits: a set bit masks, or with
+	// MaskEnables (Switchtec) a set bit enables and the driver writes
+	// the complement.
+	Mask        string
+	MaskEnables bool
+	// Ring rings the peer: the bits are written to it; with RingPerBit
+	// it is an array of one register per bit and ringing bit i writes 1
+	// to element i (Intel gen3, gen4).
+	Ring       string
+	RingPerBit bool
+	// RingMask, where set, gates the bits this side may ring; the
+	// driver enables them there at open (Switchtec ODB_MASK).
+	RingMask string
+	// Shift places each side's bits in shared registers: on side s the
+	// local bits sit Shift[s].Local bits up Status and Mask, and the
+	// peer's Shift[s].Peer bits up Ring (Switchtec: the two partitions
+	// share 64 bits, the lower partition taking the low half).
+	Shift [2]struct{ Local, Peer uint }
+}
+
+// SpadOps locates the scratchpads.
+type SpadOps struct {
+	// Local is the array this side's scratchpads are in, Peer the array
+	// through which it reaches the peer's; "" where there is none.
+	Local, Peer string
+	// Halves: Local and Peer are one array that the sides split, side 0
+	// taking the first Map.Scratchpads elements (AMD).
+	Halves bool
+	// Messages: message registers instead of scratchpads (IDT): Local
+	// holds inbound messages, which the peer wrote and this side only
+	// reads; Peer sends, and cannot be read back.
+	Messages bool
+}
+
+// LimitRule is how a window's limit register is computed.
+type LimitRule uint8
+
+// Limit rules.
+const (
+	// LimitBasePlusSize: the window's base address plus the size (Intel
+	// gen3, gen4).
+	LimitBasePlusSize LimitRule = iota
+	// LimitZeroWhenFull: base plus size, or 0 (no limit) when the size
+	// is the whole window (Intel gen1).
+	LimitZeroWhenFull
+	// LimitSize: the size itself (AMD).
+	LimitSize
+)
+
+// Window is one memory window: the BAR through which this side writes
+// into the peer, and the registers that translate the peer's writes
+// through its own window into this side's memory.
+type Window struct {
+	// BAR is the window's BAR.
+	BAR int
+	// Xlat takes the translated (bus) address; Limit ends the window by
+	// Rule. An empty Xlat means this side cannot translate its inbound
+	// window (IDT and Switchtec configure translation on the outbound
+	// side or through switch-global operations).
+	Xlat, Limit string
+	Rule        LimitRule
+	// Base is the register that holds the window's base address (its
+	// low 4 bits are flags); "" means the window BAR's own bus address.
+	Base string
+	// AtPeer: Xlat and Limit are written in the peer's mirror of the
+	// block, Map.PeerOffset up (AMD).
+	AtPeer bool
+	// MirrorLimit is a second limit set by the same rule from its own
+	// base register MirrorBase (Intel gen3: the external side's limit).
+	MirrorLimit, MirrorBase string
+	// AddrAlign is the alignment of the translated address; 0 means the
+	// window's size. SizeAlign is that of the size (0: 1).
+	AddrAlign, SizeAlign uint64
+	// Log2Reg takes log2 of the window's size on the revisions in
+	// Ops.BarAlignRevs (Intel Ice Lake).
+	Log2Reg string
+}
+
+// LinkOps locates the link state and the writes that enable or disable
+// this side of the link.
+type LinkOps struct {
+	// Status is the register whose UpBits, all set, mean the link is up;
+	// with Status empty and ConfigOff set, it is ConfigWidth bytes at
+	// ConfigOff in the function's configuration space. Neither: the map
+	// cannot tell (IDT, Switchtec: their link state is switch-global).
+	Status      string
+	ConfigOff   int64
+	ConfigWidth int
+	UpBits      uint64
+	// AtPeer: Status is read in the peer's mirror (AMD: the peer's
+	// SIDEINFO says it is ready).
+	AtPeer bool
+	// Enable and Disable are read-modify-writes, in order.
+	Enable, Disable []Update
+}
+
+// Update is a read-modify-write of a register: v = v&^Clear | Set (Clear
+// all ones writes Set whole). AtPeer writes the peer's mirror.
+type Update struct {
+	Reg        string
+	Set, Clear uint64
+	AtPeer     bool
+}
+
+// SideRule reads the side: side 1 when Reg has any of Bits.
+type SideRule struct {
+	Reg  string
+	Bits uint64
+}
+
+// PartitionOps describes a switch partition (Switchtec).
+type PartitionOps struct {
+	// Self is the register holding this partition's number; EPMap (Lo
+	// and Hi, a split 64-bit map) has a bit per partition with an NT
+	// endpoint, the peer being the lowest other one.
+	Self, EPMapLo, EPMapHi string
+	// Count is the number of partitions; DBStride how far apart the
+	// partitions' doorbell blocks are.
+	Count    int
+	DBStride uint32
+}
+
+// PCIe Link Status "data link layer link active" (LNKSTS bit 13), as
+// Intel's NTB reports it.
+const linkActive = 0x2000
+
+// Intel NTBCNTL bits (ntb_hw_intel.h).
+const (
+	intelCtlCfgLock = 1 << 0
+	intelCtlDisable = 1 << 1
+	intelSnoop24    = 1<<2 | 1<<4 | 1<<6 | 1<<8 // BAR2 and BAR4 snoop, both directions
+)
+
+func intelGen1Ops() Ops {
+	return Ops{
+		DB:   DoorbellOps{Status: "PDOORBELL", Mask: "PDBMSK", Ring: "B2B_DOORBELL"},
+		Spad: SpadOps{Local: "SPAD", Peer: "B2B_SPAD"},
+		Windows: []Window{
+			{BAR: 2, Xlat: "SBAR23XLAT", Limit: "SBAR23LMT", Base: "SBAR23BASE", Rule: LimitZeroWhenFull},
+			{BAR: 4, Xlat: "SBAR45XLAT", Limit: "SBAR45LMT", Base: "SBAR45BASE", Rule: LimitZeroWhenFull},
+		},
+		Link: LinkOps{ConfigOff: 0x1a2, ConfigWidth: 2, UpBits: linkActive,
+			Enable:  []Update{{Reg: "NTBCNTL", Set: intelSnoop24, Clear: intelCtlDisable | intelCtlCfgLock}},
+			Disable: []Update{{Reg: "NTBCNTL", Set: intelCtlDisable | intelCtlCfgLock, Clear: intelSnoop24}}},
+	}
+}
+
+func intelGen3Ops() Ops {
+	return Ops{
+		DB:   DoorbellOps{Status: "IM_INT_STATUS", Mask: "IM_INT_DISABLE", Ring: "IM_DOORBELL", RingPerBit: true},
+		Spad: SpadOps{Local: "IM_SPAD", Peer: "B2B_SPAD"},
+		Windows: []Window{
+			{BAR: 2, Xlat: "IMBAR1XBASE", Limit: "IMBAR1XLMT", MirrorLimit: "EMBAR1XLMT", MirrorBase: "EMBAR1"},
+			{BAR: 4, Xlat: "IMBAR2XBASE", Limit: "IMBAR2XLMT", MirrorLimit: "EMBAR2XLMT", MirrorBase: "EMBAR2"},
+		},
+		Link: LinkOps{ConfigOff: 0x1a2, ConfigWidth: 2, UpBits: linkActive,
+			Enable:  []Update{{Reg: "NTBCNTL", Set: intelSnoop24, Clear: intelCtlDisable | intelCtlCfgLock}},
+			Disable: []Update{{Reg: "NTBCNTL", Set: intelCtlDisable | intelCtlCfgLock, Clear: intelSnoop24}}},
+	}
+}
+
+// Gen4 NTBCNTL snoop bits (E2I/I2E for BAR23 and BAR45), LINK_CTRL's
+// link-disable bit and PPD0's link-training bit (ntb_hw_gen4.h).
+const (
+	gen4Snoop       = 0x4 | 0x10 | 0x40 | 0x100
+	gen4LinkDisable = 0x10
+	gen4PPDLinkTrn  = 0x8
+)
+
+func intelGen4Ops() Ops {
+	return Ops{
+		DB:   DoorbellOps{Status: "IM_INT_STATUS", Mask: "IM_INT_DISABLE", Ring: "IM_DOORBELL", RingPerBit: true},
+		Spad: SpadOps{Local: "IM_SPAD", Peer: "EM_SPAD"},
+		Windows: []Window{
+			{BAR: 2, Xlat: "IM23XBASE", Limit: "IM23XLMT", AddrAlign: 4096, Log2Reg: "IM23XBASEIDX"},
+			{BAR: 4, Xlat: "IM45XBASE", Limit: "IM45XLMT", AddrAlign: 4096, Log2Reg: "IM45XBASEIDX"},
+		},
+		Link: LinkOps{Status: "LINK_STATUS", UpBits: linkActive,
+			Enable: []Update{{Reg: "NTBCNTL", Set: gen4Snoop, Clear: ^uint64(0)},
+				{Reg: "LINK_CTRL", Clear: gen4LinkDisable}, {Reg: "PPD0", Set: gen4PPDLinkTrn}},
+			Disable: []Update{{Reg: "NTBCNTL", Clear: gen4Snoop}, {Reg: "LINK_CTRL", Set: gen4LinkDisable}}},
+		// Ice Lake (revisions 2 to 0xf of 347e) aligns translations to
+		// the window and takes its log2 in IMxxXBASEIDX.
+		BarAlignRevs: [2]uint8{0x2, 0xf},
+	}
+}
+
+// AMD CNTL's register-access enables (PMM_REG_CTL, SMM_REG_CTL) and
+// SIDEINFO's bits (ntb_hw_amd.h).
+const (
+	amdRegCtl    = 1<<21 | 1<<20
+	amdSideMask  = 1 << 0
+	amdSideReady = 1 << 1
+)
+
+// amdOps gives the AMD operations for a part whose windows are bars.
+func amdOps(bars ...int) Ops {
+	o := Ops{
+		DB:   DoorbellOps{Status: "DBSTAT", Mask: "DBMASK", Ring: "DBREQ"},
+		Spad: SpadOps{Local: "SPAD", Peer: "SPAD", Halves: true},
+		Link: LinkOps{Status: "SIDEINFO", UpBits: amdSideReady, AtPeer: true,
+			Enable:  []Update{{Reg: "CNTL", Set: amdRegCtl}, {Reg: "SIDEINFO", Set: amdSideReady}},
+			Disable: []Update{{Reg: "CNTL", Clear: amdRegCtl}, {Reg: "SIDEINFO", Clear: amdSideReady}}},
+		Side: &SideRule{Reg: "SIDEINFO", Bits: amdSideMask},
+	}
+	for _, b := range bars {
+		w := Window{BAR: b, Rule: LimitSize, AtPeer: true, AddrAlign: 4096}
+		switch b {
+		case 1:
+			w.Xlat, w.Limit = "BAR1XLAT", "BAR1LMT"
+		case 2:
+			w.Xlat, w.Limit = "BAR23XLAT", "BAR23LMT"
+		case 4:
+			w.Xlat, w.Limit = "BAR45XLAT", "BAR45LMT"
+		}
+		o.Windows = append(o.Windows, w)
+	}
+	return o
+}
+
+func idtOps() Ops {
+	return Ops{
+		DB:      DoorbellOps{Status: "INDBELLSTS", Mask: "INDBELLMSK", Ring: "OUTDBELLSET"},
+		Spad:    SpadOps{Local: "INMSG", Peer: "OUTMSG", Messages: true},
+		Windows: []Window{{BAR: 2}, {BAR: 4}},
+	}
+}
+
+func switchtecOps() Ops {
+	o := Ops{
+		DB: DoorbellOps{Status: "IDB", Mask: "IDB_MASK", MaskEnables: true, Ring: "ODB", RingMask: "ODB_MASK"},
+		// Direct windows in BAR 2 and 4; their translation is a
+		// partition operation on the peer's control block.
+		Windows: []Window{{BAR: 2}, {BAR: 4}},
+		Partition: &PartitionOps{Self: "INFO_PARTITION_ID", EPMapLo: "INFO_EP_MAP_LO", EPMapHi: "INFO_EP_MAP_HI",
+			Count: SwitchtecPartitions, DBStride: SwitchtecDBMsgStride},
+	}
+	o.DB.Shift[0].Peer = 32  // the lower partition: local bits low, the peer's high
+	o.DB.Shift[1].Local = 32 // the higher: the reverse
+	return o
+}

@@ -1,0 +1,936 @@
+//go:build linux
+
+package ntb
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/spin"
+	hwmap "github.com/weft-io/weft/ntb/hw"
+	"github.com/weft-io/weft/ntb/pci"
+)
+
+// DMAMemory is host memory a bridge can write into: the local memory of
+// a hardware Device, which its inbound windows translate into. Bytes is
+// the memory as this process sees it and BusAddr the bus address of its
+// first byte, the memory being contiguous on the bus (a VFIO DMA mapping,
+// or memory the platform reserved for the bridge).
+type DMAMemory interface {
+	Bytes() []byte
+	BusAddr() uint64
+}
+
+// HWConfig configures a hardware Device. The zero value is the default.
+type HWConfig struct {
+	// Memory is the local memory inbound windows translate into. Without
+	// it the device works but MWSetTrans reports fabric.ErrNotSupported.
+	Memory DMAMemory
+	// Link is the period of the link poll that feeds LinkEvents (0:
+	// 10ms); negative: no poll (LinkIsUp still reads the hardware).
+	Link time.Duration
+	// Spin is how long DBWait polls the doorbell register before it
+	// sleeps between polls (the bridge's interrupts are not used).
+	Spin time.Duration
+}
+
+// HWDevice is a hardware bridge worked through its register map (package
+// ntb/hw): one driver for every family, reading the map's tables (Ops)
+// for where each register is and how its fields are computed. It is
+// UNTESTED ON HARDWARE: its tests run it over memory laid out like each
+// bridge's register BAR and check the registers it writes against the
+// documented layouts. It implements Device with these limits:
+//
+//   - doorbells are polled (DBWait), not taken as interrupts;
+//   - the peer's translation cannot be read on hardware, so PeerMW maps
+//     the whole outbound window whatever the peer set;
+//   - IDT: scratchpads are message registers (SpadRead reads an inbound
+//     message, PeerSpadWrite sends one; the switch's routing of messages
+//     and its link state are switch-global and not set up here), and the
+//     translation is the outbound side's: MWSetTrans, SpadWrite,
+//     PeerSpadRead and LinkEnable report fabric.ErrNotSupported;
+//   - Switchtec: doorbells only; windows are configured by partition
+//     operations on the peer's control block, and scratchpads and link
+//     state live in shared memory behind a lookup-table window, none of
+//     which is done here (fabric.ErrNotSupported).
+type HWDevice struct {
+	name   string
+	m      *hwmap.Map
+	o      *hwmap.Ops
+	regs   Mapping
+	rb     []byte
+	cfg    io.ReaderAt
+	wins   []pci.Resource // each window's BAR
+	mapBAR func(bar int) (Mapping, error)
+	mem    DMAMemory
+	valid  uint64
+	side   int
+	dbBase uint32 // the partition's doorbell block (Switchtec)
+	barAln bool   // translations aligned to the window, log2 written
+	spin   time.Duration
+	closer io.Closer // VFIO device, config file
+
+	mu      sync.Mutex
+	dbMask  uint64
+	peerWin []Mapping
+
+	events chan LinkEvent
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	linkUp atomic.Bool
+	inc    atomic.Uint32
+	wake   atomic.Uint32
+}
+
+// hwParts is what a hardware device is built from: the register BAR and
+// the rest of the PCI function as the opener found it (or a test made).
+type hwParts struct {
+	regs     Mapping
+	cfg      io.ReaderAt
+	bars     [pci.NumBARs]pci.Resource
+	revision uint8
+	mapBAR   func(bar int) (Mapping, error)
+	closer   io.Closer
+}
+
+// OpenHardware opens the hardware bridge at the PCI address addr with
+// the default HWConfig; see OpenHardwareConfig.
+func OpenHardware(addr string) (Device, error) {
+	d, err := OpenHardwareConfig(addr, HWConfig{})
+	if err != nil {
+		return nil, err // not a nil *HWDevice in a non-nil Device
+	}
+	return d, nil
+}
+
+// OpenHardwareConfig opens the hardware bridge at the PCI address addr
+// ("0000:03:00.0"): the register map is selected by the function's PCI
+// IDs (package ntb/hw), its register BAR and windows are mapped through
+// package ntb/pci (VFIO when the function is bound to vfio-pci, else
+// sysfs; a function a kernel NTB driver holds cannot be mapped). UNTESTED
+// ON HARDWARE, see HWDevice. A function that is absent or has no known
+// map is fabric.ErrNotSupported; one whose BARs do not match its map (the
+// wrong device, or one set up otherwise) is fabric.ErrInvalid.
+func OpenHardwareConfig(addr string, c HWConfig) (*HWDevice, error) {
+	return openHardware(pci.Bus{Root: pci.SysfsRoot}, addr, c)
+}
+
+func openHardware(bus pci.Bus, addr string, c HWConfig) (*HWDevice, error) {
+	d, err := bus.Lookup(addr)
+	if err != nil {
+		return nil, fmt.Errorf("ntb: hardware %s: %w", addr, err)
+	}
+	m, err := hwmap.Lookup(d.Vendor, d.DeviceID)
+	if err != nil {
+		return nil, fmt.Errorf("ntb: hardware %s: %w", d.Addr, err)
+	}
+	name := fmt.Sprintf("%s (%s %s %04x:%04x)", d.Addr, m.Family, m.Gen, d.Vendor, d.DeviceID)
+	if err := checkBARs(name, m, d.BARs); err != nil {
+		return nil, err
+	}
+	p := hwParts{bars: d.BARs, revision: d.Revision}
+	var closers multiCloser
+	if d.Driver == "vfio-pci" {
+		v, err := pci.OpenVFIO(d)
+		if err != nil {
+			return nil, fmt.Errorf("ntb: hardware %s: %w", name, err)
+		}
+		closers = append(closers, v)
+		p.mapBAR = func(bar int) (Mapping, error) { return v.MapRegion(bar, 0, d.BARs[bar].Size()) }
+	} else {
+		p.mapBAR = func(bar int) (Mapping, error) { return d.MapBAR(bar, pci.MapOptions{WC: true, NoVFIO: true}) }
+	}
+	if d.Driver == "vfio-pci" {
+		p.regs, err = p.mapBAR(m.RegBAR)
+	} else {
+		p.regs, err = d.MapBAR(m.RegBAR, pci.MapOptions{NoVFIO: true})
+	}
+	if err != nil {
+		closers.Close()
+		return nil, fmt.Errorf("ntb: hardware %s: register BAR: %w", name, err)
+	}
+	if f, err := os.Open(filepath.Join(d.Dir, "config")); err == nil {
+		p.cfg = f
+		closers = append(closers, f)
+	}
+	p.closer = closers
+	hd, err := newHWDevice(name, m, p, c)
+	if err != nil {
+		p.regs.Close()
+		closers.Close()
+		return nil, err
+	}
+	return hd, nil
+}
+
+type multiCloser []io.Closer
+
+func (c multiCloser) Close() error {
+	var errs []error
+	for _, x := range c {
+		errs = append(errs, x.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// checkBARs checks that the function has the BARs its map needs: the
+// register BAR at least RegBARSize, and each window's BAR.
+func checkBARs(name string, m *hwmap.Map, bars [pci.NumBARs]pci.Resource) error {
+	r := bars[m.RegBAR]
+	if !r.IsMem() || r.Size() < m.RegBARSize {
+		return fmt.Errorf("ntb: hardware %s: register BAR %d is %#x bytes (flags %#x), the map needs %#x of memory: %w",
+			name, m.RegBAR, r.Size(), r.Flags, m.RegBARSize, fabric.ErrInvalid)
+	}
+	for i, w := range m.Ops.Windows {
+		if b := bars[w.BAR]; !b.IsMem() || b.Size() == 0 {
+			return fmt.Errorf("ntb: hardware %s: window %d's BAR %d is not implemented memory (%#x bytes, flags %#x): %w",
+				name, i, w.BAR, b.Size(), b.Flags, fabric.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// newHWDevice builds the device over p (which it owns from then on, on
+// success) and masks every doorbell, as a driver starts.
+func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, error) {
+	if err := checkBARs(name, m, p.bars); err != nil {
+		return nil, err
+	}
+	rb := p.regs.Bytes()
+	if uint64(len(rb)) < m.RegBARSize || uintptr(unsafe.Pointer(unsafe.SliceData(rb)))%8 != 0 {
+		return nil, fmt.Errorf("ntb: hardware %s: register mapping of %d bytes, the map needs %#x: %w", name, len(rb), m.RegBARSize, fabric.ErrInvalid)
+	}
+	d := &HWDevice{name: name, m: m, o: &m.Ops, regs: p.regs, rb: rb, cfg: p.cfg, mapBAR: p.mapBAR, mem: c.Memory,
+		valid: m.DBValidMask(), spin: c.Spin, closer: p.closer,
+		events: make(chan LinkEvent, 16), stop: make(chan struct{})}
+	for _, w := range m.Ops.Windows {
+		d.wins = append(d.wins, p.bars[w.BAR])
+	}
+	d.peerWin = make([]Mapping, len(d.wins))
+	if r := d.o.BarAlignRevs; r != [2]uint8{} && p.revision >= r[0] && p.revision <= r[1] {
+		d.barAln = true
+	}
+	if err := d.findSide(); err != nil {
+		return nil, err
+	}
+	// Mask every doorbell, and enable the ones this side rings.
+	d.dbMask = d.valid
+	if err := d.writeMask(); err != nil {
+		return nil, err
+	}
+	if d.o.DB.RingMask != "" {
+		r, err := d.reg(d.o.DB.RingMask, 0, regDB)
+		if err != nil {
+			return nil, err
+		}
+		d.store(r, d.valid<<d.o.DB.Shift[d.side].Peer)
+	}
+	if c.Link >= 0 {
+		if c.Link == 0 {
+			c.Link = 10 * time.Millisecond
+		}
+		d.linkUp.Store(d.readLink())
+		d.wg.Add(1)
+		go d.monitor(c.Link)
+	}
+	return d, nil
+}
+
+// findSide reads which side of the bridge this function is, and for a
+// switch partition where its doorbell block is. Values read from the
+// BAR are checked before they are used as indices.
+func (d *HWDevice) findSide() error {
+	if s := d.o.Side; s != nil {
+		r, err := d.reg(s.Reg, 0, 0)
+		if err != nil {
+			return err
+		}
+		if d.load(r)&s.Bits != 0 {
+			d.side = 1
+		}
+	}
+	p := d.o.Partition
+	if p == nil {
+		return nil
+	}
+	self, err := d.reg(p.Self, 0, 0)
+	if err != nil {
+		return err
+	}
+	lo, err := d.reg(p.EPMapLo, 0, 0)
+	if err != nil {
+		return err
+	}
+	hi, err := d.reg(p.EPMapHi, 0, 0)
+	if err != nil {
+		return err
+	}
+	part := d.load(self)
+	if part >= uint64(p.Count) {
+		return fmt.Errorf("ntb: hardware %s: partition %d of %d: %w", d.name, part, p.Count, fabric.ErrMalformed)
+	}
+	eps := (d.load(lo) | d.load(hi)<<32) &^ (1 << part)
+	peer := uint64(bits.TrailingZeros64(eps))
+	if eps == 0 || peer >= uint64(p.Count) {
+		return fmt.Errorf("ntb: hardware %s: partition %d has no peer partition (endpoint map %#x): %w", d.name, part, eps, fabric.ErrNotSupported)
+	}
+	if part > peer {
+		d.side = 1
+	}
+	d.dbBase = uint32(part) * p.DBStride
+	return nil
+}
+
+// Register access. Every offset is computed from the map and checked
+// against the mapping before any load or store, so no value (a map's,
+// or one read from the BAR) can reach outside it.
+
+type regLoc struct {
+	off   uint32
+	width uint8
+}
+
+const (
+	regDB   = 1 << iota // in the partition's doorbell block
+	regPeer             // in the peer's mirror (Map.PeerOffset up)
+)
+
+// reg locates element idx of the register called name.
+func (d *HWDevice) reg(name string, idx int, flags int) (regLoc, error) {
+	r, ok := d.m.Reg(name)
+	if !ok {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: no register %q: %w", d.name, name, fabric.ErrNotSupported)
+	}
+	off, err := r.At(idx)
+	if err != nil {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: %w", d.name, err)
+	}
+	end := uint64(off) + uint64(r.Width)
+	if flags&regDB != 0 {
+		end += uint64(d.dbBase)
+		off += d.dbBase
+	}
+	if flags&regPeer != 0 {
+		end += uint64(d.m.PeerOffset)
+		off += d.m.PeerOffset
+	}
+	if end > uint64(len(d.rb)) || off%uint32(r.Width) != 0 {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: register %s[%d] at %#x+%d is outside the %#x-byte register BAR: %w",
+			d.name, name, idx, off, r.Width, len(d.rb), fabric.ErrBounds)
+	}
+	return regLoc{off, r.Width}, nil
+}
+
+// load reads a located register with one access of its width.
+func (d *HWDevice) load(r regLoc) uint64 {
+	p := unsafe.Pointer(&d.rb[r.off])
+	switch r.width {
+	case 1:
+		return uint64(*(*uint8)(p))
+	case 2:
+		return uint64(*(*uint16)(p))
+	case 4:
+		return uint64(shm.U32(d.rb, int(r.off)).Load())
+	default:
+		return shm.U64(d.rb, int(r.off)).Load()
+	}
+}
+
+// store writes a located register with one access of its width.
+func (d *HWDevice) store(r regLoc, v uint64) {
+	p := unsafe.Pointer(&d.rb[r.off])
+	switch r.width {
+	case 1:
+		*(*uint8)(p) = uint8(v)
+	case 2:
+		*(*uint16)(p) = uint16(v)
+	case 4:
+		shm.U32(d.rb, int(r.off)).Store(uint32(v))
+	default:
+		shm.U64(d.rb, int(r.off)).Store(v)
+	}
+}
+
+func widthMax(w uint8) uint64 {
+	if w >= 8 {
+		return ^uint64(0)
+	}
+	return 1<<(8*w) - 1
+}
+
+func (d *HWDevice) errClosed() error {
+	return fmt.Errorf("ntb: hardware %s: %w", d.name, fabric.ErrClosed)
+}
+
+// Doorbells.
+
+// DBValidMask implements Device.
+func (d *HWDevice) DBValidMask() uint64 { return d.valid }
+
+func (d *HWDevice) checkDB(bits uint64) error {
+	if bits&^d.valid != 0 {
+		return fmt.Errorf("ntb: hardware %s: doorbell bits %#x outside the valid mask %#x: %w", d.name, bits, d.valid, fabric.ErrInvalid)
+	}
+	if d.closed.Load() {
+		return d.errClosed()
+	}
+	return nil
+}
+
+// DBRead implements Device: the local doorbell register's client bits.
+func (d *HWDevice) DBRead() uint64 {
+	r, err := d.reg(d.o.DB.Status, 0, regDB)
+	if err != nil || d.closed.Load() {
+		return 0
+	}
+	return d.load(r) >> d.o.DB.Shift[d.side].Local & d.valid
+}
+
+// DBClear implements Device: it writes ones to the bits (they clear on
+// write).
+func (d *HWDevice) DBClear(bits uint64) error {
+	if err := d.checkDB(bits); err != nil {
+		return err
+	}
+	r, err := d.reg(d.o.DB.Status, 0, regDB)
+	if err != nil {
+		return err
+	}
+	d.store(r, bits<<d.o.DB.Shift[d.side].Local)
+	return nil
+}
+
+// writeMask writes the cached mask to the mask register.
+func (d *HWDevice) writeMask() error {
+	r, err := d.reg(d.o.DB.Mask, 0, regDB)
+	if err != nil {
+		return err
+	}
+	v := d.dbMask << d.o.DB.Shift[d.side].Local
+	if d.o.DB.MaskEnables {
+		v = ^v & widthMax(r.width)
+	}
+	d.store(r, v)
+	return nil
+}
+
+func (d *HWDevice) updateMask(bits uint64, set bool) error {
+	if err := d.checkDB(bits); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if set {
+		d.dbMask |= bits
+	} else {
+		d.dbMask &^= bits
+	}
+	return d.writeMask()
+}
+
+// DBSetMask implements Device.
+func (d *HWDevice) DBSetMask(bits uint64) error { return d.updateMask(bits, true) }
+
+// DBClearMask implements Device.
+func (d *HWDevice) DBClearMask(bits uint64) error {
+	err := d.updateMask(bits, false)
+	d.WakeLocal()
+	return err
+}
+
+// DBReadMask implements Device: the mask this device last wrote.
+func (d *HWDevice) DBReadMask() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dbMask
+}
+
+// PeerDBSet implements Device: the bits are written to the ring
+// register, or, where the bridge has one register per bit, 1 to each.
+func (d *HWDevice) PeerDBSet(set uint64) error {
+	if err := d.checkDB(set); err != nil {
+		return err
+	}
+	db := d.o.DB
+	if !db.RingPerBit {
+		r, err := d.reg(db.Ring, 0, regDB)
+		if err != nil {
+			return err
+		}
+		d.store(r, set<<db.Shift[d.side].Peer)
+		return nil
+	}
+	var rs []regLoc
+	for b := set; b != 0; b &= b - 1 {
+		r, err := d.reg(db.Ring, bits.TrailingZeros64(b), regDB)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	for _, r := range rs {
+		d.store(r, 1)
+	}
+	return nil
+}
+
+// WakeLocal implements Device.
+func (d *HWDevice) WakeLocal() { d.wake.Add(1) }
+
+// DBWait implements Device by polling the doorbell register: the
+// bridge's interrupts are not taken. It spins for HWConfig.Spin, then
+// sleeps between polls in growing steps up to a millisecond.
+func (d *HWDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
+	gen := d.wake.Load()
+	w := spin.New(d.spin)
+	for {
+		if d.closed.Load() {
+			return 0, d.errClosed()
+		}
+		if set := d.DBRead() & bits &^ d.DBReadMask(); set != 0 {
+			return set, nil
+		}
+		if d.wake.Load() != gen {
+			return 0, nil
+		}
+		if err := w.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Scratchpads.
+
+// SpadCount implements Device.
+func (d *HWDevice) SpadCount() int {
+	if d.o.Spad.Local == "" {
+		return 0
+	}
+	return d.m.Scratchpads
+}
+
+// spad locates scratchpad idx of this side (peer false) or the peer's.
+func (d *HWDevice) spad(idx int, peer bool) (regLoc, error) {
+	if d.closed.Load() {
+		return regLoc{}, d.errClosed()
+	}
+	n := d.SpadCount()
+	if n == 0 {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: no scratchpads: %w", d.name, fabric.ErrNotSupported)
+	}
+	if idx < 0 || idx >= n {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: scratchpad %d of %d: %w", d.name, idx, n, fabric.ErrInvalid)
+	}
+	name, half := d.o.Spad.Local, d.side
+	if peer {
+		name, half = d.o.Spad.Peer, 1-d.side
+	}
+	if d.o.Spad.Halves {
+		idx += half * n
+	}
+	return d.reg(name, idx, 0)
+}
+
+func (d *HWDevice) noMessage(what string) error {
+	return fmt.Errorf("ntb: hardware %s: %s: the bridge has message registers, not scratchpads: %w", d.name, what, fabric.ErrNotSupported)
+}
+
+// SpadRead implements Device (IDT: reads inbound message idx).
+func (d *HWDevice) SpadRead(idx int) (uint32, error) {
+	r, err := d.spad(idx, false)
+	if err != nil {
+		return 0, err
+	}
+	return uint32(d.load(r)), nil
+}
+
+// SpadWrite implements Device.
+func (d *HWDevice) SpadWrite(idx int, v uint32) error {
+	r, err := d.spad(idx, false)
+	if err != nil {
+		return err
+	}
+	if d.o.Spad.Messages {
+		return d.noMessage("writing an inbound message")
+	}
+	d.store(r, uint64(v))
+	return nil
+}
+
+// PeerSpadRead implements Device.
+func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
+	r, err := d.spad(idx, true)
+	if err != nil {
+		return 0, err
+	}
+	if d.o.Spad.Messages {
+		return 0, d.noMessage("reading an outbound message")
+	}
+	return uint32(d.load(r)), nil
+}
+
+// PeerSpadWrite implements Device (IDT: sends outbound message idx).
+func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
+	r, err := d.spad(idx, true)
+	if err != nil {
+		return err
+	}
+	d.store(r, uint64(v))
+	return nil
+}
+
+// Memory windows.
+
+// Memory implements Device: HWConfig.Memory's bytes (nil without it).
+func (d *HWDevice) Memory() []byte {
+	if d.mem == nil {
+		return nil
+	}
+	return d.mem.Bytes()
+}
+
+// MWCount implements Device.
+func (d *HWDevice) MWCount() int { return len(d.wins) }
+
+// PeerMWCount implements Device.
+func (d *HWDevice) PeerMWCount() int { return len(d.wins) }
+
+func (d *HWDevice) window(widx int) (hwmap.Window, pci.Resource, error) {
+	if widx < 0 || widx >= len(d.wins) {
+		return hwmap.Window{}, pci.Resource{}, fmt.Errorf("ntb: hardware %s: memory window %d of %d: %w", d.name, widx, len(d.wins), fabric.ErrInvalid)
+	}
+	if d.closed.Load() {
+		return hwmap.Window{}, pci.Resource{}, d.errClosed()
+	}
+	return d.o.Windows[widx], d.wins[widx], nil
+}
+
+func (d *HWDevice) align(w hwmap.Window, bar pci.Resource) (addrAlign, sizeAlign, sizeMax uint64) {
+	addrAlign, sizeAlign, sizeMax = w.AddrAlign, max(w.SizeAlign, 1), bar.Size()
+	if addrAlign == 0 || d.barAln {
+		addrAlign = bar.Size()
+	}
+	return
+}
+
+// MWGetAlign implements Device with the map's rules: the translated
+// address aligned to the window's size (Intel gen1, gen3, Ice Lake) or to
+// a page (AMD, later Intel), any size up to the window's.
+func (d *HWDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, err error) {
+	w, bar, err := d.window(widx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	addrAlign, sizeAlign, sizeMax = d.align(w, bar)
+	return addrAlign, sizeAlign, sizeMax, nil
+}
+
+// winRegs are a window's located translation registers.
+type winRegs struct {
+	xlat, limit, base, mlimit, mbase, log2 regLoc
+	hasBase, hasMirror, hasLog2            bool
+}
+
+func (d *HWDevice) windowRegs(widx int, w hwmap.Window) (winRegs, error) {
+	if w.Xlat == "" {
+		return winRegs{}, fmt.Errorf("ntb: hardware %s: window %d: %s bridges translate on the outbound side, not this one's: %w",
+			d.name, widx, d.m.Family, fabric.ErrNotSupported)
+	}
+	at := 0
+	if w.AtPeer {
+		at = regPeer
+	}
+	var r winRegs
+	var err error
+	loc := func(name string, flags int) regLoc {
+		if err != nil {
+			return regLoc{}
+		}
+		var l regLoc
+		l, err = d.reg(name, 0, flags)
+		return l
+	}
+	r.xlat, r.limit = loc(w.Xlat, at), loc(w.Limit, at)
+	if r.hasBase = w.Base != ""; r.hasBase {
+		r.base = loc(w.Base, 0)
+	}
+	if r.hasMirror = w.MirrorLimit != ""; r.hasMirror {
+		r.mlimit, r.mbase = loc(w.MirrorLimit, 0), loc(w.MirrorBase, 0)
+	}
+	if r.hasLog2 = w.Log2Reg != "" && d.barAln; r.hasLog2 {
+		r.log2 = loc(w.Log2Reg, 0)
+	}
+	return r, err
+}
+
+// limit computes a limit register's value by the window's rule from the
+// window's base address.
+func limitOf(rule hwmap.LimitRule, base, size, full uint64) uint64 {
+	switch rule {
+	case hwmap.LimitSize:
+		return size
+	case hwmap.LimitZeroWhenFull:
+		if size == full {
+			return 0
+		}
+	}
+	return base + size
+}
+
+// MWSetTrans implements Device: the peer's writes through its window
+// widx land in Memory()[addr:addr+size]. It writes the translation
+// (HWConfig.Memory's bus address plus addr) and the limit the map's rule
+// gives, reads each back, and undoes them if the bridge did not take
+// them. A translation that is misaligned or outside the memory or the
+// window is refused before any register is written.
+func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
+	w, bar, err := d.window(widx)
+	if err != nil {
+		return err
+	}
+	r, err := d.windowRegs(widx, w)
+	if err != nil {
+		return err
+	}
+	if d.mem == nil {
+		return fmt.Errorf("ntb: hardware %s: window %d: no DMA memory to translate into (HWConfig.Memory): %w", d.name, widx, fabric.ErrNotSupported)
+	}
+	if n := uint64(len(d.mem.Bytes())); addr > n || size > n-addr {
+		return fmt.Errorf("ntb: hardware %s: window %d: %#x+%#x outside %#x bytes of memory: %w", d.name, widx, addr, size, n, fabric.ErrBounds)
+	}
+	bus := d.mem.BusAddr() + addr
+	aa, sa, smax := d.align(w, bar)
+	if err := hwmap.CheckTranslation(bus, size, aa, sa, smax); err != nil {
+		return fmt.Errorf("ntb: hardware %s: window %d: %w", d.name, widx, err)
+	}
+	return d.setTrans(widx, w, bar, r, bus, size)
+}
+
+func (d *HWDevice) setTrans(widx int, w hwmap.Window, bar pci.Resource, r winRegs, bus, size uint64) error {
+	base := bar.Start
+	if r.hasBase {
+		base = d.load(r.base) &^ 0xf
+	}
+	limit := limitOf(w.Rule, base, size, bar.Size())
+	var mlimit uint64
+	if r.hasMirror {
+		mlimit = limitOf(w.Rule, d.load(r.mbase)&^0xf, size, bar.Size())
+	}
+	if limit > widthMax(r.limit.width) || (r.hasMirror && mlimit > widthMax(r.mlimit.width)) {
+		return fmt.Errorf("ntb: hardware %s: window %d: limit %#x does not fit its register: %w", d.name, widx, limit, fabric.ErrBounds)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	undo := func(what string, want, got uint64) error {
+		d.store(r.xlat, 0)
+		d.store(r.limit, limitOf(w.Rule, base, 0, bar.Size()))
+		return fmt.Errorf("ntb: hardware %s: window %d: the bridge did not take %s %#x (read back %#x): %w",
+			d.name, widx, what, want, got, fabric.ErrInvalid)
+	}
+	d.store(r.xlat, bus)
+	if got := d.load(r.xlat); got != bus {
+		return undo("the translation", bus, got)
+	}
+	d.store(r.limit, limit)
+	if got := d.load(r.limit); got != limit {
+		return undo("the limit", limit, got)
+	}
+	if r.hasMirror {
+		d.store(r.mlimit, mlimit)
+	}
+	if r.hasLog2 && size > 0 {
+		d.store(r.log2, uint64(bits.Len64(size)-1))
+	}
+	return nil
+}
+
+// MWClearTrans implements Device: the translation of window widx is
+// zeroed and its limit closes it (a size of 0).
+func (d *HWDevice) MWClearTrans(widx int) error {
+	w, bar, err := d.window(widx)
+	if err != nil {
+		return err
+	}
+	r, err := d.windowRegs(widx, w)
+	if err != nil {
+		return err
+	}
+	return d.setTrans(widx, w, bar, r, 0, 0)
+}
+
+// PeerMW implements Device: it maps the outbound window's BAR
+// (write-combining where offered). The hardware does not show the peer's
+// translation, so the mapping is the whole window: a client learns from
+// the peer (the transport does, through the scratchpads) how much of it
+// is backed.
+func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
+	w, _, err := d.window(widx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.peerWin[widx] == nil {
+		m, err := d.mapBAR(w.BAR)
+		if err != nil {
+			return nil, fmt.Errorf("ntb: hardware %s: window %d (BAR %d): %w", d.name, widx, w.BAR, err)
+		}
+		d.peerWin[widx] = m
+	}
+	return d.peerWin[widx].Bytes(), nil
+}
+
+// Link.
+
+// readLink reads the link state from the hardware.
+func (d *HWDevice) readLink() bool {
+	l := d.o.Link
+	var v uint64
+	switch {
+	case l.Status != "":
+		at := 0
+		if l.AtPeer {
+			at = regPeer
+		}
+		r, err := d.reg(l.Status, 0, at)
+		if err != nil {
+			return false
+		}
+		v = d.load(r)
+	case l.ConfigOff != 0 && d.cfg != nil:
+		var b [8]byte
+		if l.ConfigWidth < 1 || l.ConfigWidth > 8 {
+			return false
+		}
+		if n, err := d.cfg.ReadAt(b[:l.ConfigWidth], l.ConfigOff); n != l.ConfigWidth || (err != nil && err != io.EOF) {
+			return false
+		}
+		v = binary.LittleEndian.Uint64(b[:])
+	default:
+		return false
+	}
+	return l.UpBits != 0 && v&l.UpBits == l.UpBits
+}
+
+// LinkIsUp implements Device: it reads the link state from the bridge
+// (Intel: the PCIe link status; AMD: the peer's ready bit). IDT and
+// Switchtec keep it in switch-global state this driver does not read:
+// there it reports false.
+func (d *HWDevice) LinkIsUp() bool { return !d.closed.Load() && d.readLink() }
+
+func (d *HWDevice) linkUpdate(us []hwmap.Update) error {
+	if d.closed.Load() {
+		return d.errClosed()
+	}
+	if len(us) == 0 {
+		return fmt.Errorf("ntb: hardware %s: %s bridges keep the link in switch-global state: %w", d.name, d.m.Family, fabric.ErrNotSupported)
+	}
+	rs := make([]regLoc, len(us))
+	for i, u := range us {
+		at := 0
+		if u.AtPeer {
+			at = regPeer
+		}
+		r, err := d.reg(u.Reg, 0, at)
+		if err != nil {
+			return err
+		}
+		rs[i] = r
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, u := range us {
+		d.store(rs[i], (d.load(rs[i])&^u.Clear|u.Set)&widthMax(rs[i].width))
+	}
+	return nil
+}
+
+// LinkEnable implements Device with the map's writes (Intel: NTBCNTL's
+// snoop bits on and its disable and lock bits off, and on gen4 the link
+// control and training bits; AMD: the register-access enables and this
+// side's ready bit).
+func (d *HWDevice) LinkEnable() error { return d.linkUpdate(d.o.Link.Enable) }
+
+// LinkDisable implements Device with the reverse writes.
+func (d *HWDevice) LinkDisable() error { return d.linkUpdate(d.o.Link.Disable) }
+
+// LinkEvents implements Device: changes the link poll saw.
+func (d *HWDevice) LinkEvents() <-chan LinkEvent { return d.events }
+
+// PeerIncarnation implements Device: the hardware cannot tell one peer
+// instance from the next, so it counts the times the link came up.
+func (d *HWDevice) PeerIncarnation() uint32 { return d.inc.Load() }
+
+func (d *HWDevice) monitor(every time.Duration) {
+	defer d.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		up := d.readLink()
+		if up == d.linkUp.Load() {
+			continue
+		}
+		if up {
+			d.inc.Add(1)
+		}
+		d.linkUp.Store(up)
+		select {
+		case d.events <- LinkEvent{Up: up, PeerIncarnation: d.inc.Load()}:
+		default:
+		}
+		d.WakeLocal()
+	}
+}
+
+// Close implements Device: it disables this side of the link (where the
+// map can), masks every doorbell, unmaps the windows and the registers.
+func (d *HWDevice) Close() error {
+	if d.closed.Load() {
+		return nil
+	}
+	var errs []error
+	if err := d.LinkDisable(); err != nil && !errors.Is(err, fabric.ErrNotSupported) {
+		errs = append(errs, err)
+	}
+	d.mu.Lock()
+	d.dbMask = d.valid
+	errs = append(errs, d.writeMask())
+	d.mu.Unlock()
+	if d.closed.Swap(true) {
+		return nil
+	}
+	close(d.stop)
+	d.wg.Wait()
+	d.WakeLocal()
+	d.mu.Lock()
+	for i, m := range d.peerWin {
+		if m != nil {
+			errs = append(errs, m.Close())
+			d.peerWin[i] = nil
+		}
+	}
+	d.mu.Unlock()
+	errs = append(errs, d.regs.Close())
+	if d.closer != nil {
+		errs = append(errs, d.closer.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -417,16 +418,31 @@ func listenBacklog(t *testing.T, s *ListenSetup) {
 	if st := l.Stats(); st.Refused < 1 || st.Pending != backlog {
 		t.Fatalf("Stats() = %+v after one refusal with %d queued", st, backlog)
 	}
-	// The queued ones are intact and work once accepted.
+	// The queued ones are intact and work once accepted. Accept need not
+	// return them in the order they were dialled: a dial returns when its
+	// handshake is done, and the listener may queue the endpoints of two
+	// finished handshakes either way round (seen under load on roce). So
+	// each dialler sends its number, and each accepted endpoint must get
+	// exactly one of them.
+	accepted := make([]*role, backlog)
 	for i := range backlog {
 		a, err := l.Accept(ctx)
 		if err != nil {
 			t.Fatalf("Accept %d: %v", i, err)
 		}
 		defer a.Close()
-		ra, rb := newRole(t, a), newRole(t, eps[i])
-		rb.send([]byte("queued"), 0, 0)
-		ra.expect("queued")
+		accepted[i] = newRole(t, a)
+	}
+	for i := range backlog {
+		newRole(t, eps[i]).send([]byte(fmt.Sprintf("queued %d", i)), 0, 0)
+	}
+	seen := map[string]bool{}
+	for i, ra := range accepted {
+		got, _ := ra.recv()
+		if !strings.HasPrefix(string(got), "queued ") || seen[string(got)] {
+			t.Fatalf("accepted endpoint %d got %q (already seen: %v)", i, got, seen)
+		}
+		seen[string(got)] = true
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,21 +45,34 @@ func nodeName(i int) string { return "n" + strconv.Itoa(i) }
 
 func nodeRank(name string) (int, error) { return strconv.Atoi(strings.TrimPrefix(name, "n")) }
 
-// meshConfig returns the listen address and rdm configuration of node i of
-// n over backend. NTB joins two hosts per bridge, so node i listens on one
-// emulated bridge per peer (a file in dir); the network back-planes listen
-// on the point-to-point veth of each pair (pairIP, pairMAC).
-func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Config, error) {
+// Ports of the verbs back-plane (one node per machine): the rdma_cm port
+// every node listens at (librdmacm's default, as rdma_server's), and the
+// TCP port of the run's control connection (see control).
+const (
+	verbsCMPort = 7471
+	ctlPort     = 7470
+)
+
+// meshConfig returns the listen address and rdm configuration of node
+// c.Rank of c.Nodes over backend. NTB joins two hosts per bridge, so node
+// i listens on one emulated bridge per peer (a file in c.Dir); the network
+// back-planes of one host listen on the point-to-point veth of each pair
+// (pairIP, pairMAC). Verbs joins nodes on different machines, each with
+// its RDMA device: one rdma_cm listener per node at its address in
+// c.Addrs takes every peer.
+func meshConfig(backend string, c NodeConfig) (string, *rdm.Config, error) {
+	i, n, set := c.Rank, c.Nodes, c.Settings
 	cfg := &rdm.Config{Name: nodeName(i), DialTimeout: 5 * time.Second}
 	cfg.Options.QueueDepth = set.QueueDepth
 	cfg.Options.MaxMsgSize = 64 << 10
 	cfg.Options.Spin = time.Duration(set.Spin)
 	var listen func(j int) string
 	var dial func(j int) string
+	self := ""
 	switch backend {
 	case "ntb":
-		listen = func(j int) string { return filepath.Join(dir, fmt.Sprintf("b-%d-%d", i, j)) }
-		dial = func(j int) string { return filepath.Join(dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)) }
+		listen = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d", i, j)) }
+		dial = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)) }
 	case "roce":
 		listen = func(j int) string { return "listen:" + pairIP(i, j).String() + ":18515" }
 		dial = func(j int) string { return pairIP(j, i).String() + ":18515" }
@@ -67,11 +81,18 @@ func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Confi
 		// DPDK-Ethernet baseline: no IP or UDP on the back-plane.
 		listen = func(j int) string { return pairIf(j) }
 		dial = func(j int) string { return pairIf(j) + "?peer=" + pairMAC(j, i).String() + "&listener=1" }
+	case "verbs":
+		if len(c.Addrs) != n {
+			return "", nil, fmt.Errorf("back-plane verbs: %d addresses for %d nodes: %w", len(c.Addrs), n, errNeedAddrs)
+		}
+		cm := func(j int) string { return "rdmacm://" + netip.AddrPortFrom(c.Addrs[j], verbsCMPort).String() }
+		self = cm(i)
+		dial = cm
 	default:
-		return "", nil, fmt.Errorf("back-plane %q: want ntb, roce or ethernet (+batch)", backend)
+		return "", nil, fmt.Errorf("back-plane %q: want ntb, roce, ethernet or verbs (+batch)", backend)
 	}
 	for j := range n {
-		if j != i {
+		if j != i && listen != nil {
 			cfg.Listen = append(cfg.Listen, listen(j))
 		}
 	}
@@ -82,8 +103,12 @@ func meshConfig(backend, dir string, i, n int, set Settings) (string, *rdm.Confi
 		}
 		return dial(j), nil
 	}
-	return "", cfg, nil
+	return self, cfg, nil
 }
+
+// errNeedAddrs: the verbs back-plane runs one node per machine and needs
+// every node's address (-addrs).
+var errNeedAddrs = errors.New("verbs needs every node's RDMA address (-addrs), one node per machine")
 
 // Backplane is a node's side of the mesh.
 type Backplane struct {
@@ -133,9 +158,10 @@ type Link struct {
 // A node that was restarted (rejoin) dials every peer, since they only
 // wait for it: a survivor never dials a lost peer, so no attempt is wasted
 // on a node that is not back yet.
-func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Settings, rejoin bool, logf func(string, ...any)) (*Backplane, error) {
-	backend, batched := splitBackplane(bp)
-	listen, cfg, err := meshConfig(backend, dir, rank, n, set)
+func openBackplane(ctx context.Context, c NodeConfig, logf func(string, ...any)) (*Backplane, error) {
+	backend, batched := splitBackplane(c.Backplane)
+	rank, n := c.Rank, c.Nodes
+	listen, cfg, err := meshConfig(backend, c)
 	if err != nil {
 		return nil, err
 	}
@@ -146,13 +172,13 @@ func openBackplane(ctx context.Context, bp, dir string, rank, n int, set Setting
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	b := &Backplane{rank: rank, n: n, backend: backend, batched: batched, set: set, ep: ep,
-		links: make([]*Link, n), ups: make(chan *Link, n), ctx: ctx, logf: logf, rejoin: rejoin}
+	b := &Backplane{rank: rank, n: n, backend: backend, batched: batched, set: c.Settings, ep: ep,
+		links: make([]*Link, n), ups: make(chan *Link, n), ctx: ctx, logf: logf, rejoin: c.Rejoin}
 	for j := range n {
 		if j == rank {
 			continue
 		}
-		l, err := b.connect(ctx, j, rank < j || rejoin)
+		l, err := b.connect(ctx, j, rank < j || c.Rejoin)
 		if err != nil {
 			ep.Close()
 			return nil, fmt.Errorf("node %d: peer %d: %w", rank, j, err)
@@ -169,8 +195,25 @@ func (b *Backplane) connect(ctx context.Context, j int, dial bool) (*Link, error
 	if err != nil {
 		return nil, err
 	}
-	if dial {
-		if err := b.ep.Connect(ctx, p); err != nil {
+	for dial {
+		err := b.ep.Connect(ctx, p)
+		if err == nil {
+			break
+		}
+		// A peer that refuses has no listener yet: it is still starting
+		// (its FIB, on another machine), and the mesh waits for every
+		// node until ctx's deadline. rdm reports the failed attempt as
+		// the peer's loss; Rejoin ignores that stale handle.
+		if !errors.Is(err, fabric.ErrRefused) || ctx.Err() != nil {
+			return nil, err
+		}
+		b.ep.Remove(p)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(refusedRetry):
+		}
+		if p, err = b.ep.Insert(nodeName(j)); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +226,7 @@ func (b *Backplane) connect(ctx context.Context, j int, dial bool) (*Link, error
 		}
 	}
 	l := &Link{rank: j, peer: p, conn: conn, up: true, inline: conn.Caps().InlineSize}
-	if l.region, err = b.ep.Alloc(slotSize * slotCount); err != nil {
+	if l.region, err = b.stagingRegion(conn); err != nil {
 		return nil, err
 	}
 	l.buf = l.region.Bytes()
@@ -213,6 +256,22 @@ func (b *Backplane) connect(ctx context.Context, j int, dial bool) (*Link, error
 	}
 	l.pkts = make([]batch.Packet, burst)
 	return l, nil
+}
+
+// refusedRetry is the pause between dials that a peer refused because
+// it did not listen yet.
+const refusedRetry = 200 * time.Millisecond
+
+// stagingRegion returns the memory a link stages its packets in. rdm's
+// host memory serves every backend that moves local bytes with the CPU;
+// verbs refuses it (its NIC reads the SGEs itself, and a batch is larger
+// than the bounce slot that Send copies into), so there the staging slots
+// are registered with the connection.
+func (b *Backplane) stagingRegion(conn fabric.Endpoint) (*fabric.Region, error) {
+	if b.backend == "verbs" {
+		return conn.Alloc(slotSize*slotCount, 0)
+	}
+	return b.ep.Alloc(slotSize * slotCount)
 }
 
 // Stage copies frame into a staging slot for peer l and queues it: into

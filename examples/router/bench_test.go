@@ -19,7 +19,7 @@ func meshPair(tb testing.TB, bp string) (*Backplane, *Backplane) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bps[i], errs[i] = openBackplane(ctx, bp, dir, i, 2, DefaultSettings, false, nil)
+			bps[i], errs[i] = openBackplane(ctx, NodeConfig{Rank: i, Nodes: 2, Backplane: bp, Dir: dir, Settings: DefaultSettings}, nil)
 		}()
 	}
 	wg.Wait()

@@ -29,8 +29,9 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/weft-io/weft/ntb"  // the "ntb" back-plane
-	_ "github.com/weft-io/weft/roce" // the "roce" back-plane
+	_ "github.com/weft-io/weft/ntb"        // the "ntb" back-plane
+	_ "github.com/weft-io/weft/roce"       // the "roce" back-plane
+	_ "github.com/weft-io/weft/roce/verbs" // the "verbs" back-plane (build with -tags rdma)
 )
 
 func main() {
@@ -48,11 +49,13 @@ func main() {
 	out := flag.String("out", "router", "prefix of the JSON and PNG files")
 	tune := flag.Bool("tune", false, "search the parameters per back-plane and size; write <out>-tuned.json")
 	reps := flag.Int("reps", 3, "with -tune: runs per setting (the median counts)")
+	addrs := flag.String("addrs", "", "one node per machine (the verbs back-plane): every node's RDMA address by rank, comma-separated; this machine runs node -rank, rank 0 reports")
 	// internal flags of the roles
-	rank := flag.Int("rank", 0, "internal: node rank")
+	rank := flag.Int("rank", 0, "with -addrs: this machine's node; internal: node rank")
 	bp := flag.String("backplane", "none", "internal: the node's back-plane")
 	dir := flag.String("dir", "", "internal: NTB bridge directory")
 	ports := flag.String("ports", "", "internal: interfaces of the generator or sink")
+	ranks := flag.String("ranks", "", "internal: the node behind each generator port")
 	macs := flag.String("macs", "", "internal: the nodes' ingress MACs")
 	size := flag.Int("size", 64, "internal: generator frame size")
 	rejoin := flag.Bool("rejoin", false, "internal: the node was restarted")
@@ -70,12 +73,29 @@ func main() {
 		}
 		check(err)
 	}
+	var machine *Machine
+	if *addrs != "" {
+		as, err := parseAddrs(*addrs)
+		check(err)
+		machine = &Machine{Rank: *rank, Addrs: as}
+	}
 	switch *role {
 	case "node":
-		check(runNode(NodeConfig{Rank: *rank, Nodes: *nodes, Backplane: *bp, Dir: *dir, Routes: *routes, Settings: set, Rejoin: *rejoin}))
+		nc := NodeConfig{Rank: *rank, Nodes: *nodes, Backplane: *bp, Dir: *dir, Routes: *routes, Settings: set, Rejoin: *rejoin}
+		if machine != nil {
+			nc.Addrs = machine.Addrs
+		}
+		check(runNode(nc))
 		return
 	case "gen":
 		gc := GenConfig{Ports: strings.Split(*ports, ","), Size: *size, Rate: *rate, Duration: *dur, Nodes: *nodes, Routes: *routes, BadEvery: *bad}
+		for _, r := range strings.Split(*ranks, ",") {
+			if r != "" {
+				v, err := strconv.Atoi(r)
+				check(err)
+				gc.Ranks = append(gc.Ranks, v)
+			}
+		}
 		for _, m := range strings.Split(*macs, ",") {
 			hw, err := parseMAC(m)
 			check(err)
@@ -100,6 +120,12 @@ func main() {
 	if os.Geteuid() != 0 {
 		check(fmt.Errorf("needs root (namespaces, AF_XDP)"))
 	}
+	bps := strings.Split(*backplanes, ",")
+	check(checkMachineRun(bps, machine, *tune, *kill))
+	if machine != nil {
+		*nodes = len(machine.Addrs)
+		*latRate = 0 // one-way latency needs one clock
+	}
 	if *nodes < 2 || *nodes > 4 {
 		check(fmt.Errorf("-nodes %d: want 2 to 4", *nodes))
 	}
@@ -113,9 +139,9 @@ func main() {
 	// with SIGPIPE caught, writes fail with EPIPE instead.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	rc := RunConfig{
-		Backplanes: strings.Split(*backplanes, ","), Nodes: *nodes, Duration: *dur, Rate: *rate,
+		Backplanes: bps, Nodes: *nodes, Duration: *dur, Rate: *rate,
 		LatRate: *latRate, Routes: *routes, Bad: *bad, Tuned: tuned, Defaults: set, Kill: *kill,
-		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, Machine: machine,
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		v, err := strconv.Atoi(s)
@@ -128,7 +154,9 @@ func main() {
 	} else {
 		var rows []Row
 		rows, err = Run(ctx, rc)
-		report(os.Stdout, rc, rows, *out)
+		if machine == nil || machine.Rank == 0 {
+			report(os.Stdout, rc, rows, *out)
+		}
 	}
 	killChildren()
 	if ctx.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -24,6 +25,9 @@ type NodeConfig struct {
 	Routes      int
 	Settings    Settings
 	Rejoin      bool // restarted: dial every peer (they wait for us)
+	// Addrs are the nodes' back-plane addresses by rank, when each node
+	// is on a machine of its own (verbs: the address of its RDMA device).
+	Addrs []netip.Addr
 }
 
 // NodeStats are a node's counters, reported as a JSON line.
@@ -241,7 +245,7 @@ func runNode(c NodeConfig) error {
 	copy(f.dst[:], nh)
 	if c.Backplane != "" && c.Backplane != "none" && c.Nodes > 1 {
 		bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
-		f.bp, err = openBackplane(bctx, c.Backplane, c.Dir, c.Rank, c.Nodes, c.Settings, c.Rejoin,
+		f.bp, err = openBackplane(bctx, c,
 			func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) })
 		bcancel()
 		if err != nil {

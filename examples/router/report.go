@@ -85,6 +85,9 @@ func claims(rows []Row, sizes []int) []Claim {
 // <out>.png.
 func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 	fmt.Fprintf(w, "\n%d nodes, %v per point; latency at a fixed %.0f packets/s\n", rc.Nodes, rc.Duration, rc.LatRate)
+	if rc.Machine != nil {
+		fmt.Fprintln(w, "one node per machine: latency and CPU not measured (each machine has its own clock and /proc)")
+	}
 	fmt.Fprintf(w, "%-12s %5s %9s %8s %7s %10s %9s %s\n", "back-plane", "size", "Mpps", "Gb/s", "loss", "median µs", "p99 µs", "drops (ttl/bad/unroutable/bp/peer-down/tx)")
 	for _, r := range rows {
 		if r.Err != "" {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 // canListen reports whether backend can listen (a back-plane needs it).
 func canListen(t *testing.T, backend string) bool {
-	_, cfg, err := meshConfig(backend, t.TempDir(), 0, 2, DefaultSettings)
+	_, cfg, err := meshConfig(backend, NodeConfig{Rank: 0, Nodes: 2, Dir: t.TempDir(), Settings: DefaultSettings})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -27,7 +28,11 @@ type RunConfig struct {
 	Tuned      Tuned
 	Defaults   Settings
 	Kill       int // kill and restart this node mid-run (-1: none)
-	Log        func(string, ...any)
+	// Machine makes the run this machine's part of a cluster with one
+	// node per machine (the verbs back-plane); nil: every node on this
+	// host.
+	Machine *Machine
+	Log     func(string, ...any)
 }
 
 // Row is one back-plane and size.
@@ -58,6 +63,7 @@ type Row struct {
 // child is a process of the run (node, generator or sink) whose stdout
 // lines are read as they come.
 type child struct {
+	name  string // its namespace and role, for messages
 	cmd   *exec.Cmd
 	lines chan string
 	done  chan struct{}
@@ -80,7 +86,7 @@ func startChild(t *Topology, ns string, args ...string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, lines: make(chan string, 64), done: make(chan struct{})}
+	c := &child{name: strings.TrimSpace(ns + " " + strings.Join(args[:min(len(args), 2)], " ")), cmd: cmd, lines: make(chan string, 64), done: make(chan struct{})}
 	children.Lock()
 	if children.m == nil {
 		children.m = map[*child]bool{}
@@ -108,11 +114,11 @@ func (c *child) line(ctx context.Context, timeout time.Duration) (string, error)
 	select {
 	case l, ok := <-c.lines:
 		if !ok {
-			return "", fmt.Errorf("%s exited: %v", c.cmd.Args[3:5], c.cmd.ProcessState)
+			return "", fmt.Errorf("%s exited: %v", c.name, c.cmd.ProcessState)
 		}
 		return l, nil
 	case <-time.After(timeout):
-		return "", fmt.Errorf("%s: no answer in %v", c.cmd.Args[3:5], timeout)
+		return "", fmt.Errorf("%s: no answer in %v", c.name, timeout)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
@@ -152,7 +158,7 @@ func decodeLine[T any](ctx context.Context, c *child, timeout time.Duration) (T,
 		return v, err
 	}
 	if err := json.Unmarshal([]byte(l), &v); err != nil {
-		return v, fmt.Errorf("%s: %q: %w", c.cmd.Args[3:5], l, err)
+		return v, fmt.Errorf("%s: %q: %w", c.name, l, err)
 	}
 	return v, nil
 }
@@ -160,40 +166,74 @@ func decodeLine[T any](ctx context.Context, c *child, timeout time.Duration) (T,
 // Run runs the comparison: for each back-plane it builds the topology,
 // and for each size starts the nodes and measures the throughput phase
 // and the latency phase. It always removes the topology.
+//
+// With rc.Machine, the run is this machine's part of a cluster with one
+// node per machine (see Machine): at rank 0 the rows are the cluster's,
+// elsewhere this machine's parts; the first failure on any machine ends
+// the run on every machine.
 func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
 	var rows []Row
+	if m := rc.Machine; m != nil {
+		if err := m.connect(ctx); err != nil {
+			return nil, err
+		}
+		defer m.close()
+	}
 	for _, bp := range rc.Backplanes {
 		n := rc.Nodes
 		if bp == "none" {
 			n = 1
 		}
-		topo, err := BuildTopology(n)
+		var topo *Topology
+		var err error
+		if m := rc.Machine; m != nil {
+			topo, err = BuildMachineTopology(m.Rank, n)
+		} else {
+			topo, err = BuildTopology(n)
+		}
 		if err != nil {
+			_, err = rc.Machine.meet(ctx, "row", nil, err) // the others stop too
 			return rows, err
 		}
 		dir, err := os.MkdirTemp("/dev/shm", shmPrefix())
 		if err != nil {
 			topo.Remove()
+			_, err = rc.Machine.meet(ctx, "row", nil, err)
 			return rows, err
 		}
+		var abort error
 		for _, size := range rc.Sizes {
 			if ctx.Err() != nil {
 				break
 			}
 			row := Row{Backplane: bp, Nodes: n, Size: size, Settings: rc.Tuned.For(bp, size, rc.Defaults)}
-			if err := runOne(ctx, rc, topo, dir, &row); err != nil {
+			err := runOne(ctx, rc, topo, dir, &row)
+			killChildren()
+			if m := rc.Machine; m != nil {
+				parts, merr := m.meet(ctx, "row", &row, err)
+				if m.Rank == 0 && merr == nil {
+					row = mergeRows(parts)
+				}
+				err, abort = merr, merr
+			}
+			if err != nil {
 				row.Err = err.Error()
 				rc.Log("%s/%d: %v", bp, size, err)
 			} else {
 				rc.Log("%-12s %5d B: %.3f Mpps %.2f Gb/s loss %.1f%%, latency median %.1f µs p99 %.1f µs",
 					bp, size, row.Mpps, row.Gbps, 100*row.Loss, row.MedianUs, row.P99Us)
 			}
-			killChildren()
 			rows = append(rows, row)
+			if abort != nil {
+				break
+			}
 		}
 		os.RemoveAll(dir)
 		if err := topo.Remove(); err != nil {
 			return rows, err
+		}
+		if abort != nil {
+			return rows, abort
 		}
 		if ctx.Err() != nil {
 			return rows, ctx.Err()
@@ -210,35 +250,36 @@ func settingsArg(s Settings) string {
 func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *Row) error {
 	n := row.Nodes
 	common := []string{"-nodes", strconv.Itoa(n), "-routes", strconv.Itoa(rc.Routes)}
+	if m := rc.Machine; m != nil {
+		common = append(common, "-addrs", joinAddrs(m.Addrs))
+	}
 	startNode := func(i int, rejoin bool) (*child, error) {
 		args := append([]string{"-role", "node", "-rejoin=" + strconv.FormatBool(rejoin), "-rank", strconv.Itoa(i), "-backplane", row.Backplane,
 			"-dir", dir, "-settings", settingsArg(row.Settings)}, common...)
 		return startChild(topo, topo.nsNode(i), args...)
 	}
-	nodes := make([]*child, n)
-	for i := range n {
+	nodes := make([]*child, n) // by rank; nil: on another machine
+	for _, i := range topo.Ranks {
 		c, err := startNode(i, false)
 		if err != nil {
 			return err
 		}
 		nodes[i] = c
 	}
-	for i, c := range nodes {
-		if l, err := c.line(ctx, 60*time.Second); err != nil || l != "ready" {
+	for _, i := range topo.Ranks {
+		if l, err := nodes[i].line(ctx, 60*time.Second); err != nil || l != "ready" {
 			return fmt.Errorf("node %d: %q %v", i, l, err)
 		}
 	}
-	var ports, macs []string
-	for i := range n {
+	var ports, macs, ranks, sinkPorts []string
+	for _, i := range topo.Ranks {
 		ports = append(ports, "g"+strconv.Itoa(i))
 		macs = append(macs, inMAC(i).String())
+		ranks = append(ranks, strconv.Itoa(i))
+		sinkPorts = append(sinkPorts, "s"+strconv.Itoa(i))
 	}
 	var cpu map[string]float64
 	phase := func(rate float64, kill bool) (GenResult, SinkResult, error) {
-		var sinkPorts []string
-		for i := range n {
-			sinkPorts = append(sinkPorts, "s"+strconv.Itoa(i))
-		}
 		sink, err := startChild(topo, topo.nsSink(), "-role", "sink", "-ports", strings.Join(sinkPorts, ","),
 			"-settings", settingsArg(row.Settings))
 		if err != nil {
@@ -248,18 +289,21 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if l, err := sink.line(ctx, 20*time.Second); err != nil || l != "ready" {
 			return GenResult{}, SinkResult{}, fmt.Errorf("sink: %q %v", l, err)
 		}
+		if _, err := rc.Machine.meet(ctx, "ready", nil, nil); err != nil {
+			return GenResult{}, SinkResult{}, err
+		}
 		gen, err := startChild(topo, topo.nsGen(), append([]string{"-role", "gen", "-ports", strings.Join(ports, ","),
-			"-macs", strings.Join(macs, ","), "-size", strconv.Itoa(row.Size), "-rate", fmt.Sprint(rate),
+			"-ranks", strings.Join(ranks, ","), "-macs", strings.Join(macs, ","), "-size", strconv.Itoa(row.Size), "-rate", fmt.Sprint(rate),
 			"-duration", rc.Duration.String(), "-bad", strconv.Itoa(rc.Bad)}, common...)...)
 		if err != nil {
 			return GenResult{}, SinkResult{}, err
 		}
 		pids := map[string]int{"sink": sink.cmd.Process.Pid}
-		for i, c := range nodes {
-			pids["node"+strconv.Itoa(i)] = c.cmd.Process.Pid
+		for _, i := range topo.Ranks {
+			pids["node"+strconv.Itoa(i)] = nodes[i].cmd.Process.Pid
 		}
 		meter := newCPUMeter(pids)
-		if kill && rc.Kill >= 0 && rc.Kill < n {
+		if kill && rc.Kill >= 0 && rc.Kill < n && nodes[rc.Kill] != nil {
 			time.Sleep(rc.Duration / 3)
 			rc.Log("killing node %d", rc.Kill)
 			nodes[rc.Kill].cmd.Process.Kill()
@@ -284,7 +328,10 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			genCPU = map[string]time.Duration{"gen": ps.UserTime() + ps.SystemTime()}
 		}
 		cpu = meter.done(genCPU)
-		time.Sleep(200 * time.Millisecond) // drain
+		if _, err := rc.Machine.meet(ctx, "sent", nil, nil); err != nil {
+			return g, SinkResult{}, err
+		}
+		time.Sleep(rc.drain())
 		sink.signal(syscall.SIGTERM)
 		s, err := decodeLine[SinkResult](ctx, sink, 10*time.Second)
 		return g, s, err
@@ -294,12 +341,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		return err
 	}
 	row.Gen, row.Sink, row.CPU = g, s, cpu
-	if g.Seconds > 0 && g.Sent > 0 {
-		row.Offered = float64(g.Sent) / g.Seconds / 1e6
-		row.Mpps = float64(s.Received) / g.Seconds / 1e6
-		row.Gbps = float64(s.Bytes) * 8 / g.Seconds / 1e9
-		row.Loss = 1 - float64(s.Received)/float64(g.Sent-badTotal(g))
-	}
+	row.setRates()
 	if rc.LatRate > 0 {
 		row.LatRate = rc.LatRate
 		g, s, err := phase(rc.LatRate, false)
@@ -312,18 +354,65 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			row.LatLoss = 1 - float64(s.Received)/float64(sent)
 		}
 	}
-	for _, c := range nodes {
-		c.signal(syscall.SIGTERM) // all at once: none sees another go first
+	for _, i := range topo.Ranks {
+		nodes[i].signal(syscall.SIGTERM) // all at once: none sees another go first
 	}
-	for i, c := range nodes {
-		st, err := decodeLine[NodeStats](ctx, c, 10*time.Second)
+	for _, i := range topo.Ranks {
+		st, err := decodeLine[NodeStats](ctx, nodes[i], 10*time.Second)
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i, err)
 		}
 		row.NodeStats = append(row.NodeStats, st)
-		<-c.done
+		<-nodes[i].done
 	}
 	return nil
+}
+
+// setRates derives the throughput phase's rates and loss from its
+// generator's and sink's results.
+func (r *Row) setRates() {
+	g, s := r.Gen, r.Sink
+	if g.Seconds > 0 && g.Sent > 0 {
+		r.Offered = float64(g.Sent) / g.Seconds / 1e6
+		r.Mpps = float64(s.Received) / g.Seconds / 1e6
+		r.Gbps = float64(s.Bytes) * 8 / g.Seconds / 1e9
+		r.Loss = 1 - float64(s.Received)/float64(g.Sent-badTotal(g))
+	}
+}
+
+// drain is how long a sink keeps receiving after the generators are done:
+// what is still queued in the nodes and on the back-plane. Emulated
+// machines (the Soft-RoCE VMs) get longer.
+func (rc RunConfig) drain() time.Duration {
+	if rc.Machine != nil {
+		return time.Second
+	}
+	return 200 * time.Millisecond
+}
+
+// joinAddrs formats addresses as the -addrs flag takes them.
+func joinAddrs(as []netip.Addr) string {
+	var b strings.Builder
+	for i, a := range as {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}
+
+// parseAddrs reads the -addrs flag: IP addresses separated by commas.
+func parseAddrs(s string) ([]netip.Addr, error) {
+	var as []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		a, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-addrs: %w", err)
+		}
+		as = append(as, a)
+	}
+	return as, nil
 }
 
 func badTotal(g GenResult) uint64 {

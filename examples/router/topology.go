@@ -29,15 +29,37 @@ import (
 
 // Topology is a built set of namespaces; Remove deletes them all (and
 // with them every veth and every XDP program attached to one).
+//
+// With one node per machine (BuildMachineTopology: the verbs back-plane)
+// a machine holds its node's part only: the generator and sink
+// namespaces and the node's ingress and egress veths, without back-plane
+// links (the back-plane is the machine's RDMA device). The node then
+// stays in the machine's own namespace, because that is where its RDMA
+// device works: the rdma_cm resolves addresses in the caller's namespace,
+// and Soft-RoCE (rdma_rxe, Linux 6.1 as in Debian 12) sends and receives
+// in the initial namespace only, so an RDMA device cannot follow a node
+// into a namespace of its own.
 type Topology struct {
 	Prefix string
 	Nodes  int
-	ns     []string
+	// Ranks are the nodes whose links this topology holds: all of them,
+	// or the machine's one node.
+	Ranks []int
+	// machine: the nodes run in this namespace (one node per machine).
+	machine bool
+	ns      []string
 }
 
-func (t *Topology) nsGen() string       { return t.Prefix + "gen" }
-func (t *Topology) nsSink() string      { return t.Prefix + "sink" }
-func (t *Topology) nsNode(i int) string { return t.Prefix + "n" + strconv.Itoa(i) }
+func (t *Topology) nsGen() string  { return t.Prefix + "gen" }
+func (t *Topology) nsSink() string { return t.Prefix + "sink" }
+
+// nsNode is node i's namespace, "" for the machine's own.
+func (t *Topology) nsNode(i int) string {
+	if t.machine {
+		return ""
+	}
+	return t.Prefix + "n" + strconv.Itoa(i)
+}
 
 // maxNodes is the largest cluster.
 const maxNodes = 4
@@ -88,72 +110,112 @@ func runPrefix() string { return "wr" + strconv.Itoa(os.Getpid()) + "-" }
 
 // BuildTopology creates the namespaces and links for n nodes. On error it
 // removes what it made.
-func BuildTopology(n int) (t *Topology, err error) {
-	if _, err := exec.LookPath("ip"); err != nil {
-		return nil, fmt.Errorf("needs iproute2's ip: %w", err)
+func BuildTopology(n int) (*Topology, error) {
+	t := &Topology{Prefix: runPrefix(), Nodes: n}
+	for i := range n {
+		t.Ranks = append(t.Ranks, i)
 	}
-	t = &Topology{Prefix: runPrefix(), Nodes: n}
+	return t, t.build()
+}
+
+// BuildMachineTopology creates this machine's part of a cluster of n
+// nodes with one node per machine: the generator and sink namespaces and
+// node rank's ingress and egress veths, whose node ends stay in this
+// namespace (see Topology). On error it removes what it made.
+func BuildMachineTopology(rank, n int) (*Topology, error) {
+	t := &Topology{Prefix: runPrefix(), Nodes: n, Ranks: []int{rank}, machine: true}
+	return t, t.build()
+}
+
+// ipIn runs ip(8) with args in namespace ns ("": this one).
+func ipIn(ns string, args ...string) error {
+	if ns == "" {
+		return ipCmd(args...)
+	}
+	return ipCmd(append([]string{"-n", ns}, args...)...)
+}
+
+// veth creates a veth pair between namespaces nsA and nsB (at most one of
+// them "", this namespace) with the ends' names, MACs and addresses, and
+// sets both up.
+func veth(nsA, a string, macA net.HardwareAddr, addrA string, nsB, b string, macB net.HardwareAddr, addrB string) error {
+	if nsB == "" { // create it from this namespace, the peer moves
+		nsA, a, macA, addrA, nsB, b, macB, addrB = nsB, b, macB, addrB, nsA, a, macA, addrA
+	}
+	if err := ipIn(nsA, "link", "add", a, "address", macA.String(), "type", "veth",
+		"peer", "name", b, "netns", nsB, "address", macB.String()); err != nil {
+		return err
+	}
+	for _, e := range []struct{ ns, dev, addr string }{{nsA, a, addrA}, {nsB, b, addrB}} {
+		if err := ipIn(e.ns, "addr", "add", e.addr, "dev", e.dev); err != nil {
+			return err
+		}
+		if err := ipIn(e.ns, "link", "set", e.dev, "up"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// build creates t's namespaces and links; on error it removes them.
+func (t *Topology) build() (err error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("needs iproute2's ip: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			t.Remove()
 		}
 	}()
 	names := []string{t.nsGen(), t.nsSink()}
-	for i := range n {
-		names = append(names, t.nsNode(i))
+	for _, i := range t.Ranks {
+		if ns := t.nsNode(i); ns != "" {
+			names = append(names, ns)
+		}
 	}
 	for _, ns := range names {
 		if err := ipCmd("netns", "add", ns); err != nil {
-			return t, err
+			return err
 		}
 		t.ns = append(t.ns, ns)
 		if err := ipCmd("-n", ns, "link", "set", "lo", "up"); err != nil {
-			return t, err
-		}
-	}
-	veth := func(nsA, a string, macA net.HardwareAddr, addrA string, nsB, b string, macB net.HardwareAddr, addrB string) error {
-		if err := ipCmd("-n", nsA, "link", "add", a, "address", macA.String(), "type", "veth",
-			"peer", "name", b, "netns", nsB, "address", macB.String()); err != nil {
 			return err
 		}
-		for _, e := range []struct{ ns, dev, addr string }{{nsA, a, addrA}, {nsB, b, addrB}} {
-			if err := ipCmd("-n", e.ns, "addr", "add", e.addr, "dev", e.dev); err != nil {
-				return err
-			}
-			if err := ipCmd("-n", e.ns, "link", "set", e.dev, "up"); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
-	for i := range n {
+	for _, i := range t.Ranks {
 		if err := veth(t.nsGen(), "g"+strconv.Itoa(i), genMAC(i), fmt.Sprintf("10.1.%d.1/24", i),
 			t.nsNode(i), "in", inMAC(i), fmt.Sprintf("10.1.%d.2/24", i)); err != nil {
-			return t, err
+			return err
 		}
 		if err := veth(t.nsNode(i), "out", mac(2, i, 1), fmt.Sprintf("10.2.%d.1/24", i),
 			t.nsSink(), "s"+strconv.Itoa(i), mac(2, i, 2), sinkIP(i).String()+"/24"); err != nil {
-			return t, err
+			return err
 		}
-		for j := i + 1; j < n; j++ {
+		if t.machine {
+			continue
+		}
+		for j := i + 1; j < t.Nodes; j++ {
 			if err := veth(t.nsNode(i), pairIf(j), pairMAC(i, j), pairIP(i, j).String()+"/24",
 				t.nsNode(j), pairIf(i), pairMAC(j, i), pairIP(j, i).String()+"/24"); err != nil {
-				return t, err
+				return err
 			}
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // Command returns a command that runs this program with args in
-// namespace ns. The child dies with us (SIGKILL on our death), so not even
+// namespace ns ("": this one). The child dies with us (SIGKILL on our death), so not even
 // a crash of this process leaves a forwarder running.
 func (t *Topology) Command(ns string, args ...string) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	c := exec.Command("ip", append([]string{"netns", "exec", ns, exe}, args...)...)
+	c := exec.Command(exe, args...)
+	if ns != "" {
+		c = exec.Command("ip", append([]string{"netns", "exec", ns, exe}, args...)...)
+	}
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	c.Stderr = os.Stderr
 	c.Env = append(os.Environ(), childEnv+"=1")

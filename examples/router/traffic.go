@@ -30,6 +30,7 @@ var badKinds = []Verdict{Malformed, BadSum, TTLExpired, TTLExpired, Unroutable}
 // GenConfig configures a generator.
 type GenConfig struct {
 	Ports    []string           // its veth ends, one per node
+	Ranks    []int              // the node behind each port (nil: 0, 1, ...)
 	DstMACs  []net.HardwareAddr // the node's ingress MAC behind each port
 	Size     int                // frame size in bytes (without FCS)
 	Rate     float64            // packets per second over all ports (0: as fast as it can)
@@ -58,9 +59,13 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 	if c.Size < minFrame || c.Size > 1514 {
 		return res, fmt.Errorf("size %d out of [%d, 1514]", c.Size, minFrame)
 	}
+	if (c.Ranks != nil && len(c.Ranks) != len(c.Ports)) || len(c.DstMACs) != len(c.Ports) {
+		return res, fmt.Errorf("%d ports, %d ranks, %d MACs", len(c.Ports), len(c.Ranks), len(c.DstMACs))
+	}
 	type port struct {
 		p    *ethernet.Port
 		q    *ethernet.Queue
+		rank byte // the node behind the port: the flow's number at the sink
 		tmpl [ethernet.UDP4HdrLen]byte
 		frms []ethernet.Frame
 	}
@@ -71,10 +76,14 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 			return res, err
 		}
 		defer p.Close()
-		pt := &port{p: p, q: p.Queue(0), frms: make([]ethernet.Frame, 32)}
+		rank := i
+		if c.Ranks != nil {
+			rank = c.Ranks[i]
+		}
+		pt := &port{p: p, q: p.Queue(0), rank: byte(rank), frms: make([]ethernet.Frame, 32)}
 		ethernet.PutUDP4(pt.tmpl[:], &ethernet.UDP4{
 			SrcMAC: p.Link().MAC, DstMAC: c.DstMACs[i],
-			SrcIP: netip.AddrFrom4([4]byte{10, 1, byte(i), 1}), DstIP: netip.AddrFrom4([4]byte{1, 1, 1, 1}),
+			SrcIP: netip.AddrFrom4([4]byte{10, 1, byte(rank), 1}), DstIP: netip.AddrFrom4([4]byte{1, 1, 1, 1}),
 			SrcPort: dataPort, DstPort: dataPort, TTL: genTTL,
 		}, c.Size-ethernet.UDP4HdrLen)
 		ports[i] = pt
@@ -112,7 +121,7 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 			binary.BigEndian.PutUint32(b[42:], probeMagic)
 			binary.BigEndian.PutUint64(b[46:], seq)
 			binary.BigEndian.PutUint64(b[54:], uint64(ts))
-			b[62] = byte(k % len(ports))
+			b[62] = pt.rank
 			b[24], b[25] = 0, 0
 			if c.BadEvery > 0 && seq%uint64(c.BadEvery) == uint64(c.BadEvery-1) {
 				kind := int(seq/uint64(c.BadEvery)) % len(badKinds)

@@ -35,6 +35,7 @@ type Machine struct {
 	Rank  int
 	Addrs []netip.Addr // every node's back-plane address, by rank
 
+	port   uint16     // of the control connection (0: ctlPort)
 	conns  []*ctlConn // rank 0: one per other machine, by rank; others: [rank 0]
 	broken error      // the first failure: every later meeting returns it
 }
@@ -70,7 +71,11 @@ func (m *Machine) connect(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ctlWait)
 	defer cancel()
-	addr := netip.AddrPortFrom(m.Addrs[0], ctlPort).String()
+	port := m.port
+	if port == 0 {
+		port = ctlPort
+	}
+	addr := netip.AddrPortFrom(m.Addrs[0], port).String()
 	if m.Rank > 0 {
 		var d net.Dialer
 		for {

@@ -195,11 +195,12 @@ func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
 			_, err = rc.Machine.meet(ctx, "row", nil, err) // the others stop too
 			return rows, err
 		}
-		dir, err := os.MkdirTemp("/dev/shm", shmPrefix())
-		if err != nil {
-			topo.Remove()
-			_, err = rc.Machine.meet(ctx, "row", nil, err)
-			return rows, err
+		dir := "" // where the NTB back-plane's emulated bridges live
+		if rc.Machine == nil {
+			if dir, err = os.MkdirTemp("/dev/shm", shmPrefix()); err != nil {
+				topo.Remove()
+				return rows, err
+			}
 		}
 		var abort error
 		for _, size := range rc.Sizes {
@@ -228,7 +229,9 @@ func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
 				break
 			}
 		}
-		os.RemoveAll(dir)
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 		if err := topo.Remove(); err != nil {
 			return rows, err
 		}

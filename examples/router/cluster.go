@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 )
 
@@ -36,6 +37,7 @@ type Machine struct {
 	Addrs []netip.Addr // every node's back-plane address, by rank
 
 	port   uint16     // of the control connection (0: ctlPort)
+	start  time.Time  // when the run began (connect)
 	conns  []*ctlConn // rank 0: one per other machine, by rank; others: [rank 0]
 	broken error      // the first failure: every later meeting returns it
 }
@@ -69,6 +71,7 @@ func (m *Machine) connect(ctx context.Context) error {
 	if m.Rank < 0 || m.Rank >= n {
 		return fmt.Errorf("-rank %d of %d machines", m.Rank, n)
 	}
+	m.start = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, ctlWait)
 	defer cancel()
 	port := m.port
@@ -273,3 +276,6 @@ func checkMachineRun(bps []string, machine *Machine, tune bool, kill int) error 
 	}
 	return nil
 }
+
+// machineName is how logs name machine rank r.
+func machineName(r int) string { return "machine " + strconv.Itoa(r) }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,6 +221,8 @@ func Run(ctx context.Context, rc RunConfig) ([]Row, error) {
 			if err != nil {
 				row.Err = err.Error()
 				rc.Log("%s/%d: %v", bp, size, err)
+			} else if m := rc.Machine; m != nil && m.Rank > 0 {
+				rc.progress("%s/%d: part sent to machine 0", bp, size)
 			} else {
 				rc.Log("%-12s %5d B: %.3f Mpps %.2f Gb/s loss %.1f%%, latency median %.1f µs p99 %.1f µs",
 					bp, size, row.Mpps, row.Gbps, 100*row.Loss, row.MedianUs, row.P99Us)
@@ -274,6 +277,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			return fmt.Errorf("node %d: %q %v", i, l, err)
 		}
 	}
+	rc.progress("%s/%d: nodes %v ready", row.Backplane, row.Size, topo.Ranks)
 	var ports, macs, ranks, sinkPorts []string
 	for _, i := range topo.Ranks {
 		ports = append(ports, "g"+strconv.Itoa(i))
@@ -295,6 +299,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if _, err := rc.Machine.meet(ctx, "ready", nil, nil); err != nil {
 			return GenResult{}, SinkResult{}, err
 		}
+		rc.progress("%s/%d: every sink ready; generating", row.Backplane, row.Size)
 		gen, err := startChild(topo, topo.nsGen(), append([]string{"-role", "gen", "-ports", strings.Join(ports, ","),
 			"-ranks", strings.Join(ranks, ","), "-macs", strings.Join(macs, ","), "-size", strconv.Itoa(row.Size), "-rate", fmt.Sprint(rate),
 			"-duration", rc.Duration.String(), "-bad", strconv.Itoa(rc.Bad)}, common...)...)
@@ -331,10 +336,10 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			genCPU = map[string]time.Duration{"gen": ps.UserTime() + ps.SystemTime()}
 		}
 		cpu = meter.done(genCPU)
-		if _, err := rc.Machine.meet(ctx, "sent", nil, nil); err != nil {
+		rc.progress("%s/%d: generator done: %d sent in %.2f s", row.Backplane, row.Size, g.Sent, g.Seconds)
+		if err := rc.drain(ctx, nodes); err != nil {
 			return g, SinkResult{}, err
 		}
-		time.Sleep(rc.drain())
 		sink.signal(syscall.SIGTERM)
 		s, err := decodeLine[SinkResult](ctx, sink, 10*time.Second)
 		return g, s, err
@@ -383,14 +388,61 @@ func (r *Row) setRates() {
 	}
 }
 
-// drain is how long a sink keeps receiving after the generators are done:
-// what is still queued in the nodes and on the back-plane. Emulated
-// machines (the Soft-RoCE VMs) get longer.
-func (rc RunConfig) drain() time.Duration {
+// progress logs a step of a run with one node per machine, where the
+// machines' logs are the way to follow it (with the time since the run
+// started). A run on one host reports its rows only.
+func (rc RunConfig) progress(f string, a ...any) {
 	if rc.Machine != nil {
-		return time.Second
+		rc.Log("%s %7.1fs: "+f, append([]any{machineName(rc.Machine.Rank), time.Since(rc.Machine.start).Seconds()}, a...)...)
 	}
-	return 200 * time.Millisecond
+}
+
+// drain lets what is still queued in the nodes and on the back-plane
+// reach the sinks once the generators are done. On one host that is a
+// pause. With one node per machine every machine waits for the others'
+// generators ("sent"), then until its own nodes are quiet (quiet), then
+// for the others' ("quiet"): emulated machines (the Soft-RoCE VMs) lag by
+// seconds, which no fixed pause covers without wasting them.
+func (rc RunConfig) drain(ctx context.Context, nodes []*child) error {
+	if rc.Machine == nil {
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}
+	if _, err := rc.Machine.meet(ctx, "sent", nil, nil); err != nil {
+		return err
+	}
+	if err := quiet(ctx, nodes); err != nil {
+		return err
+	}
+	_, err := rc.Machine.meet(ctx, "quiet", nil, nil)
+	return err
+}
+
+// quiet waits until the running nodes' counters (NodeStats on SIGUSR1)
+// stay the same for quietFor, at most quietMax.
+func quiet(ctx context.Context, nodes []*child) error {
+	const quietFor, quietMax = 300 * time.Millisecond, 30 * time.Second
+	var last [][7]uint64
+	for end := time.Now().Add(quietMax); time.Now().Before(end); {
+		var now [][7]uint64
+		for _, c := range nodes {
+			if c == nil {
+				continue
+			}
+			c.signal(syscall.SIGUSR1)
+			st, err := decodeLine[NodeStats](ctx, c, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			now = append(now, [7]uint64{st.RX, st.Handoff, st.FromPeer, st.TX, st.TXDrop, st.BPDrop, st.PeerDown})
+		}
+		if slices.Equal(now, last) {
+			return nil
+		}
+		last = now
+		time.Sleep(quietFor)
+	}
+	return nil
 }
 
 // joinAddrs formats addresses as the -addrs flag takes them.

@@ -193,7 +193,8 @@ type SinkResult struct {
 	Kernel []xsk.Statistics `json:"kernel"`
 }
 
-// runSink receives on its ports until ctx is done and measures. A packet
+// runSink receives on its ports until ctx is done and its rings are
+// empty, and measures. A packet
 // that arrives with a lower sequence number than one seen before on the
 // flow (generator port to sink port: one path) counts as reordered.
 func runSink(ctx context.Context, ports []string, spin time.Duration, ready func()) (SinkResult, error) {
@@ -219,7 +220,9 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 	var first, lastAt time.Time
 	var u ethernet.UDP4
 	busy := time.Now()
-	for ctx.Err() == nil {
+	for {
+		// Asked to stop, the sink still takes what its rings hold.
+		stopping := ctx.Err() != nil
 		got := 0
 		for pi, q := range qs {
 			n, err := q.Recv(frms)
@@ -257,6 +260,8 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 				first = lastAt
 			}
 			busy = lastAt
+		} else if stopping {
+			break
 		} else if spin >= 0 && time.Since(busy) > spin {
 			nap() // idle: give the core away
 		}

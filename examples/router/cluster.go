@@ -233,6 +233,8 @@ func mergeRows(parts []Row) Row {
 	for _, p := range parts {
 		g, s := p.Gen, p.Sink
 		r.Gen.Sent += g.Sent
+		r.Gen.Unsent += g.Unsent
+		r.Gen.LinkDrops += g.LinkDrops
 		r.Gen.Seconds = max(r.Gen.Seconds, g.Seconds)
 		for k, v := range g.Bad {
 			if r.Gen.Bad == nil {

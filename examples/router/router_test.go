@@ -120,6 +120,9 @@ func checkRow(t *testing.T, r Row) {
 	if drops > 0 {
 		t.Logf("%s: %d of %d good packets dropped by full queues", name, drops, good)
 	}
+	if g.Unsent+g.LinkDrops > 0 {
+		t.Logf("%s: the generator's links lost %d frames (%d unsent, %d dropped by the kernel)", name, g.Unsent+g.LinkDrops, g.Unsent, g.LinkDrops)
+	}
 	if g.Sent < 1000 || s.Received+drops != good || s.Bad != 0 || drops > good/100 {
 		t.Errorf("%s: sent %d (%d good), received %d, bad %d, dropped %d: want every good packet delivered intact or counted, under 1%% dropped", name, g.Sent, good, s.Received, s.Bad, drops)
 	}

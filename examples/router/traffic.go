@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weft-io/weft/ethernet"
@@ -45,6 +48,19 @@ type GenResult struct {
 	Sent    uint64            `json:"sent"`
 	Bad     map[string]uint64 `json:"bad,omitempty"`
 	Seconds float64           `json:"seconds"`
+	// Unsent are frames still on a TX ring when the generator gave up
+	// waiting for the kernel, LinkDrops those the kernel dropped on the
+	// generator's links (its tx_dropped: the veth's ring to a node that
+	// did not keep up). Both are counted in Sent, but no node saw them.
+	Unsent    uint64 `json:"unsent,omitempty"`
+	LinkDrops uint64 `json:"link_drops,omitempty"`
+}
+
+// txDropped reads the kernel's tx_dropped counter of interface name.
+func txDropped(name string) uint64 {
+	b, _ := os.ReadFile("/sys/class/net/" + name + "/statistics/tx_dropped")
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v
 }
 
 // runGen offers fixed-size packets round robin over its ports until the
@@ -63,11 +79,12 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		return res, fmt.Errorf("%d ports, %d ranks, %d MACs", len(c.Ports), len(c.Ranks), len(c.DstMACs))
 	}
 	type port struct {
-		p    *ethernet.Port
-		q    *ethernet.Queue
-		rank byte // the node behind the port: the flow's number at the sink
-		tmpl [ethernet.UDP4HdrLen]byte
-		frms []ethernet.Frame
+		p      *ethernet.Port
+		q      *ethernet.Queue
+		rank   byte   // the node behind the port: the flow's number at the sink
+		drops0 uint64 // its tx_dropped at the start
+		tmpl   [ethernet.UDP4HdrLen]byte
+		frms   []ethernet.Frame
 	}
 	ports := make([]*port, len(c.Ports))
 	for i, name := range c.Ports {
@@ -80,13 +97,16 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		if c.Ranks != nil {
 			rank = c.Ranks[i]
 		}
-		pt := &port{p: p, q: p.Queue(0), rank: byte(rank), frms: make([]ethernet.Frame, 32)}
+		pt := &port{p: p, q: p.Queue(0), rank: byte(rank), frms: make([]ethernet.Frame, 32), drops0: txDropped(name)}
 		ethernet.PutUDP4(pt.tmpl[:], &ethernet.UDP4{
 			SrcMAC: p.Link().MAC, DstMAC: c.DstMACs[i],
 			SrcIP: netip.AddrFrom4([4]byte{10, 1, byte(rank), 1}), DstIP: netip.AddrFrom4([4]byte{1, 1, 1, 1}),
 			SrcPort: dataPort, DstPort: dataPort, TTL: genTTL,
 		}, c.Size-ethernet.UDP4HdrLen)
 		ports[i] = pt
+	}
+	if os.Getenv("WEFT_ROUTER_TRACE") != "" {
+		fmt.Fprintf(os.Stderr, "TRACE %.2f gen ports open\n", float64(monoNow())/1e9)
 	}
 	const burst = 32
 	start := time.Now()
@@ -141,12 +161,14 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		seq -= uint64(n - m) // not sent: their numbers are used again
 	}
 	for _, pt := range ports {
-		for i := 0; i < 100; i++ {
-			if left, _ := pt.q.Flush(); left == 0 {
+		for flushEnd := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+			left, _ := pt.q.Flush()
+			if left == 0 || time.Now().After(flushEnd) {
+				res.Unsent += uint64(left)
 				break
 			}
-			time.Sleep(time.Millisecond)
 		}
+		res.LinkDrops += txDropped(pt.p.Link().Name) - pt.drops0
 	}
 	res.Sent = seq
 	res.Seconds = time.Since(start).Seconds()

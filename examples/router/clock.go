@@ -34,8 +34,18 @@ func initClock() {
 // monoNow returns CLOCK_MONOTONIC in nanoseconds.
 func monoNow() int64 { return monoBase + int64(time.Since(clockBase)) }
 
-// napTime is one idle nap.
-var napTime = unix.NsecToTimespec(int64(20 * time.Microsecond))
+// napTime is one idle nap (Settings.Nap).
+var napTime = unix.NsecToTimespec(int64(defaultNap))
+
+const defaultNap = 20 * time.Microsecond
+
+// setNap sets the length of this process's idle naps (0: the default).
+func setNap(d time.Duration) {
+	if d <= 0 {
+		d = defaultNap
+	}
+	napTime = unix.NsecToTimespec(int64(d))
+}
 
 // nap gives the core away for a moment. It sleeps in nanosleep(2) on the
 // calling thread rather than in time.Sleep, whose timers wake no sooner

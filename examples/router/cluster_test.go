@@ -188,9 +188,15 @@ func TestRouterMachine(t *testing.T) {
 		routes = v
 	}
 	initClock()
+	// One vCPU runs a guest's node, generator and sink, emulated: idle
+	// loops that spin, or nap 20µs at a time, starve the others (a
+	// generator then took 10 to 20 s to start). Latency is not measured
+	// here.
+	set := DefaultSettings
+	set.Spin, set.Nap = 0, Duration(time.Millisecond)
 	rc := RunConfig{
 		Backplanes: bps, Nodes: len(addrs), Sizes: []int{64, 1500}, Duration: time.Second,
-		Rate: 1000, Routes: routes, Bad: 50, Defaults: DefaultSettings, Kill: -1, Log: t.Logf,
+		Rate: 1000, Routes: routes, Bad: 50, Defaults: set, Kill: -1, Log: t.Logf,
 		Machine: &Machine{Rank: rank, Addrs: addrs},
 	}
 	if err := checkMachineRun(rc.Backplanes, rc.Machine, false, rc.Kill); err != nil {

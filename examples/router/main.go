@@ -77,6 +77,7 @@ func main() {
 		}
 		check(err)
 	}
+	setNap(time.Duration(set.Nap))
 	var machine *Machine
 	if *addrs != "" {
 		as, err := parseAddrs(*addrs)

@@ -21,6 +21,12 @@ type Settings struct {
 	// Spin is how long an idle loop busy-polls before it sleeps; negative
 	// polls without ever sleeping.
 	Spin Duration `json:"spin"`
+	// Nap is how long an idle loop sleeps at a time once it stops
+	// spinning (0: 20µs). Longer naps leave a core to the other
+	// processes, at the cost of latency: emulated machines (the
+	// Soft-RoCE VMs, one vCPU for a node, its generator and its sink)
+	// need that.
+	Nap Duration `json:"nap,omitempty"`
 	// QueueDepth is the back-plane connections' queue depth
 	// (fabric.Options.QueueDepth; 0: the backend's default).
 	QueueDepth int `json:"queue_depth"`
@@ -86,6 +92,10 @@ func (t Tuned) save(path string) error {
 
 // String formats the settings on one line.
 func (s Settings) String() string {
-	return fmt.Sprintf("burst=%d batch=%d/%dB/%v spin=%v depth=%d", s.Burst, s.BatchPackets, s.BatchBytes,
+	str := fmt.Sprintf("burst=%d batch=%d/%dB/%v spin=%v depth=%d", s.Burst, s.BatchPackets, s.BatchBytes,
 		time.Duration(s.BatchDeadline), time.Duration(s.Spin), s.QueueDepth)
+	if s.Nap != 0 {
+		str += fmt.Sprintf(" nap=%v", time.Duration(s.Nap))
+	}
+	return str
 }

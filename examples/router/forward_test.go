@@ -4,19 +4,24 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/weft-io/weft/ethernet"
 )
 
-var testFIB, testDsts = func() (*FIB, [][4]byte) {
+// testTable is the forwarding tests' table of 100,000 routes and
+// destinations in it, built on first use: the router tests' children
+// (nodes, generators, sinks) are this test binary too, and start faster
+// without it (seconds each in the emulated VMs).
+var testTable = sync.OnceValues(func() (*FIB, [][4]byte) {
 	d := make([][4]byte, 1024)
 	f, err := GenFIB(100000, 4, d)
 	if err != nil {
 		panic(err)
 	}
 	return f, d
-}()
+})
 
 // frame returns a well-formed UDP/IPv4 frame of size bytes to dst.
 func frame(size int, dst [4]byte, ttl uint8) []byte {
@@ -30,6 +35,7 @@ func frame(size int, dst [4]byte, ttl uint8) []byte {
 }
 
 func TestFIB(t *testing.T) {
+	testFIB, testDsts := testTable()
 	if n := testFIB.Len(); n != 100000 {
 		t.Fatalf("FIB has %d routes, want 100000", n)
 	}
@@ -93,6 +99,7 @@ func TestDecTTL(t *testing.T) {
 }
 
 func TestForwardFrame(t *testing.T) {
+	testFIB, testDsts := testTable()
 	good := func() []byte { return frame(64, testDsts[0], 64) }
 	want, _ := testFIB.Lookup(testDsts[0])
 	cases := []struct {
@@ -150,6 +157,7 @@ func resum(b []byte) []byte {
 // FuzzForwardFrame: no input panics, and a forwarded frame leaves with a
 // valid header checksum and its TTL one lower.
 func FuzzForwardFrame(f *testing.F) {
+	testFIB, testDsts := testTable()
 	f.Add(frame(64, testDsts[0], 64))
 	f.Add(frame(64, testDsts[1], 1))
 	f.Add(frame(1500, unroutable, 9)[:60])
@@ -170,6 +178,7 @@ func FuzzForwardFrame(f *testing.F) {
 
 // TestForwardAllocs: the per-packet path allocates nothing.
 func TestForwardAllocs(t *testing.T) {
+	testFIB, testDsts := testTable()
 	b := frame(64, testDsts[3], 64)
 	if a := testing.AllocsPerRun(1000, func() { b[22] = 64; resum(b); ForwardFrame(testFIB, b) }); a != 0 {
 		t.Errorf("ForwardFrame allocates %v per packet", a)

@@ -61,10 +61,6 @@ func main() {
 	rejoin := flag.Bool("rejoin", false, "internal: the node was restarted")
 	flag.Parse()
 	initClock()
-	if os.Getenv("WEFT_ROUTER_TRACE") != "" && *role != "" {
-		fmt.Fprintf(os.Stderr, "TRACE %.2f %s %d start\n", float64(monoNow())/1e9, *role, *rank)
-		defer fmt.Fprintf(os.Stderr, "TRACE %.2f %s %d end\n", float64(monoNow())/1e9, *role, *rank)
-	}
 
 	set := DefaultSettings
 	tuned := Tuned{}

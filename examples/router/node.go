@@ -224,9 +224,6 @@ func runNode(c NodeConfig) error {
 	burst := max(c.Settings.Burst, 1)
 	f := &Forwarder{fib: fib, rank: c.Rank, rx: make([]ethernet.Frame, burst), tx: make([]ethernet.Frame, 2*burst)}
 	f.emitF = f.fromPeer
-	if os.Getenv("WEFT_ROUTER_TRACE") != "" {
-		fmt.Fprintf(os.Stderr, "TRACE %.2f node fib\n", float64(monoNow())/1e9)
-	}
 	in, err := ethernet.Open("in", &ethernet.Config{
 		Filter: ethernet.Filter{EtherTypes: []uint16{ethernet.EtherTypeIPv4}}, FrameSize: 2048,
 	})
@@ -246,9 +243,6 @@ func runNode(c NodeConfig) error {
 		return fmt.Errorf("next hop %v: %w", sinkIP(c.Rank), err)
 	}
 	copy(f.dst[:], nh)
-	if os.Getenv("WEFT_ROUTER_TRACE") != "" {
-		fmt.Fprintf(os.Stderr, "TRACE %.2f node ports\n", float64(monoNow())/1e9)
-	}
 	if c.Backplane != "" && c.Backplane != "none" && c.Nodes > 1 {
 		bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 		f.bp, err = openBackplane(bctx, c,
@@ -265,9 +259,6 @@ func runNode(c NodeConfig) error {
 	runtime.ReadMemStats(&ms)
 	mallocs := ms.Mallocs
 	fmt.Println("ready")
-	if os.Getenv("WEFT_ROUTER_TRACE") != "" {
-		fmt.Fprintf(os.Stderr, "TRACE %.2f node ready\n", float64(monoNow())/1e9)
-	}
 	enc := json.NewEncoder(os.Stdout)
 	spin := time.Duration(c.Settings.Spin)
 	busy := time.Now()

@@ -393,7 +393,7 @@ func (r *Row) setRates() {
 // started). A run on one host reports its rows only.
 func (rc RunConfig) progress(f string, a ...any) {
 	if rc.Machine != nil {
-		rc.Log("%s %7.1fs (mono %.2f): "+f, append([]any{machineName(rc.Machine.Rank), time.Since(rc.Machine.start).Seconds(), float64(monoNow()) / 1e9}, a...)...)
+		rc.Log("%s %5.1fs: "+f, append([]any{machineName(rc.Machine.Rank), time.Since(rc.Machine.start).Seconds()}, a...)...)
 	}
 }
 

@@ -50,8 +50,7 @@ modprobe veth 2>/dev/null || insmod /share/veth.ko || { echo 'STEP FAILED: veth'
 # The run starts the binary again for every node, generator and sink:
 # from tmpfs rather than through 9p each time.
 cp /share/router.test /tmp/ && cd /tmp || exit 1
-(while sleep 6; do echo "TOP $(cat /proc/loadavg)"; top -b -n1 -w 160 | sed -n '7,12p'; done) &
-exec env CI=true WEFT_ROUTER_TRACE=1 WEFT_ROUTER_MACHINE="$GUEST_INDEX" WEFT_ROUTER_ADDRS=10.77.0.2,10.77.0.3 \
+exec env CI=true WEFT_ROUTER_MACHINE="$GUEST_INDEX" WEFT_ROUTER_ADDRS=10.77.0.2,10.77.0.3 \
 	WEFT_ROUTER_BACKPLANES="%s" WEFT_ROUTER_ROUTES=%d /tmp/router.test -test.v -test.run '^TestRouterMachine$' -test.timeout 4m
 `
 

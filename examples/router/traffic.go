@@ -105,9 +105,6 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		}, c.Size-ethernet.UDP4HdrLen)
 		ports[i] = pt
 	}
-	if os.Getenv("WEFT_ROUTER_TRACE") != "" {
-		fmt.Fprintf(os.Stderr, "TRACE %.2f gen ports open\n", float64(monoNow())/1e9)
-	}
 	const burst = 32
 	start := time.Now()
 	end := start.Add(c.Duration)

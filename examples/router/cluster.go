@@ -235,6 +235,7 @@ func mergeRows(parts []Row) Row {
 		r.Gen.Sent += g.Sent
 		r.Gen.Unsent += g.Unsent
 		r.Gen.LinkDrops += g.LinkDrops
+		r.Gen.Skipped += g.Skipped
 		r.Gen.Seconds = max(r.Gen.Seconds, g.Seconds)
 		for k, v := range g.Bad {
 			if r.Gen.Bad == nil {

@@ -120,6 +120,9 @@ func checkRow(t *testing.T, r Row) {
 	if drops > 0 {
 		t.Logf("%s: %d of %d good packets dropped by full queues", name, drops, good)
 	}
+	if g.Skipped > 0 {
+		t.Logf("%s: the generator fell behind its schedule and skipped %d packets (never offered)", name, g.Skipped)
+	}
 	if g.Unsent+g.LinkDrops > 0 {
 		t.Logf("%s: the generator's links lost %d frames (%d unsent, %d dropped by the kernel)", name, g.Unsent+g.LinkDrops, g.Unsent, g.LinkDrops)
 	}

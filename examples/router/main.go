@@ -3,7 +3,10 @@
 // cites: 2 to 4 forwarding nodes, each in its own network namespace with
 // an AF_XDP ingress and egress port, a 100,000-route FIB, and a full-mesh
 // back-plane over ntb, roce or ethernet (optionally batched), fed by a
-// generator and measured by a sink in namespaces of their own.
+// generator and measured by a sink in namespaces of their own. Over verbs
+// (RDMA NICs or Soft-RoCE; build with -tags rdma) each node is on a
+// machine of its own: every machine runs the command with -addrs and its
+// -rank, and rank 0 reports.
 //
 // As root, with no arguments, it builds everything, compares the
 // back-planes at sizes 64 to 1500 beside the single-node floor, removes
@@ -14,6 +17,7 @@
 //	go run ./examples/router -backplanes ntb,ntb+batch -nodes 3 -sizes 64,1500 -duration 2s
 //	go run ./examples/router -tune            # the parameter search; writes router-tuned.json
 //	go run ./examples/router -settings router-tuned.json
+//	go run -tags rdma ./examples/router -backplanes verbs -addrs 10.77.0.2,10.77.0.3 -rank 0
 //
 // The same binary is each node, the generator and the sink (-role).
 package main

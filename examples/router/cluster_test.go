@@ -162,7 +162,9 @@ func TestCheckMachineRun(t *testing.T) {
 // TestRouterMachine is one guest's side of TestRouterVerbsVM (rxe_test.go):
 // this machine's node of a 2-node cluster whose back-plane is verbs over
 // the guests' Soft-RoCE devices, with its generator and sink, every 50th
-// packet spoiled, sizes 64 and 1500. Rank 0 checks the cluster's rows
+// packet spoiled, sizes 64 and 1500, 2 s each at 1000 packets/s (a
+// starved guest's generator skipped up to 45% of its schedule in 1 s
+// runs, close to checkRow's floor of 1000 packets sent). Rank 0 checks the cluster's rows
 // like TestRouter's (delivery, drop counters, hand-off across the
 // back-plane); every guest checks it left nothing behind. The harness
 // runs it; WEFT_ROUTER_MACHINE is the guest's rank.
@@ -197,7 +199,7 @@ func TestRouterMachine(t *testing.T) {
 	set := DefaultSettings
 	set.Spin, set.Nap, set.Burst = 0, Duration(time.Millisecond), 128
 	rc := RunConfig{
-		Backplanes: bps, Nodes: len(addrs), Sizes: []int{64, 1500}, Duration: time.Second,
+		Backplanes: bps, Nodes: len(addrs), Sizes: []int{64, 1500}, Duration: 2 * time.Second,
 		Rate: 1000, Routes: routes, Bad: 50, Defaults: set, Kill: -1, Log: t.Logf,
 		Machine: &Machine{Rank: rank, Addrs: addrs},
 	}

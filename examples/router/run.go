@@ -29,6 +29,12 @@ type RunConfig struct {
 	Tuned      Tuned
 	Defaults   Settings
 	Kill       int // kill and restart this node mid-run (-1: none)
+	// GenNice is the generator's nice value (0: as the rest). Where the
+	// run's processes share too few cores (the emulated VMs: one vCPU
+	// for a node, its generator and its sink), a niced generator offers
+	// less (Skipped) instead of starving the node and the kernel's
+	// softirq until the links between them overflow.
+	GenNice int
 	// Machine makes the run this machine's part of a cluster with one
 	// node per machine (the verbs back-plane); nil: every node on this
 	// host.
@@ -305,6 +311,11 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 			"-duration", rc.Duration.String(), "-bad", strconv.Itoa(rc.Bad)}, common...)...)
 		if err != nil {
 			return GenResult{}, SinkResult{}, err
+		}
+		if rc.GenNice != 0 {
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, gen.cmd.Process.Pid, rc.GenNice); err != nil {
+				return GenResult{}, SinkResult{}, fmt.Errorf("generator's nice value: %w", err)
+			}
 		}
 		pids := map[string]int{"sink": sink.cmd.Process.Pid}
 		for _, i := range topo.Ranks {

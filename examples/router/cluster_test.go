@@ -191,9 +191,8 @@ func TestRouterMachine(t *testing.T) {
 	}
 	initClock()
 	// One vCPU runs a guest's node, generator and sink, emulated: idle
-	// loops that spin, or nap 20µs at a time, starve the others (a
-	// generator then took 10 to 20 s to start). Latency is not measured
-	// here. A node stalls for hundreds of milliseconds at a time, so
+	// loops that spin, or nap 20µs at a time, take it from the others.
+	// Latency is not measured here. A node stalls for hundreds of milliseconds at a time, so
 	// its peer queues up to 256 hand-offs for it rather than 32 (with
 	// 32, 6.5% of the 1500 B packets were dropped, counted, as bp_drop;
 	// with 128, 2.4% of the 64 B ones on a busier host), and the

@@ -25,7 +25,7 @@ type Settings struct {
 	// spinning (0: 20µs). Longer naps leave a core to the other
 	// processes, at the cost of latency: emulated machines (the
 	// Soft-RoCE VMs, one vCPU for a node, its generator and its sink)
-	// need that.
+	// want that.
 	Nap Duration `json:"nap,omitempty"`
 	// QueueDepth is the back-plane connections' queue depth
 	// (fabric.Options.QueueDepth; 0: the backend's default).

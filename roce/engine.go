@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -56,6 +57,9 @@ type Engine struct {
 	// (TestLossySoak failed "retry count exceeded" in 3 runs of 3 beside
 	// a CPU hog; TestStalledPoller).
 	drained atomic.Int64
+	// ackDue is when (nanotime) the first queued acknowledgement of the
+	// dirty list is due (see ackDelay).
+	ackDue atomic.Int64
 
 	evMu    sync.Mutex
 	ev      [64]debugEvent
@@ -135,6 +139,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	} else {
 		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
 	}
+	e.ackDue.Store(math.MaxInt64)
 	e.rx = make([]Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)
 	for i := range e.rxBufs {
@@ -290,14 +295,22 @@ func (e *Engine) background() {
 	defer e.wg.Done()
 	nap := time.NewTimer(time.Hour)
 	defer nap.Stop()
+	yielded := false
 	for !e.closed.Load() {
 		if e.spinner.Load() > 0 {
 			// A spinning caller drives the engine; keep the timers, and
 			// read what the caller left when it was descheduled.
 			for e.poll() > 0 {
 			}
-			e.runTimers(time.Now())
-			nap.Reset(200 * time.Microsecond)
+			now := time.Now()
+			e.runTimers(now)
+			// Queued acknowledgements are the spinner's to send; should it
+			// stop polling, they wait at most about ackDelay longer.
+			d := 200 * time.Microsecond
+			if due := e.ackDue.Load(); due != math.MaxInt64 {
+				d = min(d, max(time.Duration(due-nanotime()), 20*time.Microsecond))
+			}
+			nap.Reset(d)
 			select {
 			case <-e.stop:
 				return
@@ -320,6 +333,18 @@ func (e *Engine) background() {
 			e.runTimers(time.Now())
 			continue
 		}
+		if e.ackDue.Load() != math.MaxInt64 {
+			// Acknowledgements are queued: let the application that was
+			// just woken post its reply, which they ride along with,
+			// then send the rest before sleeping.
+			if !yielded {
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			e.flushAllAcks()
+		}
+		yielded = false
 		now := time.Now()
 		next := e.runTimers(now)
 		wait := 1 * time.Millisecond
@@ -368,30 +393,73 @@ func (e *Engine) poll() int {
 	}
 	if err != nil || n == 0 {
 		if err == nil {
-			e.drained.Store(time.Now().UnixNano())
+			now := nanotime()
+			e.drained.Store(epochUnix + now)
+			if len(e.dirty) > 0 && now >= e.ackDue.Load() {
+				e.flushAcks(now, false)
+			}
 		}
 		return 0
 	}
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
-	// Acknowledgements are coalesced: at most one per QP per batch.
-	e.flushAcks()
+	// Acknowledgements are coalesced (see ackDelay): those due go now.
+	if len(e.dirty) > 0 {
+		e.flushAcks(nanotime(), false)
+	}
 	return n
 }
 
-// flushAcks sends the acknowledgements queued by the last batch. The
-// caller holds pollMu.
-func (e *Engine) flushAcks() {
-	if len(e.dirty) == 0 {
+// flushAcks sends the queued acknowledgements that are due by now, or all
+// of them, and notes when the next is due. The caller holds pollMu.
+func (e *Engine) flushAcks(now int64, all bool) {
+	keep := e.dirty[:0]
+	due := int64(0)
+	for _, qp := range e.dirty {
+		qp.mu.Lock()
+		switch {
+		case !qp.ackDirty || qp.closed.Load():
+			qp.ackListed = false
+		case all || qp.ackDueBy(now):
+			qp.ackListed = false
+			qp.sendAckLocked()
+		default:
+			keep = append(keep, qp)
+			if d := qp.ackAt + qp.ackWait; due == 0 || d < due {
+				due = d
+			}
+		}
+		qp.mu.Unlock()
+	}
+	clear(e.dirty[len(keep):])
+	e.dirty = keep
+	if due == 0 {
+		due = math.MaxInt64
+	}
+	e.ackDue.Store(due)
+}
+
+// flushAllAcks sends every queued acknowledgement, for a poller about to
+// sleep.
+func (e *Engine) flushAllAcks() {
+	if !e.pollMu.TryLock() {
 		return
 	}
-	for _, qp := range e.dirty {
-		qp.flushAck()
+	if len(e.dirty) > 0 {
+		e.flushAcks(nanotime(), true)
 	}
-	clear(e.dirty)
-	e.dirty = e.dirty[:0]
+	e.pollMu.Unlock()
 }
+
+// epoch is the origin of nanotime, at epochUnix (Unix ns).
+var (
+	epoch     = time.Now()
+	epochUnix = epoch.UnixNano()
+)
+
+// nanotime returns monotonic nanoseconds since epoch.
+func nanotime() int64 { return int64(time.Since(epoch)) }
 
 // drop counts a dropped packet.
 func (e *Engine) drop(r fabric.DropReason) {

@@ -259,6 +259,11 @@ type QP struct {
 	ackDirty  bool
 	ackPSN    wire.PSN
 	ackSyn    wire.Syndrome
+	ackPkts   int   // request packets taken since the last acknowledgement sent
+	ackAt     int64 // when (Unix ns) the queued acknowledgement was first due
+	ackUrgent bool  // the queued acknowledgement answers a duplicate: no delay
+	ackWait   int64 // ns an acknowledgement may wait (ackDelay, at most an eighth of the timeout)
+	ackListed bool  // in the engine's dirty list (guarded by the engine's pollMu)
 	atomics   [16]atomicResult
 	atomicIdx int
 	ackBuf    [64]byte
@@ -285,7 +290,7 @@ type QP struct {
 	sendCh      chan struct{}
 	done        chan struct{}
 
-	txPkts []Packet
+	txPkts []Packet // txBatch packets and a queued acknowledgement
 	txBufs [][]byte
 	txN    int
 }
@@ -341,7 +346,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64), spin: spin,
 		sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize)),
 		rq: make([]byte, initRecvRing(cfg.RecvBuffer)), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
-		done: make(chan struct{}), txPkts: make([]Packet, txBatch), txBufs: make([][]byte, txBatch)}
+		done: make(chan struct{}), txPkts: make([]Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
 	e.objMu.Lock()
 	for tries := 0; ; tries++ {
 		if tries > int(e.qpnMask) {
@@ -484,6 +489,10 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.cwnd, qp.cwndAcc = initWindow, 0
 		qp.lastActive = time.Now()
+		qp.ackWait = int64(ackDelay)
+		if d := qp.timeoutDur(); d > 0 {
+			qp.ackWait = min(qp.ackWait, int64(d/8))
+		}
 	default:
 		return bad()
 	}

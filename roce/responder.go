@@ -323,6 +323,7 @@ func (qp *QP) respError(psn wire.PSN, code wire.NAKCode, st fabric.Status) {
 //     ACK timeout (the peer's is not on the wire; Weft's two ends use the
 //     same), by whichever thread polls the engine; the background poller
 //     sends what is queued before it goes to sleep.
+//
 // NAKs and RNR NAKs are never delayed (sendAck), and a queued ACK goes
 // before read responses and atomic acknowledgements (sendAckLocked).
 const (

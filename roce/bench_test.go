@@ -16,8 +16,24 @@ import (
 //
 //	go test -run XXX -bench 'Engine|TCP' -count 3 ./roce/
 func BenchmarkEngine(b *testing.B) {
+	benchEngine(b, "mtu=4096&keepalive=0")
+}
+
+// benchEngine runs fabrictest.Benchmark on pairs of the address
+// parameters query, and reports the packets both engines sent per message
+// (data and acknowledgements: on loopback each costs the sender the
+// whole kernel path of its receiver too).
+func benchEngine(b *testing.B, query string) {
 	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
-		x, y := rcPair(b, "mtu=4096&keepalive=0")
+		x, y := rcPair(b, query)
+		ex, ey := x.qp.e, y.qp.e
+		tx0 := ex.Stats().TxPackets + ey.Stats().TxPackets
+		b.Cleanup(func() {
+			if b.N > 1 {
+				tx := ex.Stats().TxPackets + ey.Stats().TxPackets - tx0
+				b.ReportMetric(float64(tx)/float64(b.N), "pkts/msg")
+			}
+		})
 		return x, y
 	})
 }

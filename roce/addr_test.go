@@ -67,21 +67,21 @@ func TestParseAddrMalformed(t *testing.T) {
 }
 
 // An engine is shared by the endpoints of its address only if they ask
-// for its configuration: a conflicting noicrc or raw is refused.
+// for its configuration: a conflicting noicrc, raw or gso is refused.
 func TestEngineConfigConflict(t *testing.T) {
 	addr := netip.MustParseAddrPort("127.0.0.9:0")
-	e, release, err := acquireEngine(addr, false, true)
+	e, release, err := acquireEngine(addr, false, true, false)
 	if err != nil {
 		t.Skip("no engine at", addr, err)
 	}
 	defer release()
-	for _, c := range []struct{ noICRC, noRaw bool }{{true, true}, {false, false}} {
-		if _, _, err := acquireEngine(addr, c.noICRC, c.noRaw); !errors.Is(err, fabric.ErrInvalid) ||
+	for _, c := range []struct{ noICRC, noRaw, gso bool }{{true, true, false}, {false, false, false}, {false, true, true}} {
+		if _, _, err := acquireEngine(addr, c.noICRC, c.noRaw, c.gso); !errors.Is(err, fabric.ErrInvalid) ||
 			!strings.Contains(err.Error(), "raw=0") {
 			t.Errorf("acquireEngine(%+v) = %v, want ErrInvalid", c, err)
 		}
 	}
-	e2, release2, err := acquireEngine(addr, false, true)
+	e2, release2, err := acquireEngine(addr, false, true, false)
 	if err != nil || e2 != e {
 		t.Fatalf("same configuration: %v, %v", e2 == e, err)
 	}

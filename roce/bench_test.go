@@ -19,6 +19,15 @@ func BenchmarkEngine(b *testing.B) {
 	benchEngine(b, "mtu=4096&keepalive=0")
 }
 
+// BenchmarkEngineNoRaw is BenchmarkEngine with raw=0: the engines
+// receive on their UDP sockets (no second delivery of every packet to a
+// raw socket) and rebuild the IP headers for the ICRC.
+func BenchmarkEngineNoRaw(b *testing.B) { benchEngine(b, "mtu=4096&keepalive=0&raw=0") }
+
+// BenchmarkEngineGSO is BenchmarkEngine with gso=1: runs of equal-size
+// packets go out as one UDP GSO message and arrive as one GRO message.
+func BenchmarkEngineGSO(b *testing.B) { benchEngine(b, "mtu=4096&keepalive=0&gso=1") }
+
 // benchEngine runs fabrictest.Benchmark on pairs of the address
 // parameters query, and reports the packets both engines sent per message
 // (data and acknowledgements: on loopback each costs the sender the

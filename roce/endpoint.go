@@ -167,6 +167,7 @@ type sharedEngine struct {
 	refs   int
 	noICRC bool // the engine's configuration, which every sharer must ask for
 	noRaw  bool
+	gso    bool
 }
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
@@ -175,23 +176,23 @@ type sharedEngine struct {
 // matching fabric.ErrInvalid (an address's noicrc and raw parameters
 // configure its engine, so all endpoints of one local address must agree
 // on them).
-func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), error) {
+func acquireEngine(addr netip.AddrPort, noICRC, noRaw, gso bool) (*Engine, func(), error) {
 	engines.Lock()
 	defer engines.Unlock()
 	if engines.m == nil {
 		engines.m = map[netip.AddrPort]*sharedEngine{}
 	}
 	s := engines.m[addr]
-	if s != nil && (s.noICRC != noICRC || s.noRaw != noRaw) {
+	if s != nil && (s.noICRC != noICRC || s.noRaw != noRaw || s.gso != gso) {
 		return nil, nil, fmt.Errorf("the engine at %s runs with %s; this endpoint asks for %s: %w",
-			addr, engineParams(s.noICRC, s.noRaw), engineParams(noICRC, noRaw), fabric.ErrInvalid)
+			addr, engineParams(s.noICRC, s.noRaw, s.gso), engineParams(noICRC, noRaw, gso), fabric.ErrInvalid)
 	}
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC, NoRaw: noRaw})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: noICRC, NoRaw: noRaw, GSO: gso})
 		if err != nil {
 			return nil, nil, err
 		}
-		s = &sharedEngine{e: e, noICRC: noICRC, noRaw: noRaw}
+		s = &sharedEngine{e: e, noICRC: noICRC, noRaw: noRaw, gso: gso}
 		engines.m[addr] = s
 	}
 	s.refs++
@@ -210,8 +211,8 @@ func acquireEngine(addr netip.AddrPort, noICRC, noRaw bool) (*Engine, func(), er
 }
 
 // engineParams formats an engine configuration as address parameters.
-func engineParams(noICRC, noRaw bool) string {
-	return fmt.Sprintf("noicrc=%d&raw=%d", b2i(noICRC), b2i(!noRaw))
+func engineParams(noICRC, noRaw, gso bool) string {
+	return fmt.Sprintf("noicrc=%d&raw=%d&gso=%d", b2i(noICRC), b2i(!noRaw), b2i(gso))
 }
 
 func b2i(b bool) int {
@@ -236,6 +237,7 @@ type Options struct {
 	KeepAlive time.Duration  // idle keep-alive (default 100 ms; 0 via "keepalive=0")
 	NoICRC    bool           // do not verify received ICRCs
 	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
+	GSO       bool           // UDP GSO and GRO between Weft engines (see UDPConfig.GSO)
 	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
@@ -247,7 +249,7 @@ const DefaultDialRetry = 5 * time.Second
 
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&gso=1]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
@@ -294,6 +296,7 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.DialRetry = p.Patience("dialretry", d.DialRetry)
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
+	o.GSO = p.Bool("gso", false)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
 	return o, p.Err()
@@ -321,7 +324,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1]: user-space RoCEv2 engine (noicrc and raw configure the engine every endpoint of the local address shares); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&gso=0]: user-space RoCEv2 engine (noicrc and raw configure the engine every endpoint of the local address shares); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
 		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 
@@ -425,7 +428,7 @@ func localOf(conn net.Conn, local netip.Addr) netip.Addr {
 // newEndpoint creates a queue pair on the engine of local and returns it
 // with the address to tell the peer.
 func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, Dest, error) {
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw, o.GSO)
 	if err != nil {
 		return nil, Dest{}, err
 	}

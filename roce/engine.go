@@ -65,6 +65,8 @@ type Engine struct {
 	ev      [64]debugEvent
 	evN     int
 	icrcBuf [48 + wire.BTHSize]byte
+	idLen   int    // the UDP length whose wire.IPv4IDShift is idShift
+	idShift uint32 // (the poller's, like icrcBuf)
 	stats   fabric.Counters
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -84,6 +86,8 @@ type EngineConfig struct {
 	Addr netip.AddrPort
 	// NoRaw is UDPConfig.NoRaw for the link the engine opens on Addr.
 	NoRaw bool
+	// GSO is UDPConfig.GSO for the link the engine opens on Addr.
+	GSO bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
 	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
@@ -115,7 +119,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		if err != nil {
 			return nil, err
 		}
-		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, QPNBlock: b.n})
+		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, GSO: cfg.GSO, QPNBlock: b.n})
 		if err != nil {
 			b.release()
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
@@ -378,7 +382,12 @@ func (e *Engine) runTimers(now time.Time) time.Time {
 
 // poll reads one batch of packets and processes it; it returns how many
 // it read. If another thread is polling it returns -1 at once.
-func (e *Engine) poll() int {
+func (e *Engine) poll() int { return e.pollAcks(true) }
+
+// pollAcks is poll; acks says whether a poll that finds the link empty
+// sends the acknowledgements due by the clock. Recv does not: it delivers
+// next, and the acknowledgement should not go before what it delivers.
+func (e *Engine) pollAcks(acks bool) int {
 	if !e.pollMu.TryLock() {
 		return -1
 	}
@@ -395,8 +404,8 @@ func (e *Engine) poll() int {
 		if err == nil {
 			now := nanotime()
 			e.drained.Store(epochUnix + now)
-			if len(e.dirty) > 0 && now >= e.ackDue.Load() {
-				e.flushAcks(now, false)
+			if acks && len(e.dirty) > 0 && now >= e.ackDue.Load() {
+				e.flushAcks(now, flushDue)
 			}
 		}
 		return 0
@@ -404,16 +413,24 @@ func (e *Engine) poll() int {
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
-	// Acknowledgements are coalesced (see ackDelay): those due go now.
+	// Acknowledgements are coalesced (see ackDelay): those of a stream
+	// and the urgent ones go now.
 	if len(e.dirty) > 0 {
-		e.flushAcks(nanotime(), false)
+		e.flushAcks(0, flushCount)
 	}
 	return n
 }
 
-// flushAcks sends the queued acknowledgements that are due by now, or all
-// of them, and notes when the next is due. The caller holds pollMu.
-func (e *Engine) flushAcks(now int64, all bool) {
+// Which queued acknowledgements flushAcks sends.
+const (
+	flushCount = iota // urgent ones, and those of ackEvery packets
+	flushDue          // and those due by the clock
+	flushAll
+)
+
+// flushAcks sends the queued acknowledgements that which selects, and
+// notes when the next is due. The caller holds pollMu.
+func (e *Engine) flushAcks(now int64, which int) {
 	keep := e.dirty[:0]
 	due := int64(0)
 	for _, qp := range e.dirty {
@@ -421,7 +438,7 @@ func (e *Engine) flushAcks(now int64, all bool) {
 		switch {
 		case !qp.ackDirty || qp.closed.Load():
 			qp.ackListed = false
-		case all || qp.ackDueBy(now):
+		case which == flushAll || qp.ackUrgent || qp.ackPkts >= ackEvery || (which == flushDue && qp.ackDueBy(now)):
 			qp.ackListed = false
 			qp.sendAckLocked()
 		default:
@@ -447,7 +464,7 @@ func (e *Engine) flushAllAcks() {
 		return
 	}
 	if len(e.dirty) > 0 {
-		e.flushAcks(nanotime(), true)
+		e.flushAcks(nanotime(), flushAll)
 	}
 	e.pollMu.Unlock()
 }
@@ -544,10 +561,22 @@ func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
 	// A heap buffer of the engine's (the CRC code lets its arguments
 	// escape): the poller owns it.
 	hbuf := e.icrcBuf[:]
-	hl := pseudoHeader(hbuf, p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
+	src := p.Addr.Addr().Unmap()
+	hl := pseudoHeader(hbuf, src, e.local, p.SrcPort, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
-	return err == nil && crc == want
+	if err != nil || crc == want {
+		return err == nil
+	}
+	// A datagram of a GRO message may carry the number the kernel gave
+	// its GSO segment (see UDPConfig.GSO).
+	if p.IPID == 0 || !src.Is4() {
+		return false
+	}
+	if ulen := 8 + len(data); ulen != e.idLen {
+		e.idLen, e.idShift = ulen, wire.IPv4IDShift(ulen)
+	}
+	return wire.ICRCWithIPv4IDShift(crc, 0, p.IPID, e.idShift) == want
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the

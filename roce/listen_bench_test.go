@@ -32,7 +32,7 @@ func BenchmarkListen(b *testing.B) {
 		}
 		defer l.Close()
 		// Keep the dialers' engine up between rounds.
-		_, release, err := acquireEngine(netip.AddrPortFrom(netip.MustParseAddr(peer), 0), false, false)
+		_, release, err := acquireEngine(netip.AddrPortFrom(netip.MustParseAddr(peer), 0), false, false, false)
 		if err != nil {
 			b.Fatal(err)
 		}

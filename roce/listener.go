@@ -84,7 +84,7 @@ func ListenExchange(ctx context.Context, o Options, fo fabric.Options) (*Listene
 		if !local.IsValid() {
 			local = host
 		}
-		_, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+		_, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw, o.GSO)
 		if err != nil {
 			ln.Close()
 			return nil, err

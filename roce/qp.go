@@ -897,7 +897,7 @@ func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 	if qp.closed.Load() {
 		return 0, opErr("recv", fabric.ErrClosed)
 	}
-	qp.e.poll()
+	qp.e.pollAcks(false)
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.deliverLocked(len(msgs), func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error {
@@ -931,7 +931,7 @@ func (qp *QP) RecvViews(views []fabric.View) (int, error) {
 	if qp.closed.Load() {
 		return 0, opErr("recv", fabric.ErrClosed)
 	}
-	qp.e.poll()
+	qp.e.pollAcks(false)
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.vq == nil {

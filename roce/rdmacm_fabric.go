@@ -137,7 +137,7 @@ func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoin
 			return nil, opErrAddr("open", addr, err)
 		}
 	}
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.NoICRC, o.NoRaw, o.GSO)
 	if err != nil {
 		return nil, opErrAddr("open", addr, err)
 	}
@@ -186,7 +186,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 		local = ap.Addr()
 	}
 	key := netip.AddrPortFrom(local, o.Port)
-	eng, release, err := acquireEngine(key, o.NoICRC, o.NoRaw)
+	eng, release, err := acquireEngine(key, o.NoICRC, o.NoRaw, o.GSO)
 	if err != nil {
 		return nil, opErrAddr("listen", addr, err)
 	}
@@ -196,7 +196,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 		release()
 		return nil, opErrAddr("listen", addr, err)
 	}
-	cl := &cmListener{l: l, eng: eng, key: key, noICRC: o.NoICRC, noRaw: o.NoRaw, release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
+	cl := &cmListener{l: l, eng: eng, key: key, noICRC: o.NoICRC, noRaw: o.NoRaw, gso: o.GSO, release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
 		limit: fo.HandshakeLimit()}
 	cl.q = acceptq.New("roce", cl.addr, fo.BacklogSize())
 	cl.wg.Add(1)
@@ -210,6 +210,7 @@ type cmListener struct {
 	key     netip.AddrPort // of the shared engine
 	noICRC  bool
 	noRaw   bool
+	gso     bool
 	release func()
 	addr    string
 	limit   time.Duration
@@ -247,7 +248,7 @@ func (cl *cmListener) loop() {
 				return
 			}
 			// Each endpoint holds the engine, so it outlives the listener.
-			_, rel, err := acquireEngine(cl.key, cl.noICRC, cl.noRaw)
+			_, rel, err := acquireEngine(cl.key, cl.noICRC, cl.noRaw, cl.gso)
 			if err != nil {
 				c.Disconnect(hctx)
 				c.QP().Destroy()

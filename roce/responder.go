@@ -1,6 +1,8 @@
 package roce
 
 import (
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -326,10 +328,18 @@ func (qp *QP) respError(psn wire.PSN, code wire.NAKCode, st fabric.Status) {
 //
 // NAKs and RNR NAKs are never delayed (sendAck), and a queued ACK goes
 // before read responses and atomic acknowledgements (sendAckLocked).
-const (
-	ackEvery = 16
-	ackDelay = 20 * time.Microsecond
-)
+const ackEvery = 16
+
+var ackDelay = 20 * time.Microsecond
+
+var ackRideAlways bool
+
+func init() {
+	if v, err := strconv.Atoi(os.Getenv("WEFT_ACKDELAY_US")); err == nil {
+		ackDelay = time.Duration(v) * time.Microsecond
+	}
+	ackRideAlways = os.Getenv("WEFT_ACKRIDE") != ""
+}
 
 // queueAck records an acknowledgement to send later (see ackDelay); a
 // later one supersedes it, the acknowledgements being cumulative.

@@ -214,7 +214,7 @@ func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
 		return err
 	}
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, Port), false, false)
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, Port), false, false, false)
 	if err != nil {
 		return err
 	}

@@ -65,8 +65,7 @@ type Engine struct {
 	ev      [64]debugEvent
 	evN     int
 	icrcBuf [48 + wire.BTHSize]byte
-	idLen   int    // the UDP length whose wire.IPv4IDShift is idShift
-	idShift uint32 // (the poller's, like icrcBuf)
+	ids     wire.IPv4IDs // the poller's, like icrcBuf
 	stats   fabric.Counters
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -90,8 +89,10 @@ type EngineConfig struct {
 	GSO bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
-	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
-	// don't-fragment; a peer that sends otherwise needs this, or AF_XDP.
+	// rebuilds it, assuming an IPv4 identification from 0 to 63, as Linux
+	// sends with don't-fragment (0, and 0, 1, 2, ... for the datagrams
+	// of a GSO send); a peer that sends otherwise needs this, the raw
+	// socket or AF_XDP.
 	NoICRC bool
 }
 
@@ -568,15 +569,14 @@ func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
 	if err != nil || crc == want {
 		return err == nil
 	}
-	// A datagram of a GRO message may carry the number the kernel gave
-	// its GSO segment (see UDPConfig.GSO).
-	if p.IPID == 0 || !src.Is4() {
+	// The datagrams of a UDP GSO send carry the identifications 0, 1,
+	// 2, ... (see UDPConfig.GSO), which a receiver that sees no IP
+	// header must find.
+	if !src.Is4() {
 		return false
 	}
-	if ulen := 8 + len(data); ulen != e.idLen {
-		e.idLen, e.idShift = ulen, wire.IPv4IDShift(ulen)
-	}
-	return wire.ICRCWithIPv4IDShift(crc, 0, p.IPID, e.idShift) == want
+	_, ok := e.ids.Find(8+len(data), crc, want)
+	return ok
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the

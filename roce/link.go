@@ -40,12 +40,6 @@ type Packet struct {
 	// SrcPort is, on write, the UDP source port to send from (0: the
 	// link's own port); on read, the source port the peer used.
 	SrcPort uint16
-	// IPID is, on read with Off 0, the IPv4 identification the packet
-	// most likely carried: the kernel numbers the datagrams of a UDP GSO
-	// send 0, 1, 2, ..., and a link that receives them whole (UDP GRO)
-	// says which of them this is. (Unconnected don't-fragment sends
-	// carry 0.)
-	IPID uint16
 }
 
 // Link carries RoCEv2 datagrams. It is the engine's only contact with the
@@ -155,14 +149,15 @@ type UDPConfig struct {
 	// link fixes each datagram's ICRC up for its number
 	// (wire.ICRCWithIPv4ID), so that the packets are exact wherever the
 	// kernel or a NIC cuts them apart. A receiver that gets them whole
-	// must know the numbering: a Weft engine with GSO does, one with the
-	// raw socket (the default) does not, and neither does a GRO
+	// must know the numbering, and one that gets them cut apart without
+	// their IP headers must find it: a Weft engine without the raw
+	// socket (GSO or NoRaw) accepts the identifications 0 to 63, one
+	// with the raw socket (the default) gets the super-packet whole on
+	// loopback and veth and cannot split it, and neither can a GRO
 	// receiver of another stack. So a peer reached without a cut on the
-	// way (loopback, veth) must run with GSO too; a Linux rxe peer, which
-	// receives through its kernel's UDP tunnel, gets the datagrams cut
-	// apart with those numbers. A GSO link checks received ICRCs with
-	// the numbering of its GRO datagram, then with identification 0 (as
-	// raw=0 does).
+	// way (loopback, veth) must run with GSO (or NoRaw) too; a Linux rxe
+	// peer, which receives through its kernel's UDP tunnel socket, gets
+	// the datagrams cut apart with those numbers, as on a wire.
 	GSO bool
 }
 
@@ -180,7 +175,6 @@ type groState struct {
 	msgs []mmsg.Message
 	n, i int // messages read, the next one
 	off  int // where its next datagram starts
-	seg  int // that datagram's index in the message
 }
 
 // ListenUDP opens a UDPLink on addr (port 0 means Port) with the default
@@ -443,7 +437,7 @@ func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
 
 // readGRO is ReadBatch of a GSO link: each message may hold several
 // datagrams, which it hands out one by one, pointing into the link's own
-// buffers (valid until the next call), with their GSO numbers in IPID.
+// buffers (valid until the next call).
 func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
 	g := &l.gro
 	out := 0
@@ -462,7 +456,7 @@ func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
 			if got == 0 {
 				return 0, nil
 			}
-			g.n, g.i, g.off, g.seg = got, 0, 0, 0
+			g.n, g.i, g.off = got, 0, 0
 		}
 		m := &g.msgs[g.i]
 		p := &pkts[out]
@@ -476,11 +470,10 @@ func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
 		if m.Seg > 0 {
 			size = min(size, m.Seg)
 		}
-		*p = Packet{Buf: g.bufs[g.i][g.off : g.off+size], N: size, Addr: m.Addr, SrcPort: m.Addr.Port(), IPID: uint16(g.seg)}
+		*p = Packet{Buf: g.bufs[g.i][g.off : g.off+size], N: size, Addr: m.Addr, SrcPort: m.Addr.Port()}
 		g.off += size
-		g.seg++
 		if g.off >= m.N {
-			g.i, g.off, g.seg = g.i+1, 0, 0
+			g.i, g.off = g.i+1, 0
 		}
 	}
 	return out, nil

@@ -264,3 +264,41 @@ func x8nModP(n uint64) uint32 {
 	}
 	return p
 }
+
+// IPv4IDs finds the IPv4 identification, among 0 to 63, that a packet's
+// ICRC was computed with, where the receiver cannot see it (a UDP socket
+// shows no IP header): the datagrams of a UDP GSO send carry 0, 1, 2, ...
+// in the order of the send. It keeps the table of the last UDP length it
+// was asked about (the datagrams of one send share it). Accepting 64
+// identifications rather than one lets a corrupted packet pass with
+// probability 2^-26 instead of 2^-32.
+type IPv4IDs struct {
+	udpLen int
+	m      [64]uint32 // m[i]: the ICRC change from identification 0 to i
+}
+
+// Find returns the identification i in [0, 64) for which a packet of UDP
+// length udpLen, whose ICRC computed with identification 0 is icrc0,
+// carries want.
+func (t *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
+	d := icrc0 ^ want
+	if d == 0 {
+		return 0, true
+	}
+	if t.udpLen != udpLen {
+		t.udpLen = udpLen
+		shift := IPv4IDShift(udpLen)
+		for b := 0; b < 6; b++ {
+			m := multModP(shift, t0Update2(1<<b))
+			for i := 0; i < 1<<b; i++ {
+				t.m[1<<b|i] = t.m[i] ^ m
+			}
+		}
+	}
+	for i, m := range t.m[1:] {
+		if m == d {
+			return uint16(i + 1), true
+		}
+	}
+	return 0, false
+}

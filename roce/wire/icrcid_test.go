@@ -45,3 +45,23 @@ func BenchmarkICRCWithIPv4IDShift(b *testing.B) {
 }
 
 var benchSinkU32 uint32
+
+// TestIPv4IDs finds the identification a packet's ICRC was computed with.
+func TestIPv4IDs(t *testing.T) {
+	var ids IPv4IDs
+	for _, n := range []int{80, 1040, 80, 4128} {
+		pkt := make([]byte, 28+n)
+		pkt[0] = 0x45
+		binary.BigEndian.PutUint16(pkt[2:], uint16(28+n))
+		binary.BigEndian.PutUint16(pkt[24:], uint16(8+n))
+		c0, _ := ICRC(pkt)
+		for _, id := range []uint16{0, 1, 2, 37, 63, 64, 0x1234} {
+			binary.BigEndian.PutUint16(pkt[4:], id)
+			want, _ := ICRC(pkt)
+			got, ok := ids.Find(8+n, c0, want)
+			if ok != (id < 64) || (ok && got != id) {
+				t.Errorf("udp length %d, id %d: found %d, %v", 8+n, id, got, ok)
+			}
+		}
+	}
+}

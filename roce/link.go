@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,6 +108,8 @@ type UDPLink struct {
 	fixLen int    // the UDP length whose IPv4IDShift is fixShift
 	fixSh  uint32 // (a GSO send's segments share their length)
 	gro    groState
+	// Datagrams sent in, and received in, messages of several.
+	gsoSegs, groSegs atomic.Uint64
 
 	steer *steering // the port's steering, if the link shares it
 	block uint32    // the QPN block the link receives (0: all)
@@ -457,6 +460,11 @@ func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
 				return 0, nil
 			}
 			g.n, g.i, g.off = got, 0, 0
+			for _, m := range g.msgs[:got] {
+				if m.Seg > 0 && m.N > m.Seg {
+					l.groSegs.Add(uint64((m.N + m.Seg - 1) / m.Seg))
+				}
+			}
 		}
 		m := &g.msgs[g.i]
 		p := &pkts[out]
@@ -557,6 +565,9 @@ func (l *UDPLink) writeGSO(fd int, pkts []Packet) (int, error) {
 	for i := range l.groups[:ng] {
 		if i < n {
 			taken += len(l.groups[i].Segs)
+			if k := len(l.groups[i].Segs); k > 1 {
+				l.gsoSegs.Add(uint64(k))
+			}
 		} else {
 			l.fixICRCs(&l.groups[i]) // back to identification 0 for a retry
 		}

@@ -208,7 +208,7 @@ func (qp *QP) flushTx() {
 	}
 	qp.ctr.TxPackets.Add(uint64(qp.txN))
 	n := qp.txN
-	if qp.ackDirty && (ackRideAlways || qp.ackDueBy(nanotime())) {
+	if qp.ackDirty {
 		// A queued acknowledgement rides along, behind the requests (see
 		// ackDelay).
 		k := qp.buildAck(qp.ackPSN, qp.ackSyn)

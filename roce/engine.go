@@ -60,6 +60,7 @@ type Engine struct {
 	// ackDue is when (nanotime) the first queued acknowledgement of the
 	// dirty list is due (see ackDelay).
 	ackDue atomic.Int64
+	rxNow  int64 // nanotime of the batch being processed (pollMu)
 
 	evMu    sync.Mutex
 	ev      [64]debugEvent
@@ -411,9 +412,11 @@ func (e *Engine) pollAcks(acks bool) int {
 		}
 		return 0
 	}
+	e.rxNow = nanotime()
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
+	e.rxNow = 0
 	// Acknowledgements are coalesced (see ackDelay): those of a stream
 	// and the urgent ones go now.
 	if len(e.dirty) > 0 {

@@ -105,8 +105,7 @@ type UDPLink struct {
 	gso    bool
 	groups []mmsg.Group
 	segs   [][]byte
-	fixLen int    // the UDP length whose IPv4IDShift is fixShift
-	fixSh  uint32 // (a GSO send's segments share their length)
+	ids    wire.IPv4IDs // the ICRC changes of GSO segment numbers (wmu)
 	gro    groState
 	// Datagrams sent in, and received in, messages of several.
 	gsoSegs, groSegs atomic.Uint64
@@ -588,11 +587,8 @@ func (l *UDPLink) fixICRCs(g *mmsg.Group) {
 		if len(s) < wire.BTHSize+wire.ICRCSize {
 			continue
 		}
-		if ulen := 8 + len(s); ulen != l.fixLen {
-			l.fixLen, l.fixSh = ulen, wire.IPv4IDShift(ulen)
-		}
 		c := s[len(s)-wire.ICRCSize:]
-		binary.LittleEndian.PutUint32(c, wire.ICRCWithIPv4IDShift(binary.LittleEndian.Uint32(c), 0, uint16(i+1), l.fixSh))
+		binary.LittleEndian.PutUint32(c, binary.LittleEndian.Uint32(c)^l.ids.Delta(8+len(s), uint16(i+1)))
 	}
 }
 

@@ -240,8 +240,8 @@ type QP struct {
 	retx       [numRetxCauses]retxCount
 	cwnd       int // packets the requester may have unacknowledged
 	cwndAcc    int
-	sinceAck   int // packets sent since the last one with AckReq
-	lastActive time.Time
+	sinceAck   int       // packets sent since the last one with AckReq
+	lastActive int64     // nanotime of the last packet sent or received
 	probeAt    time.Time // keep-alive probe outstanding since
 	probeTries int
 	probeBuf   [64]byte
@@ -488,7 +488,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.cwnd, qp.cwndAcc = initWindow, 0
-		qp.lastActive = time.Now()
+		qp.lastActive = nanotime()
 		qp.ackWait = int64(ackDelay)
 		if d := qp.timeoutDur(); d > 0 {
 			qp.ackWait = min(qp.ackWait, int64(d/8))
@@ -642,7 +642,10 @@ func (qp *QP) input(p *wire.Packet, src netip.Addr) {
 		return
 	}
 	qp.ctr.RxPackets.Add(1)
-	qp.lastActive = time.Now()
+	qp.lastActive = qp.e.rxNow
+	if qp.lastActive == 0 {
+		qp.lastActive = nanotime() // a packet injected by a test
+	}
 	qp.probeAt = time.Time{}
 	if op.IsResponse() {
 		if qp.state == StateRTS {
@@ -701,7 +704,7 @@ func (qp *QP) keepAlive(now, drained time.Time) time.Time {
 		return time.Time{}
 	}
 	if qp.probeAt.IsZero() {
-		if idle := qp.lastActive.Add(ka); now.Before(idle) {
+		if idle := epoch.Add(time.Duration(qp.lastActive) + ka); now.Before(idle) {
 			return idle
 		}
 		qp.probeTries = int(qp.attr.RetryCnt)

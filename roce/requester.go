@@ -217,7 +217,7 @@ func (qp *QP) flushTx() {
 	}
 	qp.e.send(qp.txPkts[:n])
 	qp.txN = 0
-	qp.lastActive = time.Now()
+	qp.lastActive = nanotime()
 	if qp.deadline.IsZero() {
 		qp.armTimer()
 	}

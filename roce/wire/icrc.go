@@ -268,11 +268,17 @@ func x8nModP(n uint64) uint32 {
 // IPv4IDs finds the IPv4 identification, among 0 to 63, that a packet's
 // ICRC was computed with, where the receiver cannot see it (a UDP socket
 // shows no IP header): the datagrams of a UDP GSO send carry 0, 1, 2, ...
-// in the order of the send. It keeps the table of the last UDP length it
-// was asked about (the datagrams of one send share it). Accepting 64
+// in the order of the send. It keeps the tables of the last two UDP
+// lengths it was asked about (the datagrams of one send share one, and a
+// shorter last one or an acknowledgement may follow). Accepting 64
 // identifications rather than one lets a corrupted packet pass with
 // probability 2^-26 instead of 2^-32.
 type IPv4IDs struct {
+	t    [2]idTable
+	next int // the slot to replace
+}
+
+type idTable struct {
 	udpLen int
 	m      [64]uint32 // m[i]: the ICRC change from identification 0 to i
 }
@@ -280,12 +286,18 @@ type IPv4IDs struct {
 // Find returns the identification i in [0, 64) for which a packet of UDP
 // length udpLen, whose ICRC computed with identification 0 is icrc0,
 // carries want.
-func (t *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
+func (ids *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
 	d := icrc0 ^ want
 	if d == 0 {
 		return 0, true
 	}
+	t := &ids.t[0]
 	if t.udpLen != udpLen {
+		t = &ids.t[1]
+	}
+	if t.udpLen != udpLen {
+		t = &ids.t[ids.next]
+		ids.next ^= 1
 		t.udpLen = udpLen
 		shift := IPv4IDShift(udpLen)
 		for b := 0; b < 6; b++ {
@@ -301,4 +313,18 @@ func (t *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Delta returns the change of the ICRC of a packet of UDP length udpLen
+// from identification 0 to id (id < 64), from the same tables.
+func (ids *IPv4IDs) Delta(udpLen int, id uint16) uint32 {
+	if id == 0 {
+		return 0
+	}
+	ids.Find(udpLen, 0, 1) // fills the table (1 is no change of the CRC)
+	t := &ids.t[0]
+	if t.udpLen != udpLen {
+		t = &ids.t[1]
+	}
+	return t.m[id&63]
 }

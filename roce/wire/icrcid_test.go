@@ -62,6 +62,9 @@ func TestIPv4IDs(t *testing.T) {
 			if ok != (id < 64) || (ok && got != id) {
 				t.Errorf("udp length %d, id %d: found %d, %v", 8+n, id, got, ok)
 			}
+			if id < 64 && c0^ids.Delta(8+n, id) != want {
+				t.Errorf("udp length %d, id %d: Delta wrong", 8+n, id)
+			}
 		}
 	}
 }

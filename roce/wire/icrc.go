@@ -281,6 +281,7 @@ type IPv4IDs struct {
 type idTable struct {
 	udpLen int
 	m      [64]uint32 // m[i]: the ICRC change from identification 0 to i
+	last   int        // the identification last found
 }
 
 // Find returns the identification i in [0, 64) for which a packet of UDP
@@ -288,10 +289,13 @@ type idTable struct {
 // carries want.
 func (ids *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
 	d := icrc0 ^ want
+	t := &ids.t[0]
 	if d == 0 {
+		if t.udpLen == udpLen {
+			t.last = 0
+		}
 		return 0, true
 	}
-	t := &ids.t[0]
 	if t.udpLen != udpLen {
 		t = &ids.t[1]
 	}
@@ -307,8 +311,15 @@ func (ids *IPv4IDs) Find(udpLen int, icrc0, want uint32) (uint16, bool) {
 			}
 		}
 	}
+	// The datagrams of a GRO message come in order: try the one after
+	// the last found first.
+	if h := (t.last + 1) & 63; t.m[h] == d {
+		t.last = h
+		return uint16(h), true
+	}
 	for i, m := range t.m[1:] {
 		if m == d {
+			t.last = i + 1
 			return uint16(i + 1), true
 		}
 	}

@@ -404,8 +404,11 @@ func (e *Engine) pollAcks(acks bool) int {
 	}
 	if err != nil || n == 0 {
 		if err == nil {
-			now := nanotime()
-			e.drained.Store(epochUnix + now)
+			// drained is compared with the timers' deadlines, on the
+			// wall clock; the acknowledgements' clock is monotonic.
+			t := time.Now()
+			e.drained.Store(t.UnixNano())
+			now := int64(t.Sub(epoch))
 			if acks && len(e.dirty) > 0 && now >= e.ackDue.Load() {
 				e.flushAcks(now, flushDue)
 			}
@@ -473,11 +476,8 @@ func (e *Engine) flushAllAcks() {
 	e.pollMu.Unlock()
 }
 
-// epoch is the origin of nanotime, at epochUnix (Unix ns).
-var (
-	epoch     = time.Now()
-	epochUnix = epoch.UnixNano()
-)
+// epoch is the origin of nanotime.
+var epoch = time.Now()
 
 // nanotime returns monotonic nanoseconds since epoch.
 func nanotime() int64 { return int64(time.Since(epoch)) }

@@ -419,19 +419,22 @@ func (e *Engine) pollAcks(acks bool) int {
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
-	e.rxNow = 0
-	// Acknowledgements are coalesced (see ackDelay): those of a stream
-	// and the urgent ones go now.
+	// Acknowledgements are coalesced (see ackDelay): those of a stream,
+	// the urgent and the overdue ones go now.
 	if len(e.dirty) > 0 {
-		e.flushAcks(0, flushCount)
+		e.flushAcks(e.rxNow, flushCount)
 	}
+	e.rxNow = 0
 	return n
 }
 
 // Which queued acknowledgements flushAcks sends.
 const (
-	flushCount = iota // urgent ones, and those of ackEvery packets
-	flushDue          // and those due by the clock
+	// Urgent ones, those of ackEvery packets, and the overdue (4 ×
+	// ackDelay): a poller that never finds the link empty must not
+	// starve them.
+	flushCount = iota
+	flushDue   // and those due by the clock
 	flushAll
 )
 
@@ -445,7 +448,8 @@ func (e *Engine) flushAcks(now int64, which int) {
 		switch {
 		case !qp.ackDirty || qp.closed.Load():
 			qp.ackListed = false
-		case which == flushAll || qp.ackUrgent || qp.ackPkts >= ackEvery || (which == flushDue && qp.ackDueBy(now)):
+		case which == flushAll || qp.ackUrgent || qp.ackPkts >= ackEvery || (which == flushDue && qp.ackDueBy(now)) ||
+			now-qp.ackAt >= 4*qp.ackWait:
 			qp.ackListed = false
 			qp.sendAckLocked()
 		default:

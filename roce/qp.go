@@ -603,6 +603,11 @@ func (qp *QP) Destroy() error {
 		return nil
 	}
 	qp.mu.Lock()
+	// Acknowledge what was received: the peer's requests must not wait
+	// out its retries for an acknowledgement that was only queued.
+	if qp.state == StateRTS || qp.state == StateRTR {
+		qp.sendAckLocked()
+	}
 	qp.flushLocked(fabric.StatusFlushed)
 	qp.state = StateErr
 	qp.mu.Unlock()

@@ -256,8 +256,11 @@ const DefaultDialRetry = 5 * time.Second
 // connection there, otherwise the endpoint dials it (fabric.Listen
 // accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
-// noicrc and raw configure the engine of the local address, which all
-// endpoints there share: they must agree on them (see Open). A malformed
+// noicrc, raw and gso configure the engine of the local address, which
+// all endpoints there share: they must agree on them (see Open). gso=1
+// sends runs of equal-size packets as one UDP GSO message and receives
+// GRO messages whole (see UDPConfig.GSO): for Weft peers that set it too,
+// or peers reached through a path that cuts the packets apart. A malformed
 // value or an unknown parameter is an error that names the key and
 // matches fabric.ErrInvalid.
 func ParseAddr(addr string) (Options, error) {

@@ -67,7 +67,7 @@ func TestParseAddrMalformed(t *testing.T) {
 }
 
 // An engine is shared by the endpoints of its address only if they ask
-// for its configuration: a conflicting noicrc, raw or link is refused.
+// for its configuration: a conflicting noicrc, raw, link or gso is refused.
 func TestEngineConfigConflict(t *testing.T) {
 	addr := netip.MustParseAddrPort("127.0.0.9:0")
 	mine := engineOpts{NoRaw: true}
@@ -76,9 +76,9 @@ func TestEngineConfigConflict(t *testing.T) {
 		t.Skip("no engine at", addr, err)
 	}
 	defer release()
-	for _, c := range []engineOpts{{NoICRC: true, NoRaw: true}, {}, {NoRaw: true, Shm: true}} {
+	for _, c := range []engineOpts{{NoICRC: true, NoRaw: true}, {}, {NoRaw: true, Shm: true}, {NoRaw: true, GSO: true}} {
 		if _, _, err := acquireEngine(addr, c); !errors.Is(err, fabric.ErrInvalid) ||
-			!strings.Contains(err.Error(), "raw=0&link=udp") {
+			!strings.Contains(err.Error(), "raw=0&link=udp&gso=0") {
 			t.Errorf("acquireEngine(%+v) = %v, want ErrInvalid", c, err)
 		}
 	}

@@ -169,14 +169,14 @@ type sharedEngine struct {
 }
 
 // engineOpts are the address parameters that configure the engine of a
-// local address (noicrc, raw, link), which all its endpoints share.
+// local address (noicrc, raw, link, gso), which all its endpoints share.
 type engineOpts struct {
-	NoICRC, NoRaw, Shm bool
+	NoICRC, NoRaw, Shm, GSO bool
 }
 
 // engineOpts returns the parameters of o that configure its engine.
 func (o Options) engineOpts() engineOpts {
-	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm}
+	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm, GSO: o.GSO}
 }
 
 // String formats the configuration as address parameters.
@@ -185,13 +185,13 @@ func (c engineOpts) String() string {
 	if c.Shm {
 		link = "shm"
 	}
-	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s", b2i(c.NoICRC), b2i(!c.NoRaw), link)
+	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s&gso=%d", b2i(c.NoICRC), b2i(!c.NoRaw), link, b2i(c.GSO))
 }
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
 // function that releases it. An engine already running at addr with
 // another configuration is not shared: the call fails with an error
-// matching fabric.ErrInvalid (an address's noicrc, raw and link
+// matching fabric.ErrInvalid (an address's noicrc, raw, link and gso
 // parameters configure its engine, so all endpoints of one local address
 // must agree on them).
 func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
@@ -206,7 +206,7 @@ func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
 			addr, s.cfg, c, fabric.ErrInvalid)
 	}
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm, GSO: c.GSO})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -251,6 +251,7 @@ type Options struct {
 	NoICRC    bool           // do not verify received ICRCs
 	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
 	Shm       bool           // link=shm: carry packets through shared memory to engines of this host (ShmLink)
+	GSO       bool           // UDP GSO and GRO between Weft engines (see UDPConfig.GSO)
 	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
@@ -262,17 +263,20 @@ const DefaultDialRetry = 5 * time.Second
 
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm&gso=1]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one
 // connection there, otherwise the endpoint dials it (fabric.Listen
 // accepts any number, see Listener). The RoCE traffic
 // itself goes to UDP port 4791 of the address the exchange names.
-// noicrc, raw and link configure the engine of the local address, which
-// all endpoints there share: they must agree on them (see Open). link=shm
-// carries the RoCEv2 packets through shared memory to engines of this
-// host that use it too (see ShmLink), instead of UDP. A malformed
+// noicrc, raw, link and gso configure the engine of the local address,
+// which all endpoints there share: they must agree on them (see Open).
+// link=shm carries the RoCEv2 packets through shared memory to engines of
+// this host that use it too (see ShmLink), instead of UDP. gso=1 sends
+// runs of equal-size packets as one UDP GSO message and receives GRO
+// messages whole (see UDPConfig.GSO): for Weft peers that set it too, or
+// peers reached through a path that cuts the packets apart. A malformed
 // value or an unknown parameter is an error that names the key and
 // matches fabric.ErrInvalid.
 func ParseAddr(addr string) (Options, error) {
@@ -312,6 +316,7 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
 	o.Shm = addrparam.Enum(p, "link", false, map[string]bool{"udp": false, "shm": true})
+	o.GSO = p.Bool("gso", false)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
 	return o, p.Err()
@@ -339,7 +344,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm]: user-space RoCEv2 engine (noicrc, raw and link configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm&gso=0]: user-space RoCEv2 engine (noicrc, raw, link and gso configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
 		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -56,11 +57,16 @@ type Engine struct {
 	// (TestLossySoak failed "retry count exceeded" in 3 runs of 3 beside
 	// a CPU hog; TestStalledPoller).
 	drained atomic.Int64
+	// ackDue is when (nanotime) the first queued acknowledgement of the
+	// dirty list is due (see ackDelay).
+	ackDue atomic.Int64
+	rxNow  int64 // nanotime of the batch being processed (pollMu)
 
 	evMu    sync.Mutex
 	ev      [64]debugEvent
 	evN     int
 	icrcBuf [48 + wire.BTHSize]byte
+	ids     wire.IPv4IDs // the poller's, like icrcBuf
 	stats   fabric.Counters
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -84,10 +90,14 @@ type EngineConfig struct {
 	// reaches the engines of this host that use one too, through shared
 	// memory (the address parameter link=shm).
 	Shm bool
+	// GSO is UDPConfig.GSO for the link the engine opens on Addr.
+	GSO bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
-	// rebuilds it, assuming IPv4 identification 0 as Linux sends with
-	// don't-fragment; a peer that sends otherwise needs this, or AF_XDP.
+	// rebuilds it, assuming an IPv4 identification from 0 to 63, as Linux
+	// sends with don't-fragment (0, and 0, 1, 2, ... for the datagrams
+	// of a GSO send); a peer that sends otherwise needs this, the raw
+	// socket or AF_XDP.
 	NoICRC bool
 }
 
@@ -122,7 +132,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		if err != nil {
 			return nil, err
 		}
-		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, QPNBlock: b.n})
+		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, GSO: cfg.GSO, QPNBlock: b.n})
 		if err != nil {
 			b.release()
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
@@ -146,6 +156,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	} else {
 		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
 	}
+	e.ackDue.Store(math.MaxInt64)
 	e.rx = make([]Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)
 	for i := range e.rxBufs {
@@ -301,14 +312,22 @@ func (e *Engine) background() {
 	defer e.wg.Done()
 	nap := time.NewTimer(time.Hour)
 	defer nap.Stop()
+	yielded := false
 	for !e.closed.Load() {
 		if e.spinner.Load() > 0 {
 			// A spinning caller drives the engine; keep the timers, and
 			// read what the caller left when it was descheduled.
 			for e.poll() > 0 {
 			}
-			e.runTimers(time.Now())
-			nap.Reset(200 * time.Microsecond)
+			now := time.Now()
+			e.runTimers(now)
+			// Queued acknowledgements are the spinner's to send; should it
+			// stop polling, they wait at most about ackDelay longer.
+			d := 200 * time.Microsecond
+			if due := e.ackDue.Load(); due != math.MaxInt64 {
+				d = min(d, max(time.Duration(due-nanotime()), 20*time.Microsecond))
+			}
+			nap.Reset(d)
 			select {
 			case <-e.stop:
 				return
@@ -331,6 +350,18 @@ func (e *Engine) background() {
 			e.runTimers(time.Now())
 			continue
 		}
+		if e.ackDue.Load() != math.MaxInt64 {
+			// Acknowledgements are queued: let the application that was
+			// just woken post its reply, which they ride along with,
+			// then send the rest before sleeping.
+			if !yielded {
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			e.flushAllAcks()
+		}
+		yielded = false
 		now := time.Now()
 		next := e.runTimers(now)
 		wait := 1 * time.Millisecond
@@ -364,7 +395,12 @@ func (e *Engine) runTimers(now time.Time) time.Time {
 
 // poll reads one batch of packets and processes it; it returns how many
 // it read. If another thread is polling it returns -1 at once.
-func (e *Engine) poll() int {
+func (e *Engine) poll() int { return e.pollAcks(true) }
+
+// pollAcks is poll; acks says whether a poll that finds the link empty
+// sends the acknowledgements due by the clock. Recv does not: it delivers
+// next, and the acknowledgement should not go before what it delivers.
+func (e *Engine) pollAcks(acks bool) int {
 	if !e.pollMu.TryLock() {
 		return -1
 	}
@@ -379,30 +415,87 @@ func (e *Engine) poll() int {
 	}
 	if err != nil || n == 0 {
 		if err == nil {
-			e.drained.Store(time.Now().UnixNano())
+			// drained is compared with the timers' deadlines, on the
+			// wall clock; the acknowledgements' clock is monotonic.
+			t := time.Now()
+			e.drained.Store(t.UnixNano())
+			now := int64(t.Sub(epoch))
+			if acks && len(e.dirty) > 0 && now >= e.ackDue.Load() {
+				e.flushAcks(now, flushDue)
+			}
 		}
 		return 0
 	}
+	e.rxNow = nanotime()
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
 	}
-	// Acknowledgements are coalesced: at most one per QP per batch.
-	e.flushAcks()
+	// Acknowledgements are coalesced (see ackDelay): those of a stream,
+	// the urgent and the overdue ones go now.
+	if len(e.dirty) > 0 {
+		e.flushAcks(e.rxNow, flushCount)
+	}
+	e.rxNow = 0
 	return n
 }
 
-// flushAcks sends the acknowledgements queued by the last batch. The
-// caller holds pollMu.
-func (e *Engine) flushAcks() {
-	if len(e.dirty) == 0 {
+// Which queued acknowledgements flushAcks sends.
+const (
+	// Urgent ones, those of ackEvery packets, and the overdue (4 ×
+	// ackDelay): a poller that never finds the link empty must not
+	// starve them.
+	flushCount = iota
+	flushDue   // and those due by the clock
+	flushAll
+)
+
+// flushAcks sends the queued acknowledgements that which selects, and
+// notes when the next is due. The caller holds pollMu.
+func (e *Engine) flushAcks(now int64, which int) {
+	keep := e.dirty[:0]
+	due := int64(0)
+	for _, qp := range e.dirty {
+		qp.mu.Lock()
+		switch {
+		case !qp.ackDirty || qp.closed.Load():
+			qp.ackListed = false
+		case which == flushAll || qp.ackUrgent || qp.ackPkts >= ackEvery || (which == flushDue && qp.ackDueBy(now)) ||
+			now-qp.ackAt >= 4*qp.ackWait:
+			qp.ackListed = false
+			qp.sendAckLocked()
+		default:
+			keep = append(keep, qp)
+			if d := qp.ackAt + qp.ackWait; due == 0 || d < due {
+				due = d
+			}
+		}
+		qp.mu.Unlock()
+	}
+	clear(e.dirty[len(keep):])
+	e.dirty = keep
+	if due == 0 {
+		due = math.MaxInt64
+	}
+	e.ackDue.Store(due)
+}
+
+// flushAllAcks sends every queued acknowledgement, for a poller about to
+// sleep.
+func (e *Engine) flushAllAcks() {
+	if !e.pollMu.TryLock() {
 		return
 	}
-	for _, qp := range e.dirty {
-		qp.flushAck()
+	if len(e.dirty) > 0 {
+		e.flushAcks(nanotime(), flushAll)
 	}
-	clear(e.dirty)
-	e.dirty = e.dirty[:0]
+	e.pollMu.Unlock()
 }
+
+// epoch is the origin of nanotime.
+var epoch = time.Now()
+
+// nanotime returns monotonic nanoseconds since epoch.
+func nanotime() int64 { return int64(time.Since(epoch)) }
 
 // drop counts a dropped packet.
 func (e *Engine) drop(r fabric.DropReason) {
@@ -487,10 +580,21 @@ func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
 	// A heap buffer of the engine's (the CRC code lets its arguments
 	// escape): the poller owns it.
 	hbuf := e.icrcBuf[:]
-	hl := pseudoHeader(hbuf, p.Addr.Addr().Unmap(), e.local, p.SrcPort, len(data))
+	src := p.Addr.Addr().Unmap()
+	hl := pseudoHeader(hbuf, src, e.local, p.SrcPort, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
-	return err == nil && crc == want
+	if err != nil || crc == want {
+		return err == nil
+	}
+	// The datagrams of a UDP GSO send carry the identifications 0, 1,
+	// 2, ... (see UDPConfig.GSO), which a receiver that sees no IP
+	// header must find.
+	if !src.Is4() {
+		return false
+	}
+	_, ok := e.ids.Find(8+len(data), crc, want)
+	return ok
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,12 +10,14 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/internal/mmsg"
+	"github.com/weft-io/weft/roce/wire"
 )
 
 // Port is the RoCEv2 UDP destination port.
@@ -98,6 +101,15 @@ type UDPLink struct {
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
 
+	// UDP GSO and GRO (UDPConfig.GSO).
+	gso    bool
+	groups []mmsg.Group
+	segs   [][]byte
+	ids    wire.IPv4IDs // the ICRC changes of GSO segment numbers (wmu)
+	gro    groState
+	// Datagrams sent in, and received in, messages of several.
+	gsoSegs, groSegs atomic.Uint64
+
 	steer *steering // the port's steering, if the link shares it
 	block uint32    // the QPN block the link receives (0: all)
 	own   *qpnBlock // the block the link claimed itself, released with it
@@ -127,6 +139,44 @@ type UDPConfig struct {
 	// numbers its QPs from, so that links made for tests share the port
 	// with the engines of other processes too.
 	QPNBlock uint32
+	// GSO sends runs of equal-size datagrams to one peer in one message
+	// each (UDP_SEGMENT), and receives such runs whole (UDP_GRO); it
+	// implies NoRaw. On loopback and between namespaces the kernel then
+	// moves one packet where it moved up to 64: the kernel path of a
+	// packet, not the system call, is what a datagram costs there.
+	//
+	// The kernel numbers the IPv4 identifications of a GSO send's
+	// datagrams 0, 1, 2, ... (a single unconnected don't-fragment
+	// datagram carries 0), and the ICRC covers the identification: the
+	// link fixes each datagram's ICRC up for its number
+	// (wire.ICRCWithIPv4ID), so that the packets are exact wherever the
+	// kernel or a NIC cuts them apart. A receiver that gets them whole
+	// must know the numbering, and one that gets them cut apart without
+	// their IP headers must find it: a Weft engine without the raw
+	// socket (GSO or NoRaw) accepts the identifications 0 to 63, one
+	// with the raw socket (the default) gets the super-packet whole on
+	// loopback and veth and cannot split it, and neither can a GRO
+	// receiver of another stack. So a peer reached without a cut on the
+	// way (loopback, veth) must run with GSO (or NoRaw) too; a Linux rxe
+	// peer, which receives through its kernel's UDP tunnel socket, gets
+	// the datagrams cut apart with those numbers, as on a wire.
+	GSO bool
+}
+
+// groBatch is the number of messages a GSO link reads per system call,
+// and groBuf the size of each: a GRO message holds up to 64 datagrams.
+const (
+	groBatch = 8
+	groBuf   = 65536 + 512
+)
+
+// groState holds the messages of the last receive of a GSO link until
+// ReadBatch has handed out all their datagrams.
+type groState struct {
+	bufs [][]byte
+	msgs []mmsg.Message
+	n, i int // messages read, the next one
+	off  int // where its next datagram starts
 }
 
 // ListenUDP opens a UDPLink on addr (port 0 means Port) with the default
@@ -188,6 +238,18 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	// Big socket buffers: the engine moves bursts (a 256 KiB RDMA READ is
 	// 256 response packets at once). Root may exceed net.core.rmem_max.
 	setBuffers(l.fd, 16<<20)
+	if c.GSO {
+		if err := unix.SetsockoptInt(l.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("UDP GRO: %w", err)
+		}
+		l.gso, c.NoRaw = true, true
+		l.groups, l.segs = make([]mmsg.Group, 64), make([][]byte, 64)
+		l.gro.bufs, l.gro.msgs = make([][]byte, groBatch), make([]mmsg.Message, groBatch)
+		for i := range l.gro.bufs {
+			l.gro.bufs[i] = make([]byte, groBuf)
+		}
+	}
 	if addr.Addr().Is4() && !addr.Addr().IsUnspecified() && !c.NoRaw {
 		l.openRaw()
 	}
@@ -328,6 +390,9 @@ func (l *UDPLink) LocalAddr() netip.AddrPort { return l.local }
 // ReadBatch implements Link. Calls must not overlap (the engine reads from
 // one poller at a time); WriteBatch may be called concurrently.
 func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
+	if l.gso {
+		return l.readGRO(pkts)
+	}
 	n := min(len(pkts), len(l.rmsgs))
 	for i := 0; i < n; i++ {
 		l.rmsgs[i].Buf = pkts[i].Buf
@@ -372,8 +437,59 @@ func (l *UDPLink) ReadBatch(pkts []Packet) (int, error) {
 	return got, nil
 }
 
+// readGRO is ReadBatch of a GSO link: each message may hold several
+// datagrams, which it hands out one by one, pointing into the link's own
+// buffers (valid until the next call).
+func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
+	g := &l.gro
+	out := 0
+	for out < len(pkts) {
+		if g.i >= g.n {
+			if out > 0 {
+				break
+			}
+			for i := range g.msgs {
+				g.msgs[i].Buf = g.bufs[i]
+			}
+			got, err := l.rb.RecvSegments(l.fd, g.msgs)
+			if err != nil {
+				return 0, &os.SyscallError{Syscall: "recvmmsg", Err: err}
+			}
+			if got == 0 {
+				return 0, nil
+			}
+			g.n, g.i, g.off = got, 0, 0
+			for _, m := range g.msgs[:got] {
+				if m.Seg > 0 && m.N > m.Seg {
+					l.groSegs.Add(uint64((m.N + m.Seg - 1) / m.Seg))
+				}
+			}
+		}
+		m := &g.msgs[g.i]
+		p := &pkts[out]
+		out++
+		if m.N <= 0 {
+			p.N, p.Off = -1, 0
+			g.i++
+			continue
+		}
+		size := m.N - g.off
+		if m.Seg > 0 {
+			size = min(size, m.Seg)
+		}
+		*p = Packet{Buf: g.bufs[g.i][g.off : g.off+size], N: size, Addr: m.Addr, SrcPort: m.Addr.Port()}
+		g.off += size
+		if g.off >= m.N {
+			g.i, g.off = g.i+1, 0
+		}
+	}
+	return out, nil
+}
+
 // WriteBatch implements Link. Runs of datagrams with the same source port
-// go out in one sendmmsg.
+// go out in one sendmmsg; with GSO, runs of equal size to one peer among
+// them in one message each (which changes the ICRCs in their buffers
+// while they are sent, see UDPConfig.GSO).
 func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -390,6 +506,18 @@ func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
 			if err == nil {
 				fd = s.fd
 			}
+		}
+		if l.gso {
+			count := end - done
+			n, err := l.writeGSO(fd, pkts[done:end])
+			done += n
+			if err != nil {
+				return done, &os.SyscallError{Syscall: "sendmmsg", Err: err}
+			}
+			if n < count {
+				return done, nil // socket buffer full
+			}
+			continue
 		}
 		for i := done; i < end; i++ {
 			l.wmsgs[i-done] = mmsg.Message{Buf: pkts[i].Buf, N: pkts[i].N, Addr: pkts[i].Addr}
@@ -408,6 +536,60 @@ func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
 		}
 	}
 	return done, nil
+}
+
+// writeGSO sends pkts (at most 64, one source port) on fd in groups of
+// equal size to one peer, and returns how many the kernel took.
+func (l *UDPLink) writeGSO(fd int, pkts []Packet) (int, error) {
+	ng := 0
+	for k := 0; k < len(pkts); {
+		start, size, total := k, pkts[k].N, pkts[k].N
+		for k++; k < len(pkts) && k-start < mmsg.MaxSegments && pkts[k].Addr == pkts[start].Addr &&
+			pkts[k].N <= size && total+pkts[k].N <= mmsg.MaxSegmented; k++ {
+			total += pkts[k].N
+			if pkts[k].N < size {
+				k++ // a shorter datagram ends a group
+				break
+			}
+		}
+		for i := start; i < k; i++ {
+			l.segs[i] = pkts[i].Buf[:pkts[i].N]
+		}
+		l.groups[ng] = mmsg.Group{Segs: l.segs[start:k], Addr: pkts[start].Addr}
+		l.fixICRCs(&l.groups[ng])
+		ng++
+	}
+	n, err := l.wb.SendSegments(fd, l.groups[:ng])
+	taken := 0
+	for i := range l.groups[:ng] {
+		if i < n {
+			taken += len(l.groups[i].Segs)
+			if k := len(l.groups[i].Segs); k > 1 {
+				l.gsoSegs.Add(uint64(k))
+			}
+		} else {
+			l.fixICRCs(&l.groups[i]) // back to identification 0 for a retry
+		}
+		l.groups[i] = mmsg.Group{}
+	}
+	clear(l.segs)
+	return taken, err
+}
+
+// fixICRCs toggles the ICRCs of an IPv4 group's datagrams between
+// identification 0 and the numbers the kernel gives GSO segments (see
+// UDPConfig.GSO).
+func (l *UDPLink) fixICRCs(g *mmsg.Group) {
+	if len(g.Segs) < 2 || !g.Addr.Addr().Unmap().Is4() {
+		return
+	}
+	for i, s := range g.Segs[1:] {
+		if len(s) < wire.BTHSize+wire.ICRCSize {
+			continue
+		}
+		c := s[len(s)-wire.ICRCSize:]
+		binary.LittleEndian.PutUint32(c, binary.LittleEndian.Uint32(c)^l.ids.Delta(8+len(s), uint16(i+1)))
+	}
 }
 
 // sender returns the send socket for a source port, opening it on first

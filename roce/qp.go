@@ -240,8 +240,8 @@ type QP struct {
 	retx       [numRetxCauses]retxCount
 	cwnd       int // packets the requester may have unacknowledged
 	cwndAcc    int
-	sinceAck   int // packets sent since the last one with AckReq
-	lastActive time.Time
+	sinceAck   int       // packets sent since the last one with AckReq
+	lastActive int64     // nanotime of the last packet sent or received
 	probeAt    time.Time // keep-alive probe outstanding since
 	probeTries int
 	probeBuf   [64]byte
@@ -259,6 +259,11 @@ type QP struct {
 	ackDirty  bool
 	ackPSN    wire.PSN
 	ackSyn    wire.Syndrome
+	ackPkts   int   // request packets taken since the last acknowledgement sent
+	ackAt     int64 // when (Unix ns) the queued acknowledgement was first due
+	ackUrgent bool  // the queued acknowledgement answers a duplicate: no delay
+	ackWait   int64 // ns an acknowledgement may wait (ackDelay, at most an eighth of the timeout)
+	ackListed bool  // in the engine's dirty list (guarded by the engine's pollMu)
 	atomics   [16]atomicResult
 	atomicIdx int
 	ackBuf    [64]byte
@@ -285,7 +290,7 @@ type QP struct {
 	sendCh      chan struct{}
 	done        chan struct{}
 
-	txPkts []Packet
+	txPkts []Packet // txBatch packets and a queued acknowledgement
 	txBufs [][]byte
 	txN    int
 }
@@ -341,7 +346,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64), spin: spin,
 		sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize)),
 		rq: make([]byte, initRecvRing(cfg.RecvBuffer)), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
-		done: make(chan struct{}), txPkts: make([]Packet, txBatch), txBufs: make([][]byte, txBatch)}
+		done: make(chan struct{}), txPkts: make([]Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
 	e.objMu.Lock()
 	for tries := 0; ; tries++ {
 		if tries > int(e.qpnMask) {
@@ -483,7 +488,11 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.cwnd, qp.cwndAcc = initWindow, 0
-		qp.lastActive = time.Now()
+		qp.lastActive = nanotime()
+		qp.ackWait = int64(ackDelay)
+		if d := qp.timeoutDur(); d > 0 {
+			qp.ackWait = min(qp.ackWait, int64(d/8))
+		}
 	default:
 		return bad()
 	}
@@ -594,6 +603,11 @@ func (qp *QP) Destroy() error {
 		return nil
 	}
 	qp.mu.Lock()
+	// Acknowledge what was received: the peer's requests must not wait
+	// out its retries for an acknowledgement that was only queued.
+	if qp.state == StateRTS || qp.state == StateRTR {
+		qp.sendAckLocked()
+	}
 	qp.flushLocked(fabric.StatusFlushed)
 	qp.state = StateErr
 	qp.mu.Unlock()
@@ -633,7 +647,10 @@ func (qp *QP) input(p *wire.Packet, src netip.Addr) {
 		return
 	}
 	qp.ctr.RxPackets.Add(1)
-	qp.lastActive = time.Now()
+	qp.lastActive = qp.e.rxNow
+	if qp.lastActive == 0 {
+		qp.lastActive = nanotime() // a packet injected by a test
+	}
 	qp.probeAt = time.Time{}
 	if op.IsResponse() {
 		if qp.state == StateRTS {
@@ -692,7 +709,7 @@ func (qp *QP) keepAlive(now, drained time.Time) time.Time {
 		return time.Time{}
 	}
 	if qp.probeAt.IsZero() {
-		if idle := qp.lastActive.Add(ka); now.Before(idle) {
+		if idle := epoch.Add(time.Duration(qp.lastActive) + ka); now.Before(idle) {
 			return idle
 		}
 		qp.probeTries = int(qp.attr.RetryCnt)
@@ -888,7 +905,7 @@ func (qp *QP) Recv(msgs []fabric.Message) (int, error) {
 	if qp.closed.Load() {
 		return 0, opErr("recv", fabric.ErrClosed)
 	}
-	qp.e.poll()
+	qp.e.pollAcks(false)
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.deliverLocked(len(msgs), func(i, ln int, imm uint32, flags fabric.MsgFlags, payload []byte) error {
@@ -922,7 +939,7 @@ func (qp *QP) RecvViews(views []fabric.View) (int, error) {
 	if qp.closed.Load() {
 		return 0, opErr("recv", fabric.ErrClosed)
 	}
-	qp.e.poll()
+	qp.e.pollAcks(false)
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.vq == nil {

@@ -206,10 +206,18 @@ func (qp *QP) flushTx() {
 	if qp.txPSN.Sub(qp.maxPSN) > 0 {
 		qp.maxPSN = qp.txPSN
 	}
-	qp.e.send(qp.txPkts[:qp.txN])
 	qp.ctr.TxPackets.Add(uint64(qp.txN))
+	n := qp.txN
+	if qp.ackDirty {
+		// A queued acknowledgement rides along, behind the requests (see
+		// ackDelay).
+		k := qp.buildAck(qp.ackPSN, qp.ackSyn)
+		qp.txPkts[n] = Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport}
+		n++
+	}
+	qp.e.send(qp.txPkts[:n])
 	qp.txN = 0
-	qp.lastActive = time.Now()
+	qp.lastActive = nanotime()
 	if qp.deadline.IsZero() {
 		qp.armTimer()
 	}

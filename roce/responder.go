@@ -2,6 +2,7 @@ package roce
 
 import (
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
@@ -60,8 +61,9 @@ func (qp *QP) request(p *wire.Packet) {
 	if op.IsLast() {
 		qp.msn = (qp.msn + 1) & 0xffffff
 	}
+	qp.ackPkts++
 	if p.BTH.AckReq() {
-		qp.queueAck(psn, wire.ACKSyndrome(wire.CreditsInvalid))
+		qp.queueAck(psn, wire.ACKSyndrome(wire.CreditsInvalid), false)
 	}
 }
 
@@ -288,7 +290,7 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 		}
 	default:
 		// Acknowledge the newest PSN the responder has taken.
-		qp.queueAck(qp.epsn.Add(-1), wire.ACKSyndrome(wire.CreditsInvalid))
+		qp.queueAck(qp.epsn.Add(-1), wire.ACKSyndrome(wire.CreditsInvalid), true)
 	}
 }
 
@@ -305,22 +307,63 @@ func (qp *QP) respError(psn wire.PSN, code wire.NAKCode, st fabric.Status) {
 	qp.errorLocked(st)
 }
 
-// queueAck records an acknowledgement to send after the current batch of
-// packets, so one ACK covers a batch.
-func (qp *QP) queueAck(psn wire.PSN, syn wire.Syndrome) {
+// Acknowledgement coalescing. An RC responder may acknowledge several
+// requests with one ACK (IBA 9.7.5.1.2), and every ACK costs both ends a
+// packet: on loopback the whole kernel path of the receiver as well, in
+// the sender's system call. So an acknowledgement the requester asked for
+// (AckReq) is queued, and goes out
+//   - with the QP's next transmission, in the same sendmmsg (flushTx):
+//     a request-reply peer gets the ACK of its request behind the reply,
+//     at no system call of its own and off the round trip's critical
+//     path (it used to be sent before the request was even handed to the
+//     application);
+//   - once ackEvery request packets are unacknowledged (streams);
+//   - at once if it answers a duplicate (the requester is retrying);
+//   - otherwise after ackDelay, at most an eighth of the QP's own local
+//     ACK timeout (the peer's is not on the wire; Weft's two ends use the
+//     same), by a thread that spins on the engine (not by Recv's own
+//     poll, which delivers next); the background poller sends what is
+//     queued before it goes to sleep.
+//
+// NAKs and RNR NAKs are never delayed (sendAck), and a queued ACK goes
+// before read responses and atomic acknowledgements (sendAckLocked).
+//
+// Measured (64 B ping-pong, two engines on loopback, 2-vCPU host shared
+// with other load, medians of 6 alternating runs): main 293 µs at 4.0
+// packets per message; riding along always 274 µs at 4.0. Rejected:
+// riding along only once the ACK is due, which leaves the ACK out of
+// some round trips: 3.9 packets a message with ackDelay 20 µs (308 µs),
+// 3.2 with 50 µs (341 µs), 2.9 with 100 µs (221 µs), all within the
+// noise; and a requester that waits for its send's completion before it
+// goes on (perftest's latency loops poll the send CQ) would wait out
+// ackDelay in every round trip.
+const (
+	ackEvery = 16
+	ackDelay = 20 * time.Microsecond
+)
+
+// queueAck records an acknowledgement to send later (see ackDelay); a
+// later one supersedes it, the acknowledgements being cumulative.
+func (qp *QP) queueAck(psn wire.PSN, syn wire.Syndrome, urgent bool) {
 	qp.ackPSN, qp.ackSyn = psn, syn
 	if !qp.ackDirty {
 		qp.ackDirty = true
+		qp.ackAt = nanotime()
+	}
+	qp.ackUrgent = qp.ackUrgent || urgent
+	if !qp.ackListed {
+		qp.ackListed = true
 		qp.e.dirty = append(qp.e.dirty, qp)
+	}
+	if d := qp.ackAt + qp.ackWait; d < qp.e.ackDue.Load() {
+		qp.e.ackDue.Store(d)
 	}
 }
 
-// flushAck sends a queued acknowledgement; the engine calls it after a
-// batch, without the QP's lock.
-func (qp *QP) flushAck() {
-	qp.mu.Lock()
-	qp.sendAckLocked()
-	qp.mu.Unlock()
+// ackDueBy reports whether the queued acknowledgement must go by now
+// (qp.mu held).
+func (qp *QP) ackDueBy(now int64) bool {
+	return qp.ackUrgent || qp.ackPkts >= ackEvery || now-qp.ackAt >= qp.ackWait
 }
 
 // sendAckLocked sends a queued acknowledgement (qp.mu held).
@@ -328,21 +371,29 @@ func (qp *QP) sendAckLocked() {
 	if !qp.ackDirty {
 		return
 	}
-	qp.ackDirty = false
-	qp.sendAck(qp.ackPSN, qp.ackSyn)
+	n := qp.buildAck(qp.ackPSN, qp.ackSyn)
+	qp.ackPkt[0] = Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.e.send(qp.ackPkt[:])
 }
 
-// sendAck sends an ACK, RNR NAK or NAK at once.
-func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
-	if syn.Type() != wire.AckTypeACK && qp.ackDirty {
-		qp.ackDirty = false // the NAK supersedes it
-	}
+// buildAck builds an ACK or NAK in qp.ackBuf and returns its length; the
+// queued acknowledgement, if any, is then sent (or superseded).
+func (qp *QP) buildAck(psn wire.PSN, syn wire.Syndrome) int {
+	qp.ackDirty, qp.ackUrgent, qp.ackPkts = false, false, 0
 	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAcknowledge, PKey: qp.attr.PKey, DestQP: qp.attr.DestQPN, PSN: psn},
 		Syndrome: syn, MSN: qp.msn}
 	buf := qp.ackBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
 	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
-	qp.ackPkt[0] = Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	return n
+}
+
+// sendAck sends an ACK, RNR NAK or NAK at once. It supersedes a queued
+// acknowledgement: a NAK or RNR NAK acknowledges every PSN before its
+// own, and an ACK sent at once is at least as new.
+func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
+	n := qp.buildAck(psn, syn)
+	qp.ackPkt[0] = Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.e.send(qp.ackPkt[:])
 }
 

@@ -209,10 +209,11 @@ func TestLossySoak(t *testing.T) {
 	st := a.Stats()
 	var faults [4]uint64
 	for _, l := range lossy {
-		faults[0] += l.Dropped
-		faults[1] += l.Reordered
-		faults[2] += l.Duplicated
-		faults[3] += l.Corrupted
+		f := l.Faults()
+		faults[0] += f.Dropped
+		faults[1] += f.Reordered
+		faults[2] += f.Duplicated
+		faults[3] += f.Corrupted
 	}
 	t.Logf("%d messages in %v (%.0f msg/s) under %v: %d retransmitted packets; injected %d drops, %d reorders, %d duplicates, %d corruptions; checksum drops %d+%d",
 		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), loss, st.Retransmits, faults[0], faults[1], faults[2], faults[3],
@@ -273,9 +274,8 @@ func TestLossyRMA(t *testing.T) {
 	retx := a.Stats().Retransmits
 	t.Logf("retransmitted packets: %d (%d for reads); retransmissions by cause %+v", retx, readRetx, a.retransmissions())
 	for i, l := range lossy {
-		l.mu.Lock()
-		d, r, u := l.Dropped, l.Reordered, l.Duplicated
-		l.mu.Unlock()
+		f := l.Faults()
+		d, r, u := f.Dropped, f.Reordered, f.Duplicated
 		t.Logf("link %d: %d drops, %d reorders, %d duplicates", i, d, r, u)
 		if d == 0 {
 			t.Errorf("link %d dropped nothing: the test proves nothing", i)

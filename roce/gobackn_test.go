@@ -75,9 +75,7 @@ func TestGoBackNOnNAK(t *testing.T) {
 	}
 	var dropped uint64
 	for _, l := range lossy {
-		l.mu.Lock()
-		dropped += l.Dropped
-		l.mu.Unlock()
+		dropped += l.Faults().Dropped
 	}
 	r := a.retransmissions()
 	nak, tmo := r[retxNAK], r[retxTimeout]

@@ -713,8 +713,20 @@ type LossyLink struct {
 	out   []Packet
 	bufs  [][]byte
 	timer *time.Timer
-	// Counters of injected faults.
+	n     LossFaults // under mu
+}
+
+// LossFaults counts the faults a LossyLink injected.
+type LossFaults struct {
 	Dropped, Reordered, Duplicated, Corrupted uint64
+}
+
+// Faults returns the faults injected so far. It is safe to call while
+// the link is in use (an engine's poller may still be sending).
+func (l *LossyLink) Faults() LossFaults {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }
 
 // NewLossyLink wraps l.
@@ -748,17 +760,17 @@ func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
 		r := l.rng.Float64()
 		switch {
 		case r < l.cfg.Drop:
-			l.Dropped++
+			l.n.Dropped++
 			continue
 		case r < l.cfg.Drop+l.cfg.Corrupt:
-			l.Corrupted++
+			l.n.Corrupted++
 			data = buf(data)
 			data[l.rng.IntN(len(data))] ^= byte(1 + l.rng.IntN(255))
 		case r < l.cfg.Drop+l.cfg.Corrupt+l.cfg.Duplicate:
-			l.Duplicated++
+			l.n.Duplicated++
 			l.out = append(l.out, Packet{Buf: buf(data), N: len(data), Addr: p.Addr, SrcPort: p.SrcPort})
 		case r < l.cfg.Drop+l.cfg.Corrupt+l.cfg.Duplicate+l.cfg.Reorder && !l.has:
-			l.Reordered++
+			l.n.Reordered++
 			l.held = append(l.held[:0], data...)
 			l.hpkt = Packet{N: len(data), Addr: p.Addr, SrcPort: p.SrcPort}
 			l.has = true

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 )
@@ -90,6 +92,118 @@ func BenchmarkTCP(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkUDP is the floor of a datagram round trip on this path: two
+// UDP sockets over loopback that bounce one datagram, both ends
+// busy-polling non-blocking sockets as the engine does (Spin), or parked
+// in Go's poller (Go). The engine's PingPong moves four datagrams per
+// round trip (each end's SEND and the peer's ACK: RoCE has no
+// acknowledgement inside a request, as TCP has), this two.
+func BenchmarkUDP(b *testing.B) {
+	for _, size := range []int{64, 4096} {
+		b.Run("PingPong/"+sizeName(size)+"/Spin", func(b *testing.B) {
+			c, ca := udpSocket(b)
+			s, sa := udpSocket(b)
+			// Connected: read and write without a sockaddr (no allocation).
+			if err := unix.Connect(c, sa); err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Connect(s, ca); err != nil {
+				b.Fatal(err)
+			}
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				buf := make([]byte, size)
+				for {
+					n, err := unix.Read(s, buf)
+					if err == unix.EAGAIN {
+						select {
+						case <-stop:
+							return
+						default:
+							continue
+						}
+					}
+					if err != nil {
+						return
+					}
+					unix.Write(s, buf[:n])
+				}
+			}()
+			b.Cleanup(func() { close(stop); <-done })
+			buf := make([]byte, size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := unix.Write(c, buf); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					_, err := unix.Read(c, buf)
+					if err == nil {
+						break
+					}
+					if err != unix.EAGAIN {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run("PingPong/"+sizeName(size)+"/Go", func(b *testing.B) {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close(); s.Close() })
+			go func() {
+				buf := make([]byte, size)
+				for {
+					n, from, err := s.ReadFromUDPAddrPort(buf)
+					if err != nil {
+						return
+					}
+					s.WriteToUDPAddrPort(buf[:n], from)
+				}
+			}()
+			to := s.LocalAddr().(*net.UDPAddr).AddrPort()
+			buf := make([]byte, size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.WriteToUDPAddrPort(buf, to); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := c.ReadFromUDPAddrPort(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// udpSocket opens a non-blocking UDP socket on 127.0.0.1, closed when b
+// ends, and returns it with its address.
+func udpSocket(b *testing.B) (int, unix.Sockaddr) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		b.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fd, sa
 }
 
 func sizeName(n int) string {

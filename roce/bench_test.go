@@ -55,42 +55,52 @@ func BenchmarkTCP(b *testing.B) {
 	for _, size := range []int{64, 1024, 4096, 65536} {
 		b.Run("Stream/"+sizeName(size), func(b *testing.B) {
 			c, s := tcpPair(b)
-			buf := make([]byte, size)
-			done := make(chan struct{})
-			go func() {
-				io.CopyN(io.Discard, s, int64(size)*int64(b.N))
-				close(done)
-			}()
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c.Write(buf)
-			}
-			<-done
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+			benchTCPStream(b, c, s, size)
 		})
 	}
 	for _, size := range []int{64, 4096} {
 		b.Run("PingPong/"+sizeName(size), func(b *testing.B) {
 			c, s := tcpPair(b)
-			go func() {
-				buf := make([]byte, size)
-				for {
-					if _, err := io.ReadFull(s, buf); err != nil {
-						return
-					}
-					s.Write(buf)
-				}
-			}()
-			buf := make([]byte, size)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c.Write(buf)
-				io.ReadFull(c, buf)
-			}
+			benchTCPPingPong(b, c, s, size)
 		})
+	}
+}
+
+// benchTCPStream streams b.N writes of size bytes from c to s.
+func benchTCPStream(b *testing.B, c, s net.Conn, size int) {
+	buf := make([]byte, size)
+	done := make(chan struct{})
+	go func() {
+		io.CopyN(io.Discard, s, int64(size)*int64(b.N))
+		close(done)
+	}()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Write(buf)
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+}
+
+// benchTCPPingPong bounces size bytes between c and s b.N times.
+func benchTCPPingPong(b *testing.B, c, s net.Conn, size int) {
+	go func() {
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				return
+			}
+			s.Write(buf)
+		}
+	}()
+	buf := make([]byte, size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Write(buf)
+		io.ReadFull(c, buf)
 	}
 }
 

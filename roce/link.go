@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/internal/mmsg"
+	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -100,6 +101,10 @@ type UDPLink struct {
 
 	mu      sync.Mutex // send sockets
 	senders map[uint16]*sender
+	// ns is the network namespace the link was made in, where its send
+	// sockets are made too, whichever thread sends first (nil if it
+	// could not be opened: then in the sending thread's).
+	ns *netns.NS
 
 	// UDP GSO and GRO (UDPConfig.GSO).
 	gso    bool
@@ -228,6 +233,7 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	l := &UDPLink{conn: conn, rc: rc, local: addr, steer: st, block: c.QPNBlock, own: own, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
 		rmsgs: make([]mmsg.Message, 64), wmsgs: make([]mmsg.Message, 64), senders: map[uint16]*sender{}}
 	rc.Control(func(fd uintptr) { l.fd = int(fd) })
+	l.ns, _ = netns.Host()
 	l.waitFn = func(uintptr) bool {
 		if l.waitFirst {
 			l.waitFirst = false
@@ -502,10 +508,13 @@ func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
 		}
 		fd := l.fd
 		if port != 0 && port != l.local.Port() {
+			// Not from the link's own port instead: the ICRC covers the
+			// source port, so the peer would drop every datagram.
 			s, err := l.sender(port)
-			if err == nil {
-				fd = s.fd
+			if err != nil {
+				return done, err
 			}
+			fd = s.fd
 		}
 		if l.gso {
 			count := end - done
@@ -604,10 +613,24 @@ func (l *UDPLink) sender(port uint16) (*sender, error) {
 		}
 		return s, nil
 	}
-	conn, err := listen(netip.AddrPortFrom(l.local.Addr(), port))
+	// In the link's namespace: an engine made by a thread that had
+	// entered a namespace (setns) is driven by any thread afterwards,
+	// and a send socket made in another namespace would send from
+	// the wrong address, or not at all.
+	var conn *net.UDPConn
+	mk := func() (err error) {
+		conn, err = listen(netip.AddrPortFrom(l.local.Addr(), port))
+		return err
+	}
+	var err error
+	if l.ns != nil {
+		err = l.ns.Run(mk)
+	} else {
+		err = mk()
+	}
 	if err != nil {
 		l.senders[port] = nil
-		return nil, errNoSender
+		return nil, fmt.Errorf("%w: %d: %w", errNoSender, port, err)
 	}
 	s := &sender{conn: conn}
 	if rc, err := conn.SyscallConn(); err == nil {
@@ -618,7 +641,7 @@ func (l *UDPLink) sender(port uint16) (*sender, error) {
 	return s, nil
 }
 
-var errNoSender = errors.New("source port unavailable")
+var errNoSender = errors.New("UDP source port unavailable")
 
 // WaitRead implements Link, through the Go runtime's network poller. One
 // goroutine at a time may wait (the engine's background poller).
@@ -667,6 +690,9 @@ func (l *UDPLink) Close() error {
 		}
 	}
 	l.senders = map[uint16]*sender{}
+	if l.ns != nil {
+		l.ns.Close()
+	}
 	l.mu.Unlock()
 	if l.raw != nil {
 		l.raw.Close()

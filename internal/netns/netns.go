@@ -187,6 +187,23 @@ func (ns *NS) Do(fn func() error) error {
 	return <-ch
 }
 
+// Run runs fn inside ns: on the calling goroutine's own thread, with no
+// setns and so no privilege, when that thread is already in ns (the
+// common case of a handle from Host), otherwise as Do does. A process
+// whose threads may be in different namespaces uses it to create a
+// socket in the namespace of an earlier one.
+func (ns *NS) Run(fn func() error) error {
+	runtime.LockOSThread()
+	var here, want unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &here) == nil && unix.Fstat(ns.fd, &want) == nil &&
+		here.Dev == want.Dev && here.Ino == want.Ino {
+		defer runtime.UnlockOSThread()
+		return fn()
+	}
+	runtime.UnlockOSThread()
+	return ns.Do(fn)
+}
+
 // do runs fn on the calling goroutine's locked thread inside ns. It
 // leaves the thread locked (to be destroyed with its goroutine) if the
 // thread cannot return to its original namespace.

@@ -74,8 +74,12 @@ func meshConfig(backend string, c NodeConfig) (string, *rdm.Config, error) {
 		listen = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d", i, j)) }
 		dial = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)) }
 	case "roce":
-		listen = func(j int) string { return "listen:" + pairIP(i, j).String() + ":18515" }
-		dial = func(j int) string { return pairIP(j, i).String() + ":18515" }
+		q := ""
+		if set.GSO {
+			q = "?gso=1"
+		}
+		listen = func(j int) string { return "listen:" + pairIP(i, j).String() + ":18515" + q }
+		dial = func(j int) string { return pairIP(j, i).String() + ":18515" + q }
 	case "ethernet":
 		// Raw Ethernet framing (EtherType 0x88B5), the paper's
 		// DPDK-Ethernet baseline: no IP or UDP on the back-plane.

@@ -240,3 +240,24 @@ func TestRouterMachine(t *testing.T) {
 		t.Errorf("processes left behind: %v", ps)
 	}
 }
+
+// TestMeshConfigGSO: Settings.GSO puts gso=1 on both the roce back-plane's
+// listeners and its dials (every engine of the mesh must agree), and
+// nothing otherwise.
+func TestMeshConfigGSO(t *testing.T) {
+	for _, gso := range []bool{false, true} {
+		_, cfg, err := meshConfig("roce", NodeConfig{Rank: 0, Nodes: 2, Settings: Settings{GSO: gso}})
+		if err != nil || len(cfg.Listen) != 1 {
+			t.Fatalf("meshConfig: %v %v", cfg, err)
+		}
+		dial, err := cfg.Resolve("n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{cfg.Listen[0], dial} {
+			if strings.HasSuffix(a, "?gso=1") != gso {
+				t.Errorf("GSO %v: address %q", gso, a)
+			}
+		}
+	}
+}

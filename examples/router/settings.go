@@ -30,6 +30,11 @@ type Settings struct {
 	// QueueDepth is the back-plane connections' queue depth
 	// (fabric.Options.QueueDepth; 0: the backend's default).
 	QueueDepth int `json:"queue_depth"`
+	// GSO runs the roce back-plane's engines with UDP GSO and GRO (the
+	// address parameter gso=1): runs of equal-size packets to one peer
+	// in one system call. Every node must agree; other back-planes
+	// ignore it.
+	GSO bool `json:"gso,omitempty"`
 }
 
 // DefaultSettings are what a run uses without -settings or a tuned file.
@@ -96,6 +101,9 @@ func (s Settings) String() string {
 		time.Duration(s.BatchDeadline), time.Duration(s.Spin), s.QueueDepth)
 	if s.Nap != 0 {
 		str += fmt.Sprintf(" nap=%v", time.Duration(s.Nap))
+	}
+	if s.GSO {
+		str += " gso"
 	}
 	return str
 }

@@ -11,9 +11,10 @@ import (
 // Tune is the seed's method: for each back-plane and size it searches the
 // packet-I/O parameters one at a time (coordinate descent from the
 // defaults: burst size, batch packets, bytes and deadline, spin budget
-// against sleeping, queue depth), keeps a value only if it beats the best
-// so far by more than the noise margin, reports the best settings and
-// their gain over the defaults, and saves them to path for -settings.
+// against sleeping, queue depth, and UDP GSO on the roce back-plane),
+// keeps a value only if it beats the best so far by more than the noise
+// margin, reports the best settings and their gain over the defaults, and
+// saves them to path for -settings.
 //
 // Each setting is measured reps times (the median counts), and the winner
 // is measured again beside the defaults for the reported gain.
@@ -22,23 +23,25 @@ func Tune(ctx context.Context, rc RunConfig, path string, reps int) error {
 	rc.LatRate = 0 // the search maximises throughput
 	type knob struct {
 		name    string
-		batched bool // only matters on a batched back-plane
+		batched bool   // only matters on a batched back-plane
+		backend string // only matters on this backend ("": any)
 		vals    []func(*Settings)
 	}
 	us := func(d int) Duration { return Duration(time.Duration(d) * time.Microsecond) }
 	knobs := []knob{
-		{"burst", false, []func(*Settings){
+		{"burst", false, "", []func(*Settings){
 			func(s *Settings) { s.Burst = 8 }, func(s *Settings) { s.Burst = 64 }, func(s *Settings) { s.Burst = 128 }}},
-		{"batch packets", true, []func(*Settings){
+		{"batch packets", true, "", []func(*Settings){
 			func(s *Settings) { s.BatchPackets = 8 }, func(s *Settings) { s.BatchPackets = 64 }, func(s *Settings) { s.BatchPackets = 128 }}},
-		{"batch bytes", true, []func(*Settings){
+		{"batch bytes", true, "", []func(*Settings){
 			func(s *Settings) { s.BatchBytes = 4 << 10 }, func(s *Settings) { s.BatchBytes = 32 << 10 }}},
-		{"batch deadline", true, []func(*Settings){
+		{"batch deadline", true, "", []func(*Settings){
 			func(s *Settings) { s.BatchDeadline = us(2) }, func(s *Settings) { s.BatchDeadline = us(50) }}},
-		{"spin", false, []func(*Settings){
+		{"spin", false, "", []func(*Settings){
 			func(s *Settings) { s.Spin = -1 }, func(s *Settings) { s.Spin = us(20) }, func(s *Settings) { s.Spin = us(2000) }}},
-		{"queue depth", false, []func(*Settings){
+		{"queue depth", false, "", []func(*Settings){
 			func(s *Settings) { s.QueueDepth = 128 }, func(s *Settings) { s.QueueDepth = 1024 }}},
+		{"roce gso", false, "roce", []func(*Settings){func(s *Settings) { s.GSO = true }}},
 	}
 	const margin = 1.03 // a gain under 3% is noise on a shared host
 	tuned, err := loadTuned(path)
@@ -51,7 +54,7 @@ func Tune(ctx context.Context, rc RunConfig, path string, reps int) error {
 		if bp == "none" {
 			n = 1
 		}
-		_, batched := splitBackplane(bp)
+		backend, batched := splitBackplane(bp)
 		topo, err := BuildTopology(n)
 		if err != nil {
 			return err
@@ -90,7 +93,7 @@ func Tune(ctx context.Context, rc RunConfig, path string, reps int) error {
 			base := measure(size, best)
 			bestV := base
 			for _, k := range knobs {
-				if k.batched && !batched {
+				if k.batched && !batched || k.backend != "" && k.backend != backend {
 					continue
 				}
 				cur := best

@@ -231,7 +231,16 @@ func sizeName(n int) string {
 }
 
 func tcpPair(b *testing.B) (net.Conn, net.Conn) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return tcpPairVia(b, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+		func(addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
+		})
+}
+
+// tcpPairVia makes a TCP connection through listen and dial (which may
+// enter namespaces), closed when b ends: c dialled, s accepted.
+func tcpPairVia(b *testing.B, listen func() (net.Listener, error), dial func(addr string) (net.Conn, error)) (c, s net.Conn) {
+	l, err := listen()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -241,11 +250,14 @@ func tcpPair(b *testing.B) (net.Conn, net.Conn) {
 		s, _ := l.Accept()
 		ch <- s
 	}()
-	c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", l.Addr().String())
+	c, err = dial(l.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := <-ch
+	if s = <-ch; s == nil {
+		c.Close()
+		b.Fatal("accept failed")
+	}
 	b.Cleanup(func() { c.Close(); s.Close() })
 	return c, s
 }

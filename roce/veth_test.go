@@ -19,12 +19,7 @@ import (
 //
 //	go test -run XXX -bench 'Veth/.*/(Stream|PingPong)/64' -count 3 ./roce/
 func BenchmarkVeth(b *testing.B) {
-	testenv.RequireRoot(b)
-	p, err := netns.NewPair(netns.PairConfig{MTU: 9000, StaticNeigh: true})
-	if err != nil {
-		testenv.SkipOrFail(b, "veth pair: "+err.Error())
-	}
-	b.Cleanup(func() { p.Close() })
+	p := vethNS(b)
 	for _, q := range []struct{ name, query string }{
 		{"Engine", "mtu=4096&keepalive=0"},
 		{"EngineNoRaw", "mtu=4096&keepalive=0&raw=0"},
@@ -48,6 +43,18 @@ func BenchmarkVeth(b *testing.B) {
 			benchTCPPingPong(b, c, s, 64)
 		})
 	})
+}
+
+// vethNS makes two namespaces joined by a veth pair of MTU 9000, removed
+// when t ends; it needs root.
+func vethNS(t testing.TB) *netns.Pair {
+	testenv.RequireRoot(t)
+	p, err := netns.NewPair(netns.PairConfig{MTU: 9000, StaticNeigh: true})
+	if err != nil {
+		testenv.SkipOrFail(t, "veth pair: "+err.Error())
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // vethPair opens an RC pair of engines, one in each namespace of p.
@@ -74,31 +81,19 @@ func vethPairT(b testing.TB, p *netns.Pair, query string) (fabric.Endpoint, fabr
 
 // vethTCP opens a Go TCP connection from p's namespace B to A.
 func vethTCP(b *testing.B, p *netns.Pair) (c, s net.Conn) {
-	var l net.Listener
-	if err := p.A.Do(func() (err error) {
-		l, err = net.Listen("tcp", net.JoinHostPort(p.IPA.String(), "0"))
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		s, _ := l.Accept()
-		ch <- s
-	}()
-	if err := p.B.Do(func() (err error) {
-		c, err = net.Dial("tcp", l.Addr().String())
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	s = <-ch
-	if s == nil {
-		b.Fatal("accept failed")
-	}
-	b.Cleanup(func() { c.Close(); s.Close() })
-	return c, s
+	return tcpPairVia(b, func() (l net.Listener, err error) {
+		err = p.A.Do(func() error {
+			l, err = net.Listen("tcp", net.JoinHostPort(p.IPA.String(), "0"))
+			return err
+		})
+		return l, err
+	}, func(addr string) (c net.Conn, err error) {
+		err = p.B.Do(func() error {
+			c, err = net.Dial("tcp", addr)
+			return err
+		})
+		return c, err
+	})
 }
 
 // TestConformanceVeth runs the conformance suite between engines in two
@@ -110,12 +105,7 @@ func vethTCP(b *testing.B, p *netns.Pair) (c, s net.Conn) {
 // instead of the link's, it could not bind there, the link sent from
 // port 4791 instead, and the peer dropped every datagram for its ICRC.
 func TestConformanceVeth(t *testing.T) {
-	testenv.RequireRoot(t)
-	p, err := netns.NewPair(netns.PairConfig{MTU: 9000, StaticNeigh: true})
-	if err != nil {
-		testenv.SkipOrFail(t, "veth pair: "+err.Error())
-	}
-	t.Cleanup(func() { p.Close() })
+	p := vethNS(t)
 	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
 		return vethPairT(t, p, "mtu=4096")
 	})

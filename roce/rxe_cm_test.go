@@ -141,9 +141,14 @@ func weftRdmaClient(t *testing.T, ctx context.Context, e *Engine) error {
 	var err error
 	for {
 		// Refused until rdma_server listens; unanswered until the guest
-		// is up.
+		// is up. Each attempt waits 4 × 2.1 s for the REP: rdma_server
+		// answers only once it has made its QP and called rdma_accept,
+		// which a loaded emulated guest took longer than the 4 × 268 ms
+		// this once waited (CI: the attempt gave up, its REJ(timeout)
+		// reached rdma_server after it accepted, "rdma_accept:
+		// Connection timed out", and the next steps cascaded).
 		c, err = e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7471"),
-			&ConnConfig{PrivateData: []byte("weft"), ResponseTimeout: 16, MaxRetries: 3})
+			&ConnConfig{PrivateData: []byte("weft"), ResponseTimeout: 19, MaxRetries: 3})
 		if err == nil || ctx.Err() != nil || !(errors.Is(err, fabric.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
 			break
 		}

@@ -57,12 +57,9 @@ func vethNS(t testing.TB) *netns.Pair {
 	return p
 }
 
-// vethPair opens an RC pair of engines, one in each namespace of p.
-func vethPair(b *testing.B, p *netns.Pair, query string) (fabric.Endpoint, fabric.Endpoint) {
-	return vethPairT(b, p, query)
-}
-
-func vethPairT(b testing.TB, p *netns.Pair, query string) (fabric.Endpoint, fabric.Endpoint) {
+// vethPair opens an RC pair of engines, one in each namespace of p, each
+// made by a thread inside its namespace.
+func vethPair(b testing.TB, p *netns.Pair, query string) (fabric.Endpoint, fabric.Endpoint) {
 	port := freePort(b)
 	x, y := fabrictest.OpenPair(b, 0, func(ctx context.Context, s fabrictest.Side) (fabric.Endpoint, error) {
 		ns, addr := p.A, fmt.Sprintf("listen:%s:%d?%s", p.IPA, port, query)
@@ -107,6 +104,6 @@ func vethTCP(b *testing.B, p *netns.Pair) (c, s net.Conn) {
 func TestConformanceVeth(t *testing.T) {
 	p := vethNS(t)
 	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-		return vethPairT(t, p, "mtu=4096")
+		return vethPair(t, p, "mtu=4096")
 	})
 }

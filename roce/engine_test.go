@@ -207,18 +207,18 @@ func TestLossySoak(t *testing.T) {
 	}
 	el := time.Since(start)
 	st := a.Stats()
-	var faults [4]uint64
+	var faults LossFaults
 	for _, l := range lossy {
 		f := l.Faults()
-		faults[0] += f.Dropped
-		faults[1] += f.Reordered
-		faults[2] += f.Duplicated
-		faults[3] += f.Corrupted
+		faults.Dropped += f.Dropped
+		faults.Reordered += f.Reordered
+		faults.Duplicated += f.Duplicated
+		faults.Corrupted += f.Corrupted
 	}
 	t.Logf("%d messages in %v (%.0f msg/s) under %v: %d retransmitted packets; injected %d drops, %d reorders, %d duplicates, %d corruptions; checksum drops %d+%d",
-		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), loss, st.Retransmits, faults[0], faults[1], faults[2], faults[3],
+		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), loss, st.Retransmits, faults.Dropped, faults.Reordered, faults.Duplicated, faults.Corrupted,
 		ea.Stats().Drops[fabric.DropChecksum], eb.Stats().Drops[fabric.DropChecksum])
-	if faults[0] == 0 || faults[3] == 0 || st.Retransmits == 0 {
+	if faults.Dropped == 0 || faults.Corrupted == 0 || st.Retransmits == 0 {
 		t.Errorf("the soak injected no faults or needed no retransmission")
 	}
 	if ea.Stats().Drops[fabric.DropChecksum]+eb.Stats().Drops[fabric.DropChecksum] == 0 {

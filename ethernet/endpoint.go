@@ -14,6 +14,7 @@ import (
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
+	"github.com/weft-io/weft/internal/liveness"
 	"github.com/weft-io/weft/internal/spin"
 	"golang.org/x/sys/unix"
 )
@@ -140,6 +141,7 @@ type Endpoint struct {
 	now       int64 // monotonic ns of the current call, from clock()
 	lastHeard int64
 	lastSent  int64
+	stalls    liveness.Stalls // the tick's, for lastHeard and lastProgress
 	handshakeState
 	sendWindow
 	recvQueue
@@ -330,6 +332,8 @@ func buildEndpoint(c EndpointConfig, li LinkInfo, m *mux, frameSize int) (*Endpo
 	e.mu.Lock()
 	e.now = clock()
 	e.lastHeard, e.lastProgress = e.now, e.now
+	e.stalls = liveness.New(tickIdle, c.PeerTimeout)
+	e.stalls.Start(e.now)
 	e.refillLocked()
 	e.mu.Unlock()
 	return e, nil

@@ -245,6 +245,37 @@ func TestShortPeerTimeout(t *testing.T) {
 	sendRecv(t, a, b, []byte("after idle"))
 }
 
+// TestStoppedProcess: a stop of the whole process (a loaded host or a
+// paused VM) five peer timeouts long is not the peers' silence. Both
+// ends of the pair are in the stopped process, so neither sent a
+// keepalive during the stop; the first tick after it found the other
+// side silent for longer than its timeout, and on the CI host a stop of
+// over five seconds failed four of TestListener's 64 idle connections.
+// Every connection here must survive three stops and carry data after.
+func TestStoppedProcess(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	var pairs [][2]fabric.Endpoint
+	for range 4 {
+		a, b := dialPair(t, netns.PairConfig{}, "%s:timeout=200ms", "%s:timeout=200ms")
+		pairs = append(pairs, [2]fabric.Endpoint{a, b})
+	}
+	for range 3 {
+		testenv.StopProcess(t, 5*timeout)
+		time.Sleep(2 * timeout) // the ticks after the stop
+	}
+	for i, p := range pairs {
+		for _, e := range p {
+			select {
+			case ev := <-e.Events():
+				t.Fatalf("pair %d after the stops: %v %v", i, ev.Kind, ev.Err)
+			default:
+			}
+		}
+		sendRecv(t, p[0], p[1], []byte("after the stops"))
+		sendRecv(t, p[1], p[0], []byte("and back"))
+	}
+}
+
 // TestStalledDrainer: frames that wait unread in the RX ring while the
 // queue's drainer is stalled (a descheduled process) are not silence.
 // An endpoint whose peer timeout passes several times over during the

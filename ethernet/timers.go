@@ -9,7 +9,12 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/liveness"
 )
+
+// tickIdle is the period of the background goroutine's tick while no
+// work is outstanding (1ms while there is).
+const tickIdle = 20 * time.Millisecond
 
 // sleep waits up to d for the shared queue to hand this endpoint a
 // frame.
@@ -31,7 +36,7 @@ func (e *Endpoint) run() {
 		if e.lis != nil && !e.settled {
 			e.settle()
 		}
-		d := 20 * time.Millisecond
+		d := tickIdle
 		if busy {
 			d = time.Millisecond
 		}
@@ -47,9 +52,18 @@ func (e *Endpoint) tick() bool {
 		return false
 	}
 	e.now = clock()
+	// Time this goroutine was not running (the process stopped, the host
+	// paused or overloaded) is not the peer's silence (package liveness).
+	if stall := e.stalls.Check(e.now); stall > 0 {
+		liveness.Forward(&e.lastHeard, stall, e.now)
+		liveness.Forward(&e.lastProgress, stall, e.now)
+	}
 	// The peer's frames are all read when the inbox emptied within the
 	// budget and the shared ring was drained since: only then does a
-	// quiet peer count as silent (see mux.drained).
+	// quiet peer count as silent (see mux.drained). The drain's time is
+	// read before the inbox: a drain that ends after it may have
+	// delivered frames this poll did not see.
+	drained := e.m.drained.Load()
 	read := e.pollLocked(256) < 256
 	if e.gone != nil {
 		return false
@@ -62,7 +76,7 @@ func (e *Endpoint) tick() bool {
 		return true
 	}
 	if e.sndUna != e.sndNxt {
-		if e.now-e.lastProgress > int64(e.cfg.PeerTimeout) && read && e.m.drained.Load() > e.lastProgress+int64(e.cfg.PeerTimeout) {
+		if e.now-e.lastProgress > int64(e.cfg.PeerTimeout) && read && drained > e.lastProgress+int64(e.cfg.PeerTimeout) {
 			e.failLocked(fmt.Errorf("no acknowledgement for %v: %w", e.cfg.PeerTimeout, fabric.ErrRetryExceeded))
 			return false
 		}
@@ -84,7 +98,7 @@ func (e *Endpoint) tick() bool {
 	if e.now-e.lastSent > int64(min(keepalive, e.cfg.PeerTimeout/4)) {
 		e.sendCtlLocked(ptAck, 0)
 	}
-	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) && read && e.m.drained.Load() > e.lastHeard+int64(e.cfg.PeerTimeout) {
+	if e.now-e.lastHeard > int64(e.cfg.PeerTimeout) && read && drained > e.lastHeard+int64(e.cfg.PeerTimeout) {
 		e.failLocked(fmt.Errorf("peer silent for %v: %w", e.cfg.PeerTimeout, fabric.ErrPeerGone))
 		return false
 	}

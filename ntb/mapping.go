@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/liveness"
 	"github.com/weft-io/weft/internal/shm"
 )
 
@@ -100,7 +101,9 @@ func OpenMapping(name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
 	}
 	d.takeSide()
 	shm.U32(d.my, sideHeartbeat).Add(1)
-	d.peerHBAt = time.Now()
+	d.peerHBAt = liveness.Now()
+	d.stalls = liveness.New(d.linkEvery, d.deadAfter)
+	d.stalls.Start(d.peerHBAt)
 	d.wg.Add(1)
 	go d.monitor()
 	return d, nil
@@ -141,25 +144,33 @@ func (d *ShmDevice) claim(side int, deadline time.Time) error {
 	// Then one whose owner stopped beating.
 	type seen struct {
 		owner, hb uint32
-		at        time.Time
+		at        int64 // liveness.Now
 	}
 	last := make([]seen, len(sides))
+	stalls := liveness.New(d.linkEvery, d.deadAfter)
+	now := liveness.Now()
+	stalls.Start(now)
 	for i, s := range sides {
-		last[i] = seen{shm.U32(block(s), sideOwner).Load(), shm.U32(block(s), sideHeartbeat).Load(), time.Now()}
+		last[i] = seen{shm.U32(block(s), sideOwner).Load(), shm.U32(block(s), sideHeartbeat).Load(), now}
 	}
 	for {
+		// Time this loop did not run is not the owner's silence: a
+		// paused host would otherwise take over a live side.
+		now = liveness.Now()
+		st := stalls.Check(now)
 		for i, s := range sides {
 			b := block(s)
+			liveness.Forward(&last[i].at, st, now)
 			owner, hb := shm.U32(b, sideOwner).Load(), shm.U32(b, sideHeartbeat).Load()
 			if owner == 0 && shm.U32(b, sideOwner).CompareAndSwap(0, d.token) {
 				d.side = s
 				return nil
 			}
 			if owner != last[i].owner || hb != last[i].hb {
-				last[i] = seen{owner, hb, time.Now()}
+				last[i] = seen{owner, hb, now}
 				continue
 			}
-			if time.Since(last[i].at) >= d.deadAfter && shm.U32(b, sideOwner).CompareAndSwap(owner, d.token) {
+			if now-last[i].at >= int64(d.deadAfter) && shm.U32(b, sideOwner).CompareAndSwap(owner, d.token) {
 				d.side = s
 				return nil
 			}
@@ -178,12 +189,12 @@ func (d *ShmDevice) peerAlive() bool {
 	if shm.U32(d.per, sideOwner).Load() == 0 || shm.U32(d.per, sideState).Load() != stateEnabled {
 		return false
 	}
-	now := time.Now()
+	now := liveness.Now()
 	if hb := shm.U32(d.per, sideHeartbeat).Load(); hb != d.peerHB {
 		d.peerHB, d.peerHBAt = hb, now
 		return true
 	}
-	return now.Sub(d.peerHBAt) < d.deadAfter
+	return now-d.peerHBAt < int64(d.deadAfter)
 }
 
 // FileMapping is a Mapping of a window of a file, such as the host's view

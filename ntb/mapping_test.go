@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // fastMapping is a MappingConfig with short periods for tests on one host.
@@ -93,6 +94,42 @@ func TestMappingSidesBusyAndDeath(t *testing.T) {
 		t.Fatalf("side %d after %v", e.Side(), time.Since(start))
 	}
 	waitLink(t, d, true)
+}
+
+// TestMappingStoppedProcess: a stop of the whole process (a loaded host
+// or a paused VM) five Dead periods long is not the peer's death. Both
+// sides are in the stopped process, so neither heartbeat moved during
+// the stop; the first monitor poll after it took the link down (and a
+// claim would have taken over a live side) before the other side's
+// monitor could beat again.
+func TestMappingStoppedProcess(t *testing.T) {
+	testenv.RequireLinux(t)
+	path := filepath.Join(t.TempDir(), "bar")
+	a := openMapped(t, path, 0, 1<<20, fastMapping(-1))
+	b := openMapped(t, path, 0, 1<<20, fastMapping(-1))
+	waitLink(t, a, true)
+	waitLink(t, b, true)
+	for _, d := range []*ShmDevice{a, b} {
+		select {
+		case ev := <-d.LinkEvents(): // the link coming up
+			if !ev.Up {
+				t.Fatalf("side %d: first link event %+v", d.Side(), ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("side %d: no link-up event", d.Side())
+		}
+	}
+	for range 3 {
+		testenv.StopProcess(t, 5*fastMapping(0).Dead)
+		time.Sleep(2 * fastMapping(0).Dead) // the monitors' polls after it
+	}
+	for _, d := range []*ShmDevice{a, b} {
+		select {
+		case ev := <-d.LinkEvents():
+			t.Fatalf("side %d after the stops: link event %+v", d.Side(), ev)
+		default:
+		}
+	}
 }
 
 func TestMappingBadInput(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/futex"
+	"github.com/weft-io/weft/internal/liveness"
 	"github.com/weft-io/weft/internal/shm"
 )
 
@@ -112,8 +113,9 @@ type ShmDevice struct {
 	deadAfter time.Duration // heartbeat silence that means the peer is gone
 	token     uint32        // our owner token in sideOwner
 	mapping   Mapping
-	peerHB    uint32    // monitor only: last peer heartbeat seen
-	peerHBAt  time.Time // monitor only: when it last changed
+	peerHB    uint32          // monitor only: last peer heartbeat seen
+	peerHBAt  int64           // monitor only: when it last changed (liveness.Now)
+	stalls    liveness.Stalls // monitor only: for peerHBAt
 
 	dmaMu  sync.Mutex
 	dmaCfg EmuDMAConfig
@@ -365,6 +367,11 @@ func (d *ShmDevice) monitor() {
 	for {
 		if d.polled {
 			shm.U32(d.my, sideHeartbeat).Add(1)
+			// Time the monitor did not run is not the peer's silence.
+			now := liveness.Now()
+			if st := d.stalls.Check(now); st > 0 {
+				liveness.Forward(&d.peerHBAt, st, now)
+			}
 		}
 		up := shm.U32(d.my, sideState).Load() == stateEnabled && d.peerAttached()
 		inc := uint32(0)

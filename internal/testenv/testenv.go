@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -176,4 +177,23 @@ func Goroutines(want int, d time.Duration) int {
 	n := runtime.NumGoroutine()
 	Eventually(d, func() bool { n = runtime.NumGoroutine(); return n <= want })
 	return n
+}
+
+// StopProcess stops this whole process for d, as a loaded host that
+// deschedules it or a paused virtual machine would: a child shell sends
+// it SIGSTOP, sleeps, and sends SIGCONT. It returns once the process
+// runs again.
+func StopProcess(t testing.TB, d time.Duration) {
+	t.Helper()
+	RequireLinux(t)
+	pid := strconv.Itoa(os.Getpid())
+	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+	cmd := exec.Command("/bin/sh", "-c", `kill -STOP "$0"; sleep "$1"; kill -CONT "$0"`, pid, secs)
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stopping the process: %v: %s", err, out)
+	}
+	if got := time.Since(start); got < d {
+		t.Fatalf("the process ran again after %v of a %v stop", got, d)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // childEnv names the variable that makes TestChild do its work; in a
@@ -96,5 +98,33 @@ func TestInCI(t *testing.T) {
 		if got := InCI(); got != want {
 			t.Errorf("CI=%q: InCI = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// TestStopProcess: the process really stops: a goroutine that ticks
+// every millisecond sees one gap as long as the stop.
+func TestStopProcess(t *testing.T) {
+	var gap atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			now := time.Now()
+			if g := int64(now.Sub(last)); g > gap.Load() {
+				gap.Store(g)
+			}
+			last = now
+		}
+	}()
+	StopProcess(t, 300*time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	close(done)
+	if g := time.Duration(gap.Load()); g < 250*time.Millisecond {
+		t.Fatalf("longest gap between ticks %v during a 300ms stop", g)
 	}
 }

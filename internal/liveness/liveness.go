@@ -1,0 +1,70 @@
+// Package liveness is the one policy for declaring a quiet peer gone:
+// the peer must stay silent for a timeout of the time this process was
+// running, not of the wall clock.
+//
+// A periodic check (a transport's timer tick, a link monitor) that finds
+// far more time passed since its previous run than its period was not
+// running in between: the process was stopped, the machine paused, or
+// the goroutine starved on a loaded host. A peer in the same process or
+// on the same machine was stopped as well, and one elsewhere has
+// messages waiting unread; either way the gap says nothing about the
+// peer. The check asks Stalls how long it was away and moves its
+// silence stamps forward by that much, so that the peer gets its whole
+// timeout, less what it had used before the stall, to be heard again.
+//
+// The wall clock alone failed live peers: a CI host that stopped the
+// test process for over five seconds had four of 64 connections, idle
+// and up a moment before, declare their peers (in the same process)
+// silent on the first tick after the stop, before those peers' own
+// ticks could send their keepalives.
+package liveness
+
+import "time"
+
+// Stalls measures, for one periodic check, the time its caller was not
+// running. The zero value is not usable: make one with New.
+type Stalls struct {
+	allow int64 // a gap between checks up to this long is running time
+	last  int64
+}
+
+// New returns Stalls for a check that runs every period (at most; it
+// may run more often) on behalf of a peer timeout of timeout. A gap
+// between two checks counts as running time up to four periods or a
+// sixteenth of the timeout, whichever is longer: a check late by less
+// is the ordinary jitter of timers under load, and the rest is time the
+// caller was away.
+func New(period, timeout time.Duration) Stalls {
+	return Stalls{allow: int64(max(4*period, timeout/16))}
+}
+
+// Start starts the clock at now, as if a check ran then: the time
+// from it to the first Check counts like any other gap. Without it the
+// first Check only starts the clock.
+func (s *Stalls) Start(now int64) { s.last = now }
+
+// Check returns how much of the time since the previous Check (now and
+// the previous now are the caller's monotonic clock, in nanoseconds) the
+// caller was not running: 0 unless the gap exceeds the allowance, and
+// then the gap less the allowance. The caller moves each of its silence stamps forward by the
+// result (never past now).
+func (s *Stalls) Check(now int64) time.Duration {
+	last := s.last
+	s.last = now
+	if last == 0 || now-last <= s.allow {
+		return 0
+	}
+	return time.Duration(now - last - s.allow)
+}
+
+// Forward moves a silence stamp (monotonic nanoseconds) forward by a
+// stall that Check returned, but never past now.
+func Forward(stamp *int64, stall time.Duration, now int64) {
+	*stamp = min(*stamp+int64(stall), now)
+}
+
+var epoch = time.Now()
+
+// Now is a monotonic clock in nanoseconds, for callers without one of
+// their own.
+func Now() int64 { return int64(time.Since(epoch)) }

@@ -205,10 +205,26 @@ var List = []Mutation{
 	{
 		Name: "ntb-mapping-dead-peer",
 		File: "ntb/mapping.go",
-		Old:  "\treturn now.Sub(d.peerHBAt) < d.deadAfter\n",
+		Old:  "\treturn now-d.peerHBAt < int64(d.deadAfter)\n",
 		New:  "\treturn true\n",
 		Pkg:  "./ntb/", Run: "^TestMappingSidesBusyAndDeath$",
 		Why: "across machines a silent heartbeat takes the link down",
+	},
+	{
+		Name: "liveness-stalls-ignored",
+		File: "internal/liveness/liveness.go",
+		Old:  "\treturn time.Duration(now - last - s.allow)\n",
+		New:  "\treturn 0\n",
+		Pkg:  "./internal/liveness/", Run: "^TestStalls$",
+		Why: "time a check did not run is not held against the peer",
+	},
+	{
+		Name: "ethernet-stall-not-forwarded",
+		File: "ethernet/timers.go",
+		Old:  "\t\tliveness.Forward(&e.lastHeard, stall, e.now)\n",
+		New:  "\n",
+		Pkg:  "./ethernet/", Run: "^TestStoppedProcess$",
+		Why: "a stopped process does not fail its idle connections' live peers",
 	},
 	{
 		Name: "testenv-skip-never-fails",

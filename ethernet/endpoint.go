@@ -332,7 +332,7 @@ func buildEndpoint(c EndpointConfig, li LinkInfo, m *mux, frameSize int) (*Endpo
 	e.mu.Lock()
 	e.now = clock()
 	e.lastHeard, e.lastProgress = e.now, e.now
-	e.stalls = liveness.New(tickIdle, c.PeerTimeout)
+	e.stalls = liveness.New(tickIdle)
 	e.stalls.Start(e.now)
 	e.refillLocked()
 	e.mu.Unlock()

@@ -80,6 +80,10 @@ const (
 var (
 	muxesMu sync.Mutex
 	muxes   = map[muxKey]*mux{}
+	// closing holds, for a queue whose last user left, a channel closed
+	// once its socket and XDP steering are gone: a new user of the queue
+	// waits for it rather than find the old program still attached.
+	closing = map[muxKey]chan struct{}{}
 )
 
 // acquireMux returns this process's shared queue for c on li (in the
@@ -97,9 +101,20 @@ func acquireMux(li LinkInfo, c *EndpointConfig, frameSize int) (*mux, error) {
 	}
 	muxesMu.Lock()
 	defer muxesMu.Unlock()
-	if m := muxes[key]; m != nil {
-		m.refs++
-		return m, nil
+	for {
+		if m := muxes[key]; m != nil {
+			m.refs++
+			return m, nil
+		}
+		ch := closing[key]
+		if ch == nil {
+			break
+		}
+		// The last user of this queue is tearing it down: wait, then
+		// look again (another caller may have opened it meanwhile).
+		muxesMu.Unlock()
+		<-ch
+		muxesMu.Lock()
 	}
 	port, err := OpenLink(li, &Config{Queues: []int{c.Queue}, Filter: filter, Attach: c.Attach, Bind: c.Bind,
 		FrameSize: frameSize, Frames: muxTXFrames + muxRXFrames, RingSize: muxRing, BusyPoll: c.BusyPoll, raw: true})
@@ -158,8 +173,11 @@ func (m *mux) release() error {
 	muxesMu.Lock()
 	m.refs--
 	last := m.refs == 0
+	var gone chan struct{}
 	if last {
 		delete(muxes, m.key)
+		gone = make(chan struct{})
+		closing[m.key] = gone
 	}
 	muxesMu.Unlock()
 	if !last {
@@ -173,6 +191,10 @@ func (m *mux) release() error {
 	err := m.port.Close()
 	m.txMu.Unlock()
 	m.rxMu.Unlock()
+	muxesMu.Lock()
+	delete(closing, m.key)
+	muxesMu.Unlock()
+	close(gone)
 	return err
 }
 

@@ -218,6 +218,40 @@ func TestAttachSafety(t *testing.T) {
 	require.Zero(t, li2.XDPProgID)
 }
 
+// TestOpenStaleLink: a LinkInfo read while Weft's own program was
+// attached, used after that program's last port closed, opens the
+// interface: the program it names is gone. (Concurrent dials read the
+// link before the interface's last endpoint closed and failed with
+// ErrXDPInUse.) A foreign program attached since is still refused.
+func TestOpenStaleLink(t *testing.T) {
+	p := newPair(t, netns.PairConfig{})
+	cfg := &ethernet.Config{Filter: ethernet.Filter{All: true}}
+	first := openPort(t, p.A, p.NameA, cfg)
+	var li ethernet.LinkInfo
+	var err error
+	require.NoError(t, p.A.Do(func() error { li, err = ethernet.LinkByName(p.NameA); return err }))
+	require.NotZero(t, li.XDPProgID)
+	require.NoError(t, first.Close())
+
+	require.NoError(t, p.A.Do(func() error {
+		port, err := ethernet.OpenLink(li, cfg)
+		if err == nil {
+			err = port.Close()
+		}
+		return err
+	}))
+
+	other, err := ethernet.NewProgram(ethernet.Filter{All: true}, 4)
+	require.NoError(t, err)
+	defer other.Close()
+	require.NoError(t, p.A.Do(func() error { return other.Attach(li.Index, ethernet.AttachNative) }))
+	err = p.A.Do(func() error {
+		_, err := ethernet.OpenLink(li, cfg)
+		return err
+	})
+	require.True(t, errors.Is(err, ethernet.ErrXDPInUse), "%v", err)
+}
+
 // TestCloseLeaks: opening and closing ports leaks no fds, programs,
 // maps or goroutines, and calls after Close fail with os.ErrClosed.
 func TestCloseLeaks(t *testing.T) {

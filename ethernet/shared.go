@@ -71,6 +71,14 @@ func acquireProgram(li LinkInfo, f Filter, queues []int, mode AttachMode) (*shar
 		return sp, nil
 	}
 	if li.XDPProgID != 0 {
+		// li may predate the detach of this process's own program by
+		// the last user of the interface (a dial right after a close):
+		// look again.
+		if cur, err := LinkByIndex(li.Index); err == nil {
+			li.XDPProgID, li.XDPMode = cur.XDPProgID, cur.XDPMode
+		}
+	}
+	if li.XDPProgID != 0 {
 		return nil, fmt.Errorf("program id %d attached (mode %d): %w; Weft does not replace it", li.XDPProgID, li.XDPMode, ErrXDPInUse)
 	}
 	n := max(64, li.RXQueues, slices.Max(queues)+1)

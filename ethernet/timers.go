@@ -57,6 +57,9 @@ func (e *Endpoint) tick() bool {
 	if stall := e.stalls.Check(e.now); stall > 0 {
 		liveness.Forward(&e.lastHeard, stall, e.now)
 		liveness.Forward(&e.lastProgress, stall, e.now)
+		if e.lis != nil {
+			e.hsDeadline += int64(stall) // a listener's handshake in progress
+		}
 	}
 	// The peer's frames are all read when the inbox emptied within the
 	// budget and the shared ring was drained since: only then does a

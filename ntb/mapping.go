@@ -102,7 +102,7 @@ func OpenMapping(name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
 	d.takeSide()
 	shm.U32(d.my, sideHeartbeat).Add(1)
 	d.peerHBAt = liveness.Now()
-	d.stalls = liveness.New(d.linkEvery, d.deadAfter)
+	d.stalls = liveness.New(d.linkEvery)
 	d.stalls.Start(d.peerHBAt)
 	d.wg.Add(1)
 	go d.monitor()
@@ -147,7 +147,7 @@ func (d *ShmDevice) claim(side int, deadline time.Time) error {
 		at        int64 // liveness.Now
 	}
 	last := make([]seen, len(sides))
-	stalls := liveness.New(d.linkEvery, d.deadAfter)
+	stalls := liveness.New(d.linkEvery)
 	now := liveness.Now()
 	stalls.Start(now)
 	for i, s := range sides {

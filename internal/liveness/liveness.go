@@ -29,13 +29,15 @@ type Stalls struct {
 }
 
 // New returns Stalls for a check that runs every period (at most; it
-// may run more often) on behalf of a peer timeout of timeout. A gap
-// between two checks counts as running time up to four periods or a
-// sixteenth of the timeout, whichever is longer: a check late by less
-// is the ordinary jitter of timers under load, and the rest is time the
-// caller was away.
-func New(period, timeout time.Duration) Stalls {
-	return Stalls{allow: int64(max(4*period, timeout/16))}
+// may run more often). A gap between two checks counts as running time
+// up to two periods: a check late by less is the ordinary jitter of
+// timers, and the rest is time the caller was away. The allowance is
+// kept that short because it is spent against every timeout the caller
+// keeps, the shortest included (a listener's handshake limit of 100 ms
+// beside a peer timeout of 5 s); discounting a late tick that was not a
+// stop only delays noticing a dead peer by that tick's lateness.
+func New(period time.Duration) Stalls {
+	return Stalls{allow: int64(2 * period)}
 }
 
 // Start starts the clock at now, as if a check ran then: the time

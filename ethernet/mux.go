@@ -80,10 +80,6 @@ const (
 var (
 	muxesMu sync.Mutex
 	muxes   = map[muxKey]*mux{}
-	// closing holds, for a queue whose last user left, a channel closed
-	// once its socket and XDP steering are gone: a new user of the queue
-	// waits for it rather than find the old program still attached.
-	closing = map[muxKey]chan struct{}{}
 )
 
 // acquireMux returns this process's shared queue for c on li (in the
@@ -101,20 +97,9 @@ func acquireMux(li LinkInfo, c *EndpointConfig, frameSize int) (*mux, error) {
 	}
 	muxesMu.Lock()
 	defer muxesMu.Unlock()
-	for {
-		if m := muxes[key]; m != nil {
-			m.refs++
-			return m, nil
-		}
-		ch := closing[key]
-		if ch == nil {
-			break
-		}
-		// The last user of this queue is tearing it down: wait, then
-		// look again (another caller may have opened it meanwhile).
-		muxesMu.Unlock()
-		<-ch
-		muxesMu.Lock()
+	if m := muxes[key]; m != nil {
+		m.refs++
+		return m, nil
 	}
 	port, err := OpenLink(li, &Config{Queues: []int{c.Queue}, Filter: filter, Attach: c.Attach, Bind: c.Bind,
 		FrameSize: frameSize, Frames: muxTXFrames + muxRXFrames, RingSize: muxRing, BusyPoll: c.BusyPoll, raw: true})
@@ -170,19 +155,18 @@ func (m *mux) run() {
 
 // release drops one reference and closes the queue with the last.
 func (m *mux) release() error {
+	// The lock is held through the teardown, as acquireMux holds it
+	// through the opening: a new user of the queue must not find the
+	// old socket or XDP program still there (a dial racing the close of
+	// the queue's last endpoint failed with ErrXDPInUse). Nothing the
+	// teardown waits for takes the lock.
 	muxesMu.Lock()
+	defer muxesMu.Unlock()
 	m.refs--
-	last := m.refs == 0
-	var gone chan struct{}
-	if last {
-		delete(muxes, m.key)
-		gone = make(chan struct{})
-		closing[m.key] = gone
-	}
-	muxesMu.Unlock()
-	if !last {
+	if m.refs > 0 {
 		return nil
 	}
+	delete(muxes, m.key)
 	m.watcher.Close()
 	close(m.stop)
 	<-m.done
@@ -191,10 +175,6 @@ func (m *mux) release() error {
 	err := m.port.Close()
 	m.txMu.Unlock()
 	m.rxMu.Unlock()
-	muxesMu.Lock()
-	delete(closing, m.key)
-	muxesMu.Unlock()
-	close(gone)
 	return err
 }
 

@@ -153,11 +153,11 @@ type Endpoint struct {
 
 var _ fabric.Endpoint = (*Endpoint)(nil)
 
-var epoch = time.Now()
-
 func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
-func clock() int64 { return int64(time.Since(epoch)) }
+// clock is the endpoint's monotonic nanoseconds, the clock its silence
+// stamps and liveness.Stalls share.
+func clock() int64 { return liveness.Now() }
 
 func (e *Endpoint) opErr(op string, err error) error {
 	return &fabric.OpError{Op: op, Backend: "ethernet", Addr: e.cfg.Interface, Err: err}

@@ -249,8 +249,8 @@ func TestShortPeerTimeout(t *testing.T) {
 // paused VM) five peer timeouts long is not the peers' silence. Both
 // ends of the pair are in the stopped process, so neither sent a
 // keepalive during the stop; the first tick after it found the other
-// side silent for longer than its timeout, and on the CI host a stop of
-// over five seconds failed four of TestListener's 64 idle connections.
+// side silent for longer than its timeout (the likely cause of four of
+// TestListener's 64 connections failing as silent on the CI host).
 // Every connection here must survive three stops and carry data after.
 func TestStoppedProcess(t *testing.T) {
 	const timeout = 200 * time.Millisecond

@@ -12,11 +12,12 @@
 // silence stamps forward by that much, so that the peer gets its whole
 // timeout, less what it had used before the stall, to be heard again.
 //
-// The wall clock alone failed live peers: a CI host that stopped the
-// test process for over five seconds had four of 64 connections, idle
-// and up a moment before, declare their peers (in the same process)
-// silent on the first tick after the stop, before those peers' own
-// ticks could send their keepalives.
+// The wall clock alone failed live peers: on a CI host, four of 64
+// connections that had finished their handshakes a moment before
+// declared their peers (in the same process) silent for 5 s, which
+// only a stop of the whole process fits; stopping a test process with
+// SIGSTOP reproduces it, on the first tick after the stop, before the
+// peers' own ticks can send their keepalives.
 package liveness
 
 import "time"

@@ -246,22 +246,45 @@ func TestShortPeerTimeout(t *testing.T) {
 }
 
 // TestStoppedProcess: a stop of the whole process (a loaded host or a
-// paused VM) five peer timeouts long is not the peers' silence. Both
-// ends of the pair are in the stopped process, so neither sent a
+// paused VM) longer than the peer timeout is not the peers' silence.
+// Both ends of each pair are in the stopped process, so neither sent a
 // keepalive during the stop; the first tick after it found the other
 // side silent for longer than its timeout (the likely cause of four of
 // TestListener's 64 connections failing as silent on the CI host).
-// Every connection here must survive three stops and carry data after.
+//
+// Which side runs first after the stop is up to the scheduler, and the
+// failure needs one side to poll an empty ring before its peer's
+// keepalive lands: on a host with spare cores all the ticks ran at once
+// and the unfixed code passed (the mutant survived a CI run). So the
+// test holds one side of every pair (its timer goroutine and callers)
+// from before the stop until a while after it, the order in which the
+// CI run failed: the held side has not yet run, the other side's ticks
+// find its ring drained and nothing from the peer. The silence that
+// does count (the last keepalive's age, the time before the stop, the
+// hold after it, the allowance) stays under half the timeout.
+// Every connection must survive two stops and carry data after.
 func TestStoppedProcess(t *testing.T) {
-	const timeout = 200 * time.Millisecond
+	const (
+		timeout = time.Second // keepalives every 250ms
+		stop    = 3 * timeout / 2
+		hold    = timeout / 4
+	)
 	var pairs [][2]fabric.Endpoint
 	for range 4 {
-		a, b := dialPair(t, netns.PairConfig{}, "%s:timeout=200ms", "%s:timeout=200ms")
+		a, b := dialPair(t, netns.PairConfig{}, "%s:timeout=1s", "%s:timeout=1s")
 		pairs = append(pairs, [2]fabric.Endpoint{a, b})
 	}
-	for range 3 {
-		testenv.StopProcess(t, 5*timeout)
-		time.Sleep(2 * timeout) // the ticks after the stop
+	for range 2 {
+		var release []func()
+		for _, p := range pairs {
+			release = append(release, ethernet.HoldTicks(p[1].(*ethernet.Endpoint)))
+		}
+		testenv.StopProcess(t, stop)
+		time.Sleep(hold) // the other sides' ticks run: two or more
+		for _, r := range release {
+			r()
+		}
+		time.Sleep(timeout / 2) // the held sides' ticks after the stop
 	}
 	for i, p := range pairs {
 		for _, e := range p {

@@ -53,3 +53,11 @@ func StallRX(e *Endpoint) (release func()) {
 	e.m.rxMu.Lock()
 	return e.m.rxMu.Unlock
 }
+
+// HoldTicks keeps e's timer goroutine, and every caller of e, from
+// running, as goroutines the scheduler has not yet run would be, until
+// release is called. Frames for e still queue in its inbox.
+func HoldTicks(e *Endpoint) (release func()) {
+	e.mu.Lock()
+	return e.mu.Unlock
+}

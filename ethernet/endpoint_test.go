@@ -254,8 +254,9 @@ func TestShortPeerTimeout(t *testing.T) {
 //
 // Which side runs first after the stop is up to the scheduler, and the
 // failure needs one side to poll an empty ring before its peer's
-// keepalive lands: on a host with spare cores all the ticks ran at once
-// and the unfixed code passed (the mutant survived a CI run). So the
+// keepalive lands. On a host with spare cores all the ticks can run at
+// once and the unfixed code pass (the likely reason the mutant survived
+// a CI run; this 2-core host ran them in turn and failed it). So the
 // test holds one side of every pair (its timer goroutine and callers)
 // from before the stop until a while after it, the order in which the
 // CI run failed: the held side has not yet run, the other side's ticks

@@ -619,6 +619,10 @@ func (e *Engine) sealICRCFrom(data []byte, src netip.Addr, sport uint16) {
 
 // send writes packets to the link, retrying briefly on backpressure.
 // Packets it cannot place are dropped (and recovered by retransmission).
+// A write that fails drops only the packet it failed at: the others,
+// often other QPs' to other peers, still go (one QP whose source port
+// cannot be bound, or one unreachable peer, took every packet after it
+// in the batch with it).
 func (e *Engine) send(pkts []Packet) {
 	var bytes uint64
 	for i := range pkts {
@@ -628,7 +632,13 @@ func (e *Engine) send(pkts []Packet) {
 		n, err := e.link.WriteBatch(pkts)
 		e.stats.TxPackets.Add(uint64(n))
 		pkts = pkts[n:]
-		if err != nil || (n == 0 && tries > 100) {
+		if err != nil && len(pkts) > 0 {
+			e.stats.Drops[fabric.DropNoBuffer].Add(1)
+			bytes -= uint64(pkts[0].N)
+			pkts = pkts[1:]
+			continue
+		}
+		if n == 0 && tries > 100 {
 			e.stats.Drops[fabric.DropNoBuffer].Add(uint64(len(pkts)))
 			return
 		}

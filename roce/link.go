@@ -602,8 +602,9 @@ func (l *UDPLink) fixICRCs(g *mmsg.Group) {
 }
 
 // sender returns the send socket for a source port, opening it on first
-// use. If the port is taken by another program, datagrams go out from the
-// link's own port instead.
+// use. A port it cannot bind (another program has it) stays unusable:
+// WriteBatch fails the datagrams from it rather than sending them from
+// another port, which the peer would drop for their ICRC.
 func (l *UDPLink) sender(port uint16) (*sender, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

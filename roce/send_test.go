@@ -26,9 +26,7 @@ func TestSendFailureDropsOne(t *testing.T) {
 	taken := udp("127.0.0.1:0").LocalAddr().(*net.UDPAddr).AddrPort().Port()
 	peer := udp("127.0.0.1:0")
 	to := peer.LocalAddr().(*net.UDPAddr).AddrPort()
-	probe := udp("127.0.0.1:0") // a free port for the link
-	port := probe.LocalAddr().(*net.UDPAddr).AddrPort().Port()
-	probe.Close()
+	port := uint16(freePort(t))
 	l, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port))
 	if err != nil {
 		t.Fatal(err)

@@ -83,4 +83,13 @@
 // queues), and CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root).
 // Operations that the kernel or driver lacks fail with errors matching
 // fabric.ErrNotSupported.
+//
+// # Errors
+//
+// An address that cannot be right fails at once with an error matching
+// fabric.ErrInvalid: a malformed or unknown parameter (the error names
+// its key), a string that is not a Linux interface name, and a name that
+// no interface of the namespace has (that error also matches the
+// kernel's ENODEV). A missing kernel or driver feature is
+// fabric.ErrNotSupported, never fabric.ErrInvalid.
 package ethernet

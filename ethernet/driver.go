@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/internal/netns"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -126,6 +128,14 @@ func ParseAddr(addr string) (EndpointConfig, error) {
 	}
 	if strings.Contains(name, ":") {
 		return c, fmt.Errorf("interface name %q: want IFACE?k=v&k=v or IFACE:k=v,k=v: %w", name, fabric.ErrInvalid)
+	}
+	// The kernel's rule for a name (dev_valid_name): at most IFNAMSIZ-1
+	// bytes, not "." or "..", no '/' and no white space. A NUL would cut
+	// it short in the kernel and name another interface.
+	if len(name) > unix.IFNAMSIZ-1 || name == "." || name == ".." || strings.ContainsFunc(name, func(r rune) bool {
+		return r == '/' || r == 0 || unicode.IsSpace(r)
+	}) {
+		return c, fmt.Errorf("interface name %q: not a Linux interface name: %w", name, fabric.ErrInvalid)
 	}
 	c.Interface = name
 	if err != nil {

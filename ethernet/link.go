@@ -78,7 +78,9 @@ func getLink(idx uint32, attrs []byte) (LinkInfo, error) {
 	msgs, err := c.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request}, Data: body})
 	if err != nil {
 		if errors.Is(err, unix.ENODEV) {
-			return LinkInfo{}, fmt.Errorf("no such interface: %w", err)
+			// An address that names no interface is a wrong address,
+			// as the package documentation says.
+			return LinkInfo{}, fmt.Errorf("no such interface: %w: %w", fabric.ErrInvalid, err)
 		}
 		return LinkInfo{}, err
 	}

@@ -3,6 +3,10 @@ package fabric
 import (
 	"errors"
 	"os"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Sentinel errors. Compare with [errors.Is]; every error a backend returns
@@ -89,7 +93,14 @@ func (e *OpError) Error() string {
 	}
 	s += e.Op
 	if e.Addr != "" {
-		s += " " + e.Addr
+		// An address with bytes that do not print (a NUL, a control
+		// character, broken UTF-8) is shown quoted, so the message says
+		// what was given.
+		if !utf8.ValidString(e.Addr) || strings.ContainsFunc(e.Addr, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			s += " " + strconv.Quote(e.Addr)
+		} else {
+			s += " " + e.Addr
+		}
 	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()

@@ -145,3 +145,49 @@ func TestSpinBudget(t *testing.T) {
 		t.Fatal("SpinBudget")
 	}
 }
+
+// typedNilDriver fails the way a careless driver does: a nil pointer of
+// its own endpoint and listener types, with an error.
+type typedNilDriver struct{}
+
+type typedNilEndpoint struct{ Endpoint }
+type typedNilListener struct{ Listener }
+
+func (typedNilDriver) Open(context.Context, string, Options) (Endpoint, error) {
+	var ep *typedNilEndpoint
+	return ep, ErrInvalid
+}
+func (typedNilDriver) Listen(context.Context, string, Options) (Listener, error) {
+	var l *typedNilListener
+	return l, ErrInvalid
+}
+func (typedNilDriver) Usage() string { return "fails" }
+
+// TestFailedOpenIsNil: whatever the driver returns beside an error, a
+// failed Open or Listen returns a nil interface, which the caller may
+// compare with nil.
+func TestFailedOpenIsNil(t *testing.T) {
+	RegisterBackend("test-typed-nil", typedNilDriver{})
+	ep, err := Open(context.Background(), "test-typed-nil", "", nil)
+	if err == nil || ep != nil {
+		t.Errorf("Open = %#v, %v; want a nil Endpoint and an error", ep, err)
+	}
+	l, err := Listen(context.Background(), "test-typed-nil", "", nil)
+	if err == nil || l != nil {
+		t.Errorf("Listen = %#v, %v; want a nil Listener and an error", l, err)
+	}
+}
+
+// TestOpErrorQuotesAddr: an address with bytes that do not print is
+// quoted in the message; a plain one is not.
+func TestOpErrorQuotesAddr(t *testing.T) {
+	for addr, want := range map[string]string{
+		"eth0\x00":   `ntb open "eth0\x00": invalid argument`,
+		"a\xffb":     `ntb open "a\xffb": invalid argument`,
+		"/dev/shm/x": `ntb open /dev/shm/x: invalid argument`,
+	} {
+		if got := (&OpError{Op: "open", Backend: "ntb", Addr: addr, Err: ErrInvalid}).Error(); got != want {
+			t.Errorf("OpError for %q = %s, want %s", addr, got, want)
+		}
+	}
+}

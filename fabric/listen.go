@@ -83,6 +83,7 @@ func (o *Options) HandshakeLimit() time.Duration {
 
 // Listen starts a listener of the named backend at addr. opts may be nil.
 // Backends that cannot listen return an error matching ErrNotSupported.
+// When it fails, the Listener is nil.
 func Listen(ctx context.Context, backend, addr string, opts *Options) (Listener, error) {
 	d, err := driver("listen", backend, addr)
 	if err != nil {
@@ -96,7 +97,11 @@ func Listen(ctx context.Context, backend, addr string, opts *Options) (Listener,
 	if opts != nil {
 		o = *opts
 	}
-	return ld.Listen(ctx, addr, o)
+	l, err := ld.Listen(ctx, addr, o)
+	if err != nil {
+		return nil, err // never a driver's nil pointer in a non-nil Listener
+	}
+	return l, nil
 }
 
 func driver(op, backend, addr string) (Driver, error) {

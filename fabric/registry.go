@@ -64,6 +64,7 @@ func Usage(backend string) (string, error) {
 }
 
 // Open opens an endpoint of the named backend at addr. opts may be nil.
+// When it fails, the Endpoint is nil.
 func Open(ctx context.Context, backend, addr string, opts *Options) (Endpoint, error) {
 	d, err := driver("open", backend, addr)
 	if err != nil {
@@ -73,5 +74,11 @@ func Open(ctx context.Context, backend, addr string, opts *Options) (Endpoint, e
 	if opts != nil {
 		o = *opts
 	}
-	return d.Open(ctx, addr, o)
+	ep, err := d.Open(ctx, addr, o)
+	if err != nil {
+		// A driver that returns a nil pointer of its own type would hand
+		// the caller a non-nil Endpoint whose Close panics.
+		ep = nil
+	}
+	return ep, err
 }

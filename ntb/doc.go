@@ -40,10 +40,14 @@
 //	ep, err := fabric.Open(ctx, "ntb", "/dev/shm/weft0", nil)
 //
 // A query sets the device geometry (mem, mws, spads, dbbits; used when the
-// file is created) and the transport (queues, ring, maxmsg, window), sizes
-// with K, M or G suffixes: "/dev/shm/weft0?queues=4&ring=1M". With
-// listener=1 (and optionally queue=N) the endpoint dials a fabric.Listen
-// listener on a free queue of the bridge; see ParseAddr and Listen.
+// file is created) and the transport (ring, maxmsg, window, dma), sizes
+// with K, M or G suffixes: "/dev/shm/weft0?ring=1M&maxmsg=64K". An
+// endpoint opened on its own carries one queue; a listener carries
+// several, "/dev/shm/weft0?queues=4" to fabric.Listen, and with
+// listener=1 (and optionally queue=N) fabric.Open dials it on a free
+// queue of the bridge; see ParseAddr and Listen. A malformed or unknown
+// parameter fails at once with an error that names its key and matches
+// fabric.ErrInvalid.
 // DialShm does the same as fabric.Open without the registry.
 //
 // A bridge in a PCI BAR shared with another machine is named by the PCI

@@ -31,17 +31,22 @@ func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.E
 		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: err}
 	}
 	applyOptions(&a.tc, o)
-	if a.kind != "" {
-		if a.listener {
-			return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr,
-				Err: fmt.Errorf("listener=1 over a %s: bridge: %w", a.kind, fabric.ErrNotSupported)}
-		}
-		return dialMapped(ctx, addr, a)
+	var ep *Endpoint
+	switch {
+	case a.kind != "" && a.listener:
+		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr,
+			Err: fmt.Errorf("listener=1 over a %s: bridge: %w", a.kind, fabric.ErrNotSupported)}
+	case a.kind != "":
+		ep, err = dialMapped(ctx, addr, a)
+	case a.listener:
+		ep, err = dialListener(ctx, addr, a.path, a.sc, a.tc, a.queue)
+	default:
+		ep, err = DialShm(ctx, a.path, a.sc, a.tc)
 	}
-	if a.listener {
-		return dialListener(ctx, addr, a.path, a.sc, a.tc, a.queue)
+	if err != nil {
+		return nil, err // never a nil *Endpoint in a non-nil fabric.Endpoint
 	}
-	return DialShm(ctx, a.path, a.sc, a.tc)
+	return ep, nil
 }
 
 // applyOptions applies the fabric options to a transport configuration
@@ -61,7 +66,7 @@ func applyOptions(tc *Config, o fabric.Options) {
 // transport: closing it closes both.
 func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoint, error) {
 	if tc.Queues > 1 {
-		return nil, fmt.Errorf("ntb: DialShm opens one queue; use OpenShm and Dial for %d: %w", tc.Queues, fabric.ErrInvalid)
+		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: path, Err: errOneQueue(tc.Queues)}
 	}
 	if sc.MemSize == 0 && tc.RingSize > 1<<20 {
 		sc.MemSize = max(16<<20, 4*tc.RingSize)
@@ -78,6 +83,12 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 	ep := t.eps[0]
 	ep.owner, ep.addr = true, path
 	return ep, nil
+}
+
+// errOneQueue refuses queues=n on an endpoint that carries one queue.
+func errOneQueue(n int) error {
+	return fmt.Errorf("queues=%d: an endpoint opened on its own carries one queue; "+
+		"Listen with queues=%d and dial it with listener=1 (or use OpenShm and Dial): %w", n, n, fabric.ErrInvalid)
 }
 
 // ParseAddr parses an ntb address: a file path with an optional query of
@@ -118,6 +129,9 @@ func parseAddr(addr string) (ntbAddr, error) {
 	}
 	if path == "" {
 		return a, fmt.Errorf("empty path: %w", fabric.ErrInvalid)
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return a, fmt.Errorf("path %q holds a NUL byte: %w", path, fabric.ErrInvalid)
 	}
 	a.path = path
 	if err != nil {
@@ -161,8 +175,7 @@ func (a *ntbAddr) mappingParams(p *addrparam.Params) {
 // (mem:) and brings up a one-queue transport over it.
 func dialMapped(ctx context.Context, addr string, a ntbAddr) (*Endpoint, error) {
 	if a.tc.Queues > 1 {
-		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr,
-			Err: fmt.Errorf("%d queues: a mapped bridge opens one: %w", a.tc.Queues, fabric.ErrInvalid)}
+		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: errOneQueue(a.tc.Queues)}
 	}
 	var m Mapping
 	var err error

@@ -149,9 +149,11 @@ func openHardware(bus pci.Bus, addr string, c HWConfig) (*HWDevice, error) {
 			return nil, fmt.Errorf("ntb: hardware %s: %w", name, err)
 		}
 		closers = append(closers, v)
-		p.mapBAR = func(bar int) (Mapping, error) { return v.MapRegion(bar, 0, d.BARs[bar].Size()) }
+		p.mapBAR = func(bar int) (Mapping, error) { return asMapping(v.MapRegion(bar, 0, d.BARs[bar].Size())) }
 	} else {
-		p.mapBAR = func(bar int) (Mapping, error) { return d.MapBAR(bar, pci.MapOptions{WC: true, NoVFIO: true}) }
+		p.mapBAR = func(bar int) (Mapping, error) {
+			return asMapping(d.MapBAR(bar, pci.MapOptions{WC: true, NoVFIO: true}))
+		}
 	}
 	if d.Driver == "vfio-pci" {
 		p.regs, err = p.mapBAR(m.RegBAR)

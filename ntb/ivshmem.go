@@ -34,7 +34,7 @@ func mapPCI(addr string, bar int, wc bool, off, size uint64) (Mapping, error) {
 		return nil, fmt.Errorf("ntb: %s (%04x:%04x, class %06x) is not shared memory: %w",
 			addr, d.Vendor, d.DeviceID, d.Class, fabric.ErrNotSupported)
 	}
-	return d.MapBAR(bar, pci.MapOptions{WC: wc, Offset: off, Size: size})
+	return asMapping(d.MapBAR(bar, pci.MapOptions{WC: wc, Offset: off, Size: size}))
 }
 
 // OpenIvshmem opens a bridge in the shared memory of the ivshmem function

@@ -191,10 +191,14 @@ var _ fabric.Listener = (*Listener)(nil)
 // (by default) the most queues it allows and accepts one endpoint per
 // queue that a peer connects on.
 func (driver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric.Listener, error) {
-	path, sc, tc, err := ParseAddr(addr)
+	a, err := parseAddr(addr)
+	if err == nil && a.kind != "" {
+		err = fmt.Errorf("a listener over a %s: bridge: %w", a.kind, fabric.ErrNotSupported)
+	}
 	if err != nil {
 		return nil, &fabric.OpError{Op: "listen", Backend: "ntb", Addr: addr, Err: err}
 	}
+	path, sc, tc := a.path, a.sc, a.tc
 	applyOptions(&tc, o)
 	t, err := openBridge(ctx, path, sc, tc, false)
 	if err != nil {

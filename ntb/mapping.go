@@ -254,3 +254,12 @@ func (m *FileMapping) Close() error {
 	m.b = nil
 	return err
 }
+
+// asMapping returns m as a Mapping, or a nil Mapping where err is set:
+// never a nil pointer inside a non-nil interface.
+func asMapping[M Mapping](m M, err error) (Mapping, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -167,9 +167,20 @@ func (c *ShmConfig) check() error {
 	if c.DoorbellBits == 0 {
 		c.DoorbellBits = 16
 	}
-	if c.MemSize < mwAlign || c.MemSize%mwAlign != 0 || c.MWs > maxMWs || c.MWs < 1 ||
-		c.Spads > maxSpads || c.Spads < 1 || c.DoorbellBits < 1 || c.DoorbellBits > 64 {
-		return fmt.Errorf("invalid bridge geometry %+v: %w", *c, fabric.ErrInvalid)
+	// Each error names the field by its address key (mem, mws, spads,
+	// dbbits), which is where a user wrote it.
+	bad := func(key string, v int, want string) error {
+		return fmt.Errorf("bridge geometry: %s=%d: want %s: %w", key, v, want, fabric.ErrInvalid)
+	}
+	switch {
+	case c.MemSize < mwAlign || c.MemSize%mwAlign != 0:
+		return bad("mem", c.MemSize, fmt.Sprintf("a multiple of %d", mwAlign))
+	case c.MWs < 1 || c.MWs > maxMWs:
+		return bad("mws", c.MWs, fmt.Sprintf("1 to %d windows", maxMWs))
+	case c.Spads < 1 || c.Spads > maxSpads:
+		return bad("spads", c.Spads, fmt.Sprintf("1 to %d scratchpads", maxSpads))
+	case c.DoorbellBits < 1 || c.DoorbellBits > 64:
+		return bad("dbbits", c.DoorbellBits, "1 to 64 doorbell bits")
 	}
 	return nil
 }

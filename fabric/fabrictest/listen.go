@@ -70,13 +70,17 @@ func (s *ListenSetup) options(backlog int) *fabric.Options {
 //   - HalfOpen: peers that start a handshake and vanish hold up nobody;
 //   - Backlog: with nobody accepting, connections past the backlog are
 //     refused with an error matching fabric.ErrRefused, and counted;
-//   - Addrs: endpoints report their addresses.
+//   - Addrs: endpoints report their addresses;
+//   - Failed: every failed Listen, Open and Accept returns a nil
+//     interface, and an unknown address parameter fails at once with an
+//     error that matches fabric.ErrInvalid and names the key.
 func TestListener(t *testing.T, s ListenSetup) {
 	t.Run("Many", func(t *testing.T) { listenMany(t, &s) })
 	t.Run("CloseWakesAccept", func(t *testing.T) { listenClose(t, &s) })
 	t.Run("HalfOpen", func(t *testing.T) { listenHalfOpen(t, &s) })
 	t.Run("Backlog", func(t *testing.T) { listenBacklog(t, &s) })
 	t.Run("Addrs", func(t *testing.T) { listenAddrs(t, &s) })
+	t.Run("Failed", func(t *testing.T) { listenFailed(t, &s) })
 }
 
 // Listen starts a listener for a test and closes it when the test ends.
@@ -320,6 +324,72 @@ func listenClose(t *testing.T, s *ListenSetup) {
 		ep.Close()
 		t.Fatal("Open succeeded against a closed listener")
 	}
+}
+
+// withParam adds the parameter key=1 to addr.
+func withParam(addr, key string) string {
+	if strings.Contains(addr, "?") {
+		return addr + "&" + key + "=1"
+	}
+	return addr + "?" + key + "=1"
+}
+
+func listenFailed(t *testing.T, s *ListenSetup) {
+	const key = "weftnosuchkey"
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	// want checks a failure: an error, a nil interface (v holds the
+	// interface the call returned, so a typed nil inside it is not nil)
+	// and, for an unknown key, fabric.ErrInvalid naming the key.
+	want := func(what string, v any, err error, invalid bool) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s succeeded", what)
+			return
+		}
+		if v != nil {
+			t.Errorf("%s failed (%v) and returned a non-nil %T", what, err, v)
+		}
+		if invalid && (!errors.Is(err, fabric.ErrInvalid) || !strings.Contains(err.Error(), key)) {
+			t.Errorf("%s: %v; want an error matching fabric.ErrInvalid that names %q", what, err, key)
+		}
+	}
+	bad, err := fabric.Listen(ctx, s.Backend, withParam(s.Addr, key), s.options(0))
+	if err == nil {
+		defer bad.Close()
+	}
+	want("Listen with an unknown parameter", bad, err, true)
+
+	l := Listen(t, s.Backend, s.Addr, s.options(0))
+	addr := s.dial(l, 0)
+	ep, err := fabric.Open(ctx, s.Backend, withParam(addr, key), s.Options)
+	if err == nil {
+		defer ep.Close()
+	}
+	want("Open with an unknown parameter", ep, err, true)
+
+	// A dial whose context is done fails, or connects before it looks:
+	// either way it must not return a typed nil.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if ep, err := fabric.Open(done, s.Backend, addr, s.Options); err == nil {
+		ep.Close()
+	} else {
+		want("Open with a cancelled context", ep, err, false)
+	}
+	// Accept with a cancelled context: nothing, or the connection just
+	// made above, which the listener hands out or Close closes.
+	if ep, err := l.Accept(done); err == nil {
+		ep.Close()
+	} else {
+		want("Accept with a cancelled context", ep, err, false)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Accept with a cancelled context: %v; want context.Canceled", err)
+		}
+	}
+	l.Close()
+	ep, err = l.Accept(ctx)
+	want("Accept after Close", ep, err, false)
 }
 
 func listenHalfOpen(t *testing.T, s *ListenSetup) {

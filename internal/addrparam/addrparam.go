@@ -95,10 +95,53 @@ func SplitHost(addr string, defPort int) (listen bool, hostport string, p *Param
 	if rest == "" {
 		return listen, "", nil, fmt.Errorf("empty address: %w", fabric.ErrInvalid)
 	}
-	if _, _, serr := net.SplitHostPort(rest); serr != nil {
-		rest = net.JoinHostPort(strings.Trim(rest, "[]"), strconv.Itoa(defPort))
+	host, port, serr := net.SplitHostPort(rest)
+	if serr != nil { // no port: all of it is the host, maybe an IPv6 one in brackets
+		host, port = rest, strconv.Itoa(defPort)
+		if h, ok := strings.CutPrefix(host, "["); ok {
+			host, ok = strings.CutSuffix(h, "]")
+			if !ok {
+				return listen, rest, nil, fmt.Errorf("host %q: no closing ']': %w", rest, fabric.ErrInvalid)
+			}
+		}
 	}
-	return listen, rest, p, nil
+	if err := CheckHost(host); err != nil {
+		return listen, rest, nil, err
+	}
+	n, perr := strconv.ParseUint(port, 10, 16)
+	if perr != nil {
+		return listen, rest, nil, fmt.Errorf("port %q: want a number from 0 to 65535: %w", port, fabric.ErrInvalid)
+	}
+	return listen, net.JoinHostPort(host, strconv.FormatUint(n, 10)), p, nil
+}
+
+// CheckHost refuses a host that can be neither an IP address (with an
+// optional zone) nor a DNS name: bytes outside letters, digits, '-',
+// '_' and '.', an empty label, a name over 253 bytes. The empty host
+// (any address) passes. The error matches fabric.ErrInvalid.
+func CheckHost(host string) error {
+	if host == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	bad := func(why string) error { return fmt.Errorf("host %q: %s: %w", host, why, fabric.ErrInvalid) }
+	name := strings.TrimSuffix(host, ".")
+	if len(name) > 253 {
+		return bad("longer than a DNS name")
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" {
+			return bad("an empty label")
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return bad(fmt.Sprintf("%q is not an IP address or a host name", c))
+			}
+		}
+	}
+	return nil
 }
 
 // ParseQuery parses a URL query (k=v&k=v). A repeated key takes its last

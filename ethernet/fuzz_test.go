@@ -3,6 +3,7 @@ package ethernet
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
@@ -124,6 +125,29 @@ func FuzzDemux(f *testing.F) {
 		}
 		if len(l.hellos) == 1 && (off < 0 || !h.IsValid() || h.typ() != ptHello || h.dst() != 0) {
 			t.Fatalf("listener got a non-hello %x", b)
+		}
+	})
+}
+
+// FuzzParseAddr: no address panics the parser; every refusal matches
+// fabric.ErrInvalid, and every address taken names an interface the
+// kernel's rule allows.
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"veth0", "eth0?queue=0&peer=02:00:00:00:00:02", "eth0?udp=10.0.0.2:34997", "eth0:queue=1,window=64",
+		"lo?netns=a/b", "lo\x00", "abcdefghijklmnop", "?=", "lo?busypoll=50us&budget=8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		c, err := ParseAddr(addr)
+		if err != nil {
+			if !errors.Is(err, fabric.ErrInvalid) {
+				t.Fatalf("ParseAddr(%q) = %v, not ErrInvalid", addr, err)
+			}
+			return
+		}
+		n := c.Interface
+		if n == "" || len(n) > 15 || n == "." || n == ".." || strings.ContainsAny(n, "/\x00 \t\n:") {
+			t.Fatalf("ParseAddr(%q) took interface %q", addr, n)
 		}
 	})
 }

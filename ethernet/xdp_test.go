@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/testenv"
 )
 
@@ -162,4 +163,29 @@ func TestParseUDP4(t *testing.T) {
 	require.False(t, ok)
 	_, ok = ethernet.ParseUDP4(f[:20], nil)
 	require.False(t, ok)
+}
+
+// TestBadAddrs: every address that cannot be valid fails through
+// fabric.Open and fabric.Listen at once, with a nil interface and an
+// error matching fabric.ErrInvalid that names the key, or the interface
+// name at fault (malformed, or naming no interface).
+func TestBadAddrs(t *testing.T) {
+	testenv.RequireRoot(t)
+	cases := fabrictest.BadAddrs("lo", "queue", "peer", "listener", "udp", "local", "ethertype", "xdp", "bind",
+		"busypoll", "budget", "window", "maxmsg", "timeout")
+	cases = append(cases,
+		fabrictest.BadAddr{Addr: "weftnosuchif0", Name: "no such interface"},
+		fabrictest.BadAddr{Addr: "lo\x00", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "\x00", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "a/b", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "a b", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "..", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "abcdefghijklmnop", Name: "interface name"},
+		fabrictest.BadAddr{Addr: "lo?queue=-1", Name: "queue"},
+		fabrictest.BadAddr{Addr: "lo?ethertype=0x5ff", Name: "ethertype"},
+		fabrictest.BadAddr{Addr: "lo?netns=a/b", Name: "netns"},
+		fabrictest.BadAddr{Addr: "lo?netns=weftnosuchns", Name: "weftnosuchns"},
+		fabrictest.BadAddr{Addr: "lo:queue", Name: "queue"},
+	)
+	fabrictest.TestBadAddrs(t, "ethernet", cases)
 }

@@ -3,7 +3,9 @@ package fabric
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -116,27 +118,38 @@ func (nopDriver) Open(context.Context, string, Options) (Endpoint, error) {
 }
 func (nopDriver) Usage() string { return "nothing" }
 
+// registered counts the test backends registered in this process: the
+// registry has no Unregister, and -count=N runs each test N times.
+var registered atomic.Int64
+
+// testBackend registers d under a name that no earlier run took.
+func testBackend(prefix string, d Driver) string {
+	name := fmt.Sprintf("%s-%d", prefix, registered.Add(1))
+	RegisterBackend(name, d)
+	return name
+}
+
 func TestRegistry(t *testing.T) {
-	RegisterBackend("test-nop", nopDriver{})
+	name := testBackend("test-nop", nopDriver{})
 	defer func() {
 		if recover() == nil {
 			t.Error("registering a name twice did not panic")
 		}
 	}()
-	if u, err := Usage("test-nop"); err != nil || u != "nothing" {
+	if u, err := Usage(name); err != nil || u != "nothing" {
 		t.Fatalf("Usage = %q, %v", u, err)
 	}
-	if _, err := Open(context.Background(), "test-nop", "", nil); !errors.Is(err, ErrNotSupported) {
+	if _, err := Open(context.Background(), name, "", nil); !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("Open = %v", err)
 	}
 	found := false
 	for _, b := range Backends() {
-		found = found || b == "test-nop"
+		found = found || b == name
 	}
 	if !found {
-		t.Fatal("Backends misses test-nop")
+		t.Fatal("Backends misses", name)
 	}
-	RegisterBackend("test-nop", nopDriver{})
+	RegisterBackend(name, nopDriver{})
 }
 
 func TestSpinBudget(t *testing.T) {
@@ -167,12 +180,12 @@ func (typedNilDriver) Usage() string { return "fails" }
 // failed Open or Listen returns a nil interface, which the caller may
 // compare with nil.
 func TestFailedOpenIsNil(t *testing.T) {
-	RegisterBackend("test-typed-nil", typedNilDriver{})
-	ep, err := Open(context.Background(), "test-typed-nil", "", nil)
+	name := testBackend("test-typed-nil", typedNilDriver{})
+	ep, err := Open(context.Background(), name, "", nil)
 	if err == nil || ep != nil {
 		t.Errorf("Open = %#v, %v; want a nil Endpoint and an error", ep, err)
 	}
-	l, err := Listen(context.Background(), "test-typed-nil", "", nil)
+	l, err := Listen(context.Background(), name, "", nil)
 	if err == nil || l != nil {
 		t.Errorf("Listen = %#v, %v; want a nil Listener and an error", l, err)
 	}

@@ -3,11 +3,15 @@ package roce
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/addrparam"
 )
 
 func TestSplitAddr(t *testing.T) {
@@ -87,4 +91,73 @@ func TestEngineConfigConflict(t *testing.T) {
 		t.Fatalf("same configuration: %v, %v", e2 == e, err)
 	}
 	release2()
+}
+
+// TestBadAddrs: every exchange and rdma_cm address that cannot be valid
+// fails through fabric.Open and fabric.Listen at once, with a nil
+// interface and an error matching fabric.ErrInvalid that names the key,
+// or the host or port at fault.
+func TestBadAddrs(t *testing.T) {
+	keys := []string{"mtu", "type", "local", "port", "timeout", "retry", "rnr", "qkey", "keepalive",
+		"dialretry", "maxmsg", "inline", "noicrc", "raw", "link", "gso"}
+	cases := fabrictest.BadAddrs("127.0.0.1:18515", keys...)
+	cases = append(cases, fabrictest.BadAddrs("rdmacm://127.0.0.1:7471", keys...)...)
+	for _, h := range []string{"", "rdmacm://"} {
+		cases = append(cases,
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:99999999999999999999999", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:65536", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:-1", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "garbage:garbage", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "[::1", Name: "]"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1\x00:4791", Name: "host"},
+			fabrictest.BadAddr{Addr: h + "\x00", Name: "host"},
+			fabrictest.BadAddr{Addr: h + "a b:1", Name: "host"},
+			fabrictest.BadAddr{Addr: h + "a..b:1", Name: "empty label"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:4791?mtu=-1", Name: "mtu"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:4791?mtu=1000", Name: "mtu"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:4791?retry=-1", Name: "retry"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:4791?keepalive=-1s", Name: "keepalive"},
+		)
+	}
+	fabrictest.TestBadAddrs(t, "roce", cases)
+}
+
+// FuzzParseAddr: no address panics the parsers of exchange and rdma_cm
+// addresses; every refusal matches fabric.ErrInvalid, and every address
+// taken has a host that can be looked up and a numeric port.
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:18515", "listen:0.0.0.0:0?mtu=4096&gso=1", "[fd00::1]:7?keepalive=0",
+		"rdmacm://listen:10.0.0.1?mtu=4096", "h?cm=1", "127.0.0.1:-1", "[::1", "a..b:1", "\x00:%zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		var boot string
+		var err error
+		if IsCMAddr(addr) {
+			listen, hp, p, serr := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
+			if err = serr; err == nil {
+				p.Bool("cm", true)
+				_, err = parseOptions(listen, hp, p)
+				boot = hp
+			}
+		} else {
+			var o Options
+			o, err = ParseAddr(addr)
+			boot = o.Bootstrap
+		}
+		if err != nil {
+			if !errors.Is(err, fabric.ErrInvalid) && !errors.Is(err, fabric.ErrNotSupported) {
+				t.Fatalf("%q: %v, not ErrInvalid", addr, err)
+			}
+			return
+		}
+		host, port, serr := net.SplitHostPort(boot)
+		if serr != nil || addrparam.CheckHost(host) != nil {
+			t.Fatalf("%q taken as %q", addr, boot)
+		}
+		if _, perr := strconv.ParseUint(port, 10, 16); perr != nil {
+			t.Fatalf("%q taken with port %q", addr, port)
+		}
+	})
 }

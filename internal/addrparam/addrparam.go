@@ -45,6 +45,8 @@ type Error struct {
 func (e *Error) Error() string {
 	var s string
 	switch {
+	case e.Key == "" && e.Value != "":
+		s = fmt.Sprintf("parameter %q", e.Value)
 	case e.Key == "":
 		s = "parameters"
 	case e.Unknown:
@@ -159,6 +161,9 @@ func ParseQuery(query string) (*Params, error) {
 		uk, err := url.QueryUnescape(k)
 		if err != nil {
 			return p, &Error{Value: kv, Err: err}
+		}
+		if uk == "" {
+			return p, &Error{Value: kv, Err: errors.New("no parameter name")}
 		}
 		uv, err := url.QueryUnescape(v)
 		if err != nil {

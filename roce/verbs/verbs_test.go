@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/roce"
 )
 
@@ -137,4 +138,25 @@ func TestCMError(t *testing.T) {
 	if err.Error() == "" {
 		t.Error("empty message")
 	}
+}
+
+// TestBadAddrs: every address that cannot be valid fails through
+// fabric.Open and fabric.Listen at once (before any device is looked
+// for), with a nil interface and an error matching fabric.ErrInvalid that
+// names the key, or the host or port at fault.
+func TestBadAddrs(t *testing.T) {
+	keys := []string{"type", "local", "timeout", "retry", "rnr", "keepalive", "dialretry", "maxmsg",
+		"depth", "inline", "signal"}
+	cases := fabrictest.BadAddrs("127.0.0.1:18515", append(keys, "ib_port", "gid", "mtu", "qkey")...)
+	cases = append(cases, fabrictest.BadAddrs("rdmacm://127.0.0.1:7471", append(keys, "resp_res", "init_depth")...)...)
+	for _, h := range []string{"", "rdmacm://"} {
+		cases = append(cases,
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:99999999999999999999999", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1:-1", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "garbage:garbage", Name: "port"},
+			fabrictest.BadAddr{Addr: h + "[::1", Name: "]"},
+			fabrictest.BadAddr{Addr: h + "127.0.0.1\x00:4791", Name: "host"},
+		)
+	}
+	fabrictest.TestBadAddrs(t, "verbs", cases)
 }

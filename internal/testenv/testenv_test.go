@@ -104,7 +104,7 @@ func TestInCI(t *testing.T) {
 // TestStopProcess: the process really stops: a goroutine that ticks
 // every millisecond sees one gap as long as the stop.
 func TestStopProcess(t *testing.T) {
-	var gap atomic.Int64
+	var gap, ticks atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		last := time.Now()
@@ -119,11 +119,21 @@ func TestStopProcess(t *testing.T) {
 				gap.Store(g)
 			}
 			last = now
+			ticks.Add(1)
 		}
 	}()
+	defer close(done)
+	// waitTicks waits until the ticker has ticked past n: the stop must
+	// find it running (a ticker that starts after the resume sees no
+	// gap), and it must have ticked after the resume to measure the gap.
+	waitTicks := func(n int64) {
+		for ticks.Load() <= n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitTicks(0)
 	StopProcess(t, 300*time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
-	close(done)
+	waitTicks(ticks.Load())
 	if g := time.Duration(gap.Load()); g < 250*time.Millisecond {
 		t.Fatalf("longest gap between ticks %v during a 300ms stop", g)
 	}

@@ -5,7 +5,6 @@ package ethernet
 // messages from it.
 
 import (
-	"errors"
 
 	"github.com/weft-io/weft/fabric"
 )
@@ -118,7 +117,7 @@ func (e *Endpoint) handleLocked(addr uint64, n uint32) bool {
 	case ptFin:
 		// A FIN with our session means the peer had the connection up.
 		e.up = true
-		e.failLocked(errors.New("peer closed"))
+		e.failLocked(fabric.ErrPeerClosed)
 	}
 	return false
 }

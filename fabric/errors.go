@@ -33,6 +33,11 @@ var (
 	// unreachable (link down, retries exhausted).
 	ErrPeerGone = errors.New("peer gone")
 
+	// ErrPeerClosed reports that the peer closed its end in good order
+	// and said so (a goodbye, a DREQ), as opposed to a peer that crashed
+	// or fell silent. It matches ErrPeerGone.
+	ErrPeerClosed = &peerClosedError{}
+
 	// ErrMessageSize reports a message larger than Caps.MaxMsgSize or an SGE
 	// list longer than Caps.MaxSGEs.
 	ErrMessageSize = errors.New("message too large")
@@ -111,6 +116,13 @@ func (e *OpError) Error() string {
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
+// peerClosedError is ErrPeerClosed: a sentinel of its own that also
+// matches ErrPeerGone.
+type peerClosedError struct{}
+
+func (*peerClosedError) Error() string        { return "peer closed" }
+func (*peerClosedError) Is(target error) bool { return target == ErrPeerGone }
+
 // Status is the outcome of a completed operation. The zero value is
 // success. Status.Err maps it to an error that matches the sentinel errors
 // of this package with errors.Is.
@@ -129,6 +141,7 @@ const (
 	StatusFlushed                        // flushed by an error state or Close
 	StatusRemoteInvalid                  // the target rejected the request as invalid
 	StatusRemoteOp                       // the target failed to execute the request
+	StatusPeerClosed                     // the peer closed its end in good order (a goodbye, a DREQ)
 	numStatus
 )
 
@@ -136,7 +149,7 @@ var statusNames = [numStatus]string{
 	"ok", "remote access error", "remote bounds error", "local access error",
 	"local length error", "peer gone", "retry count exceeded",
 	"RNR retry count exceeded", "flushed", "remote invalid request",
-	"remote operation error",
+	"remote operation error", "peer closed",
 }
 
 // String returns a short description.
@@ -176,13 +189,15 @@ var statusErrs = [numStatus]*statusError{
 	StatusFlushed:          {StatusFlushed, []error{ErrFlushed}},
 	StatusRemoteInvalid:    {StatusRemoteInvalid, []error{ErrInvalid}},
 	StatusRemoteOp:         {StatusRemoteOp, nil},
+	StatusPeerClosed:       {StatusPeerClosed, []error{ErrPeerClosed, ErrPeerGone}},
 }
 
 // Err returns nil for StatusOK and otherwise an error describing the
 // status. The error matches, with errors.Is, the sentinel errors that
 // describe the cause: StatusRemoteAccess matches ErrAccess, StatusRemoteBounds
-// matches ErrAccess and ErrBounds, StatusPeerGone and StatusRetryExceeded
-// match ErrPeerGone, and so on. It never allocates.
+// matches ErrAccess and ErrBounds, StatusPeerGone, StatusPeerClosed and
+// StatusRetryExceeded match ErrPeerGone, StatusPeerClosed also
+// ErrPeerClosed, and so on. It never allocates.
 func (s Status) Err() error {
 	if s == StatusOK {
 		return nil

@@ -140,6 +140,9 @@ func (e *Endpoint) downErr(op string) error {
 	if e.closed.Load() {
 		return e.opErr(op, fabric.ErrClosed)
 	}
+	if why := e.t.downErr.Load(); why != nil {
+		return e.opErr(op, *why)
+	}
 	return e.opErr(op, fabric.ErrPeerGone)
 }
 

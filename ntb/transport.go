@@ -42,7 +42,8 @@ type Transport struct {
 	spin  time.Duration
 	nonce uint32
 
-	mu        sync.Mutex // session changes, region table, heap
+	downErr   atomic.Pointer[error] // why the last session ended: fabric.ErrPeerClosed or ErrPeerGone
+	mu        sync.Mutex            // session changes, region table, heap
 	up        atomic.Bool
 	peer      peerParams
 	peerWin   []byte
@@ -104,6 +105,7 @@ const (
 
 	hsPosted = 1 // quiesced, parameters posted
 	hsReady  = 2 // rings reset, peer's nonce acknowledged
+	hsClosed = 3 // closed in good order (Close): the peer reports fabric.ErrPeerClosed
 
 	ctrlOff      = 0
 	ctrlStride   = 256
@@ -258,8 +260,10 @@ func (t *Transport) shutdown(closeDev bool) error {
 	for _, ep := range t.eps {
 		ep.closed.Store(true)
 	}
-	// Tell the peer at once, without waiting for its link poll.
-	t.dev.PeerSpadWrite(spadState, 0)
+	// Tell the peer at once, without waiting for its link poll, and that
+	// this is a close, not a crash: the state first, so that a peer that
+	// sees the nonce change also finds why.
+	t.dev.PeerSpadWrite(spadState, hsClosed)
 	t.dev.PeerSpadWrite(spadNonce, 0)
 	close(t.stop)
 	t.dev.WakeLocal()
@@ -361,7 +365,7 @@ func (t *Transport) handshake() error {
 			return errLinkDown
 		}
 		t.post(hsPosted, 0)
-		if t.spad(spadState) >= hsPosted && t.spad(spadNonce) != 0 {
+		if st := t.spad(spadState); (st == hsPosted || st == hsReady) && t.spad(spadNonce) != 0 {
 			pn = t.spad(spadNonce)
 			break
 		}
@@ -467,6 +471,11 @@ func (t *Transport) goDown() {
 	if !t.up.Load() {
 		return
 	}
+	why := fabric.ErrPeerGone
+	if t.spad(spadState) == hsClosed {
+		why = fabric.ErrPeerClosed
+	}
+	t.downErr.Store(&why)
 	t.lockAll()
 	t.up.Store(false)
 	for _, ep := range t.eps {
@@ -474,7 +483,7 @@ func (t *Transport) goDown() {
 	}
 	t.unlockAll()
 	t.dev.WakeLocal()
-	ev := fabric.Event{Kind: fabric.EventLinkDown, Time: time.Now(), Err: fabric.ErrPeerGone}
+	ev := fabric.Event{Kind: fabric.EventLinkDown, Time: time.Now(), Err: why}
 	t.broadcast(ev)
 }
 

@@ -32,6 +32,7 @@ type Endpoint struct {
 	laddr   string // LocalAddr
 	raddr   string // RemoteAddr
 	release func()
+	goodbye bool // connected by the exchange, not the CM: Close says goodbye (gsi.go)
 	once    sync.Once
 	closed  bool
 	err     error
@@ -144,6 +145,9 @@ func (ep *Endpoint) Close() error {
 		// Like a TCP close, deliver what was sent before letting go: a
 		// Send returns once the message is queued, not acknowledged.
 		ep.qp.drain(lingerTime)
+		if ep.goodbye {
+			ep.qp.sendGoodbye() // the peer fails its QP now, not at its retries' end
+		}
 		ep.err = ep.qp.Destroy()
 		if ep.release != nil {
 			ep.release()
@@ -460,7 +464,7 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, D
 		release()
 		return nil, Dest{}, err
 	}
-	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
+	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr, goodbye: true}
 	var b [4]byte
 	rand.Read(b[:])
 	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}

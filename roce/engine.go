@@ -74,7 +74,9 @@ type Engine struct {
 	closeMu sync.Mutex
 	started time.Time
 
-	gsi atomic.Pointer[CM] // the communication manager on QP 1 (gsi.go), if started
+	gsi      atomic.Pointer[CM] // the communication manager on QP 1 (gsi.go), if started
+	gsiTx    gsiTx              // what QP 1 sends: the CM's MADs and goodbyes (gsi.go)
+	goodbyes goodbyeCounters
 }
 
 // EngineConfig configures an Engine. The zero value is the default,
@@ -141,6 +143,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, link: link, local: link.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
+	e.gsiTx.init()
 	var b [4]byte
 	rand.Read(b[:])
 	base := uint32(0)

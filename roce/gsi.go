@@ -60,22 +60,31 @@ func (t *gsiTx) init() {
 }
 
 // gsiInput takes a datagram addressed to QP 1. It runs on the polling
-// thread.
+// thread. A goodbye (see sendGoodbye) is the engine's own; every other
+// MAD goes to the CM, if it runs.
 func (e *Engine) gsiInput(p *wire.Packet, src netip.Addr) {
 	m := e.gsi.Load()
-	if m == nil {
-		e.drop(fabric.DropOther)
-		return
-	}
 	if p.OpCode() != wire.OpUDSendOnly || p.DETH.QKey() != cm.GSIQKey {
-		m.ctr.badTransport.Add(1)
+		if m != nil {
+			m.ctr.badTransport.Add(1)
+		}
 		e.drop(fabric.DropMalformed)
 		return
 	}
 	mad, err := cm.ParseMAD(p.Payload)
 	if err != nil {
-		m.ctr.drops.Add(err)
+		if m != nil {
+			m.ctr.drops.Add(err)
+		}
 		e.drop(fabric.DropMalformed)
+		return
+	}
+	if isGoodbye(mad) {
+		e.goodbyeInput(cm.DREQ(mad.Data()), src)
+		return
+	}
+	if m == nil {
+		e.drop(fabric.DropOther)
 		return
 	}
 	m.ctr.rx.Add(1)
@@ -84,7 +93,14 @@ func (e *Engine) gsiInput(p *wire.Packet, src netip.Addr) {
 
 // sendMAD sends the MAD mad (cm.MADSize bytes) to the GSI of dst.
 func (m *CM) sendMAD(dst netip.Addr, mad []byte) {
-	t := &m.tx
+	m.e.sendGSI(dst, mad)
+	m.ctr.tx.Add(1)
+}
+
+// sendGSI sends the MAD mad (cm.MADSize bytes) from QP 1 to the GSI of
+// dst.
+func (e *Engine) sendGSI(dst netip.Addr, mad []byte) {
+	t := &e.gsiTx
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.buf[:]
@@ -98,10 +114,80 @@ func (m *CM) sendMAD(dst netip.Addr, mad []byte) {
 	wire.DETH(b[wire.BTHSize:]).Encode(cm.GSIQKey, gsiQPN)
 	copy(b[wire.BTHSize+wire.DETHSize:], mad[:cm.MADSize])
 	sport := udSrcPort(gsiQPN)
-	m.e.sealICRC(t.hbuf[:], b, dst, sport)
+	e.sealICRC(t.hbuf[:], b, dst, sport)
 	t.pkt[0] = Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, Port), SrcPort: sport}
-	m.e.send(t.pkt[:])
-	m.ctr.tx.Add(1)
+	e.send(t.pkt[:])
+}
+
+// A goodbye tells the peer of an RC queue pair connected without the CM
+// (the pingpong exchange of Connect and the Listener) that this side
+// closed it, so that the peer fails the QP at once with
+// fabric.StatusPeerClosed instead of finding out when its retries run
+// out. It is a DREQ, as rdma_disconnect sends, for a connection the CM
+// did not make: its remote communication id is 0 (no CM assigns 0), its
+// local id the closing QP's number and its remote QPN the peer's. A peer
+// engine fails its QP of that number only if the QP is connected to the
+// sender's address and QP; a Linux CM finds no connection of id 0 and
+// answers with a DREP, which the engine drops. It is sent once: a
+// goodbye that is lost leaves the peer to its keep-alive.
+
+// isGoodbye reports whether mad is a goodbye.
+func isGoodbye(mad cm.MAD) bool {
+	if mad.AttrID() != cm.AttrDREQ {
+		return false
+	}
+	d := cm.DREQ(mad.Data())
+	return d.RemoteCommID() == 0 && d.LocalCommID() != 0
+}
+
+// sendGoodbye tells the peer of qp, an RC queue pair connected without
+// the CM, that qp is closing.
+func (qp *QP) sendGoodbye() {
+	qp.mu.Lock()
+	up := qp.state == StateRTS || qp.state == StateRTR
+	dst, peer := qp.attr.Dest, qp.attr.DestQPN
+	qp.mu.Unlock()
+	if !up || qp.cfg.Type != RC {
+		return
+	}
+	var b [cm.MADSize]byte
+	mad := cm.MAD(b[:])
+	var tid [8]byte
+	rand.Read(tid[:])
+	mad.Init(cm.AttrDREQ, binary.BigEndian.Uint64(tid[:]))
+	d := cm.DREQ(mad.Data())
+	d.SetLocalCommID(qp.qpn)
+	d.SetRemoteCommID(0)
+	d.SetRemoteQPN(peer)
+	qp.e.sendGSI(dst, b[:])
+	qp.e.goodbyes.sent.Add(1)
+}
+
+// goodbyeInput fails the QP a goodbye names, if it is connected to the
+// sender; anything else is counted and dropped.
+func (e *Engine) goodbyeInput(d cm.DREQ, src netip.Addr) {
+	e.objMu.RLock()
+	qp := e.qps[d.RemoteQPN()]
+	e.objMu.RUnlock()
+	if qp == nil || qp.cfg.Type != RC {
+		e.goodbyes.unmatched.Add(1)
+		e.drop(fabric.DropOther)
+		return
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.attr.Dest != src || qp.attr.DestQPN != d.LocalCommID() || (qp.state != StateRTS && qp.state != StateRTR) {
+		e.goodbyes.unmatched.Add(1)
+		e.drop(fabric.DropOther)
+		return
+	}
+	e.goodbyes.received.Add(1)
+	qp.errorLocked(fabric.StatusPeerClosed)
+}
+
+// goodbyeCounters count goodbyes (gsi.go).
+type goodbyeCounters struct {
+	sent, received, unmatched atomic.Uint64
 }
 
 // Stats returns the CM's counters.

@@ -540,7 +540,7 @@ func (qp *QP) errorLocked(st fabric.Status) {
 	qp.flushLocked(fabric.StatusFlushed)
 	qp.wakeAll()
 	kind := fabric.EventError
-	if st == fabric.StatusRetryExceeded || st == fabric.StatusPeerGone {
+	if st == fabric.StatusRetryExceeded || st == fabric.StatusPeerGone || st == fabric.StatusPeerClosed {
 		kind = fabric.EventPeerGone
 	}
 	qp.emit(fabric.Event{Kind: kind, Time: time.Now(), Err: st.Err()})

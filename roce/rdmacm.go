@@ -23,7 +23,6 @@ import (
 // Dial and Listen. Get it with Engine.CM.
 type CM struct {
 	e   *Engine
-	tx  gsiTx
 	ctr gsiCounters
 
 	mu          sync.Mutex
@@ -50,7 +49,6 @@ func (e *Engine) CM() *CM {
 	}
 	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*CMListener{},
 		udListeners: map[uint16]*CMListener{}}
-	m.tx.init()
 	// A channel adapter GUID: EUI-64 style, from the engine's address.
 	a := e.local.As16()
 	m.guid = 0x0200_0000_0000_0000 | uint64(binary.BigEndian.Uint32(a[12:]))<<8 | uint64(a[11])
@@ -294,12 +292,15 @@ func (c *cmConn) fail(err error) {
 
 // timewait enters TIMEWAIT: the QP is in ERR, and the ids stay reserved
 // for a while so that late messages of the connection match nothing new.
-func (c *cmConn) timewait() {
+func (c *cmConn) timewait() { c.timewaitAs(fabric.StatusPeerGone) }
+
+// timewaitAs is timewait with the status the QP fails with.
+func (c *cmConn) timewaitAs(st fabric.Status) {
 	c.state = cmTimewait
 	c.stopTimer()
 	if c.qp != nil {
 		c.qp.mu.Lock()
-		c.qp.errorLocked(fabric.StatusPeerGone)
+		c.qp.errorLocked(st)
 		c.qp.mu.Unlock()
 	}
 	closeOnce(c.done)
@@ -560,7 +561,7 @@ func (m *CM) onDREQ(mad cm.MAD, dreq cm.DREQ, src netip.Addr) bool {
 	if ok {
 		switch c.state {
 		case cmEstablished, cmRepSent, cmDreqSent:
-			c.timewait()
+			c.timewaitAs(fabric.StatusPeerClosed) // the peer said goodbye
 		case cmTimewait:
 			m.ctr.retx.Add(1) // our DREP was lost
 		default:

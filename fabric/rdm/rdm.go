@@ -44,6 +44,21 @@
 //     received stay readable, and sends to it fail with an error matching
 //     fabric.ErrPeerGone. Traffic with the other peers goes on. Inserting
 //     the name again gives a new handle and a new connection.
+//   - Close says goodbye: each backend tells the peer of every connection
+//     that it closed (roce: a DREQ, rdma_disconnect's message, also on
+//     connections made by the exchange; ntb: the closed state in the
+//     bridge's scratchpad; ethernet: a FIN), so peers report the endpoint
+//     gone within 100 ms of Close returning, with an error matching
+//     fabric.ErrPeerClosed (and fabric.ErrPeerGone). A peer that crashes
+//     or falls silent says nothing, and is found by its backend's
+//     liveness instead, with default parameters: roce, the keep-alive
+//     (100 ms) and then the RC retries (timeout 12, retry 7: about 3.3 s
+//     in all); ntb, within the 2 ms link poll for a bridge file (the dead
+//     process's file lock goes) and after dead= (1 s) of heartbeat
+//     silence over a PCI BAR;
+//     ethernet, after timeout= (5 s) of silence. Such a loss matches
+//     fabric.ErrPeerGone and never ErrPeerClosed. A goodbye travels
+//     once: if it is lost, the liveness bound applies.
 //
 // Memory beyond the backend's connections is a few hundred bytes per peer.
 package rdm

@@ -52,9 +52,9 @@ var (
 	// found a protocol violation in what this side sent.
 	ErrReset = errors.New("connection reset by peer")
 	// ErrPeerClosed is returned by Write after the peer closed the
-	// connection: nobody reads what would be written. It matches
-	// fabric.ErrPeerGone.
-	ErrPeerClosed = fmt.Errorf("peer closed the connection: %w", fabric.ErrPeerGone)
+	// connection: nobody reads what would be written. It is
+	// fabric.ErrPeerClosed, and matches fabric.ErrPeerGone.
+	ErrPeerClosed = fabric.ErrPeerClosed
 	// ErrWriteClosed is returned by Write after CloseWrite.
 	ErrWriteClosed = errors.New("write after CloseWrite")
 )

@@ -1,0 +1,72 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/roce/cm"
+)
+
+// goodbyeMAD is a goodbye from the QP numbered from to the QP numbered
+// to (see sendGoodbye).
+func goodbyeMAD(from, to uint32) []byte {
+	b := cm.MAD(make([]byte, cm.MADSize))
+	b.Init(cm.AttrDREQ, 7)
+	d := cm.DREQ(b.Data())
+	d.SetLocalCommID(from)
+	d.SetRemoteQPN(to)
+	return b
+}
+
+// TestGoodbye: closing an endpoint made by the exchange tells the peer at
+// once: its QP fails with fabric.StatusPeerClosed, its receives and the
+// event say fabric.ErrPeerClosed. A goodbye that names a QP not
+// connected to its sender, from the wrong address or for the wrong QP, is
+// dropped and counted, and the QP goes on.
+func TestGoodbye(t *testing.T) {
+	a, b := fabrictest.ListenPair(t, "roce", "127.0.0.1:0", nil)
+	defer a.Close()
+	qa, qb := a.(*Endpoint).QP(), b.(*Endpoint).QP()
+	e := qa.e
+	// The engine is the process's for 127.0.0.1: count from here.
+	sent, taken, unmatched := e.goodbyes.sent.Load(), e.goodbyes.received.Load(), e.goodbyes.unmatched.Load()
+	local := netip.MustParseAddr("127.0.0.1")
+	inject(e, local, goodbyeMAD(qb.QPN()+1, qa.QPN()))                          // not a's peer
+	inject(e, netip.MustParseAddr("127.0.0.9"), goodbyeMAD(qb.QPN(), qa.QPN())) // a's peer's QPN from elsewhere
+	inject(e, local, goodbyeMAD(qb.QPN(), 0xfffff0))                            // no such QP
+	if u, r := e.goodbyes.unmatched.Load()-unmatched, e.goodbyes.received.Load()-taken; u != 3 || r != 0 {
+		t.Fatalf("forged goodbyes: %d unmatched, %d taken; want 3 and 0", u, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pd := b.(*Endpoint).pd
+	sendRecv(t, ctx, qb, qa, pd, a.(*Endpoint).pd, "still up")
+
+	b.Close()
+	if got := e.goodbyes.sent.Load() - sent; got != 1 {
+		t.Errorf("%d goodbyes sent, want 1", got)
+	}
+	buf, _ := a.Alloc(64, fabric.AccessLocalWrite)
+	_, err := a.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}})
+	if !errors.Is(err, fabric.ErrPeerClosed) || !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("receive after the peer's Close: %v; want ErrPeerClosed (and ErrPeerGone)", err)
+	}
+	for gone := false; !gone; {
+		select {
+		case ev := <-a.Events():
+			if gone = ev.Kind == fabric.EventPeerGone; gone && !errors.Is(ev.Err, fabric.ErrPeerClosed) {
+				t.Errorf("peer-gone event: %v, want ErrPeerClosed", ev.Err)
+			}
+		case <-ctx.Done():
+			t.Fatal("no peer-gone event")
+		}
+	}
+	if got := e.goodbyes.received.Load() - taken; got != 1 {
+		t.Errorf("%d goodbyes taken, want 1", got)
+	}
+}

@@ -474,6 +474,10 @@ func TestRNR(t *testing.T) {
 		sent += k
 	}
 	time.Sleep(200 * time.Millisecond) // the receiver is "busy": RNR NAKs flow
+	// Read only after the first RNR NAK (an engine not yet run sent none).
+	if !testenv.Eventually(10*time.Second, func() bool { return b.Stats().Drops[fabric.DropNoBuffer] != 0 }) {
+		t.Fatalf("no RNR NAK while the receiver did not read (requester %v)", a.State())
+	}
 	dst, _ := pb.RegMR(make([]byte, 1024), fabric.AccessLocalWrite)
 	rm := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(dst)}}}
 	for i := 0; i < n; i++ {

@@ -260,7 +260,9 @@ func TestShmLinkWait(t *testing.T) {
 		t.Fatalf("deadline: %v after %v", err, time.Since(start))
 	}
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		for b.r.sleep.Load() == 0 { // until WaitRead sleeps
+			time.Sleep(time.Millisecond)
+		}
 		a.WriteBatch(shmPackets(b.LocalAddr(), 1, 64))
 	}()
 	if err := b.WaitRead(ctx, time.Time{}); err != nil {
@@ -276,7 +278,9 @@ func TestShmLinkWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- b.WaitRead(ctx, time.Time{}) }()
-	time.Sleep(20 * time.Millisecond)
+	for b.r.sleep.Load() == 0 { // until WaitRead sleeps
+		time.Sleep(time.Millisecond)
+	}
 	b.Close()
 	select {
 	case err := <-done:

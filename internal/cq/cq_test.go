@@ -41,7 +41,9 @@ func TestQueue(t *testing.T) {
 		_, err := q.Wait(context.Background(), out)
 		got <- err
 	}()
-	time.Sleep(5 * time.Millisecond)
+	for q.waiters.Load() == 0 { // until the waiter sleeps
+		time.Sleep(time.Millisecond)
+	}
 	q.Push(fabric.Completion{Context: 9})
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -50,7 +52,9 @@ func TestQueue(t *testing.T) {
 		_, err := q.Wait(context.Background(), out)
 		got <- err
 	}()
-	time.Sleep(5 * time.Millisecond)
+	for q.waiters.Load() == 0 { // until the waiter sleeps
+		time.Sleep(time.Millisecond)
+	}
 	q.Close()
 	q.Close()
 	if err := <-got; !errors.Is(err, os.ErrClosed) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/shm"
 )
 
 func openPair(t *testing.T, c ShmConfig) (a, b *ShmDevice) {
@@ -164,7 +166,9 @@ func TestShmDoorbellsAndScratchpads(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(10 * time.Millisecond)
+	for shm.U32(b.my, sideDBWaiters).Load() == 0 { // until the waiter sleeps
+		time.Sleep(time.Millisecond)
+	}
 	a.PeerDBSet(0b1000)
 	select {
 	case got := <-woke:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/shm"
 	"github.com/weft-io/weft/internal/testenv"
 )
 
@@ -119,9 +120,15 @@ func TestMappingStoppedProcess(t *testing.T) {
 			t.Fatalf("side %d: no link-up event", d.Side())
 		}
 	}
+	beats := func(d *ShmDevice) uint32 { return shm.U32(d.my, sideHeartbeat).Load() }
 	for range 3 {
 		testenv.StopProcess(t, 5*fastMapping(0).Dead)
+		ha, hb := beats(a), beats(b)
 		time.Sleep(2 * fastMapping(0).Dead) // the monitors' polls after it
+		// Each monitor has beaten twice since the resume: a whole poll ran.
+		if !testenv.Eventually(5*time.Second, func() bool { return beats(a)-ha >= 2 && beats(b)-hb >= 2 }) {
+			t.Fatal("the monitors did not run after the stop")
+		}
 	}
 	for _, d := range []*ShmDevice{a, b} {
 		select {

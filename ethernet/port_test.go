@@ -375,7 +375,10 @@ func TestCloseRacesBursts(t *testing.T) {
 				q.Release(fr[:n])
 			}
 		}()
-		time.Sleep(20 * time.Millisecond)
+		// Until both bursts run: frames sent on A and received on B.
+		require.True(t, testenv.Eventually(5*time.Second, func() bool {
+			return a.Queue(0).Stats().TXPackets > 0 && b.Queue(0).Stats().RXPackets > 0
+		}), "the burst loops did not start")
 		require.NoError(t, a.Close())
 		require.NoError(t, b.Close())
 		for j := 0; j < 2; j++ {

@@ -714,9 +714,12 @@ func testSlots(t *testing.T) {
 		checkPacket(t, pkts[i].Data, i, 50)
 	}
 	// Releases from another goroutine, while RecvWait waits for a slot.
+	full := s.Stats().Full
 	done := make(chan struct{})
 	go func() {
-		time.Sleep(10 * time.Millisecond)
+		for s.Stats().Full == full { // until RecvWait has found every slot held
+			time.Sleep(time.Millisecond)
+		}
 		s.Release(pkts[4:8])
 		close(done)
 	}()

@@ -64,7 +64,11 @@ func Usage(backend string) (string, error) {
 }
 
 // Open opens an endpoint of the named backend at addr. opts may be nil.
-// When it fails, the Endpoint is nil.
+// When it fails, the Endpoint is nil. An address that cannot be valid
+// (a malformed or unknown parameter, a port out of range, a NUL byte, an
+// interface that does not exist) fails at once with an error that
+// matches ErrInvalid and names the parameter, or the part of the address
+// at fault.
 func Open(ctx context.Context, backend, addr string, opts *Options) (Endpoint, error) {
 	d, err := driver("open", backend, addr)
 	if err != nil {

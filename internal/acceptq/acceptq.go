@@ -61,8 +61,10 @@ func (q *Queue) Reserve() bool {
 
 // Fail gives back the slot of a handshake that failed and counts it.
 func (q *Queue) Fail() {
-	q.failed.Add(1)
+	// The slot goes back before the failure counts: whoever sees the
+	// count (Stats) also sees the slot free (Pending).
 	<-q.slots
+	q.failed.Add(1)
 }
 
 // Malformed counts a handshake message that failed validation before any

@@ -302,7 +302,11 @@ func (ep *Endpoint) watchCM() {
 			if ep.closed.Load() {
 				continue
 			}
-			ep.fail(fabric.StatusPeerGone)
+			if ev.kind == C.RDMA_CM_EVENT_DISCONNECTED {
+				ep.fail(fabric.StatusPeerClosed) // the peer's DREQ: it disconnected
+			} else {
+				ep.fail(fabric.StatusPeerGone)
+			}
 			// Flush what is posted, so that waiters wake with it.
 			if ep.life.TryRLock() {
 				if !ep.closed.Load() && ep.qp != nil {

@@ -938,16 +938,18 @@ func (ep *Endpoint) failLocked(s fabric.Status) {
 		fmt.Fprintf(os.Stderr, "verbs %p fail %v\n", ep, s)
 	}
 	ep.failErr = s.Err()
-	ep.failed.Store(true)
 	kind := fabric.EventError
 	if errors.Is(ep.failErr, fabric.ErrPeerGone) {
 		kind = fabric.EventPeerGone
 	}
+	// The event is queued before failed is set: a call that sees the
+	// endpoint failed finds the event already there.
 	select {
 	case ep.evs <- fabric.Event{Kind: kind, Time: time.Now(), Err: ep.failErr}:
 	default:
 		ep.stats.Drops[fabric.DropEvent].Add(1)
 	}
+	ep.failed.Store(true)
 }
 
 func mapStatus(s uint32) fabric.Status {
@@ -1245,7 +1247,7 @@ func (ep *Endpoint) endRecv(out, bytes int, flushed bool, verr error) (int, erro
 				// the error state without a failed work request: the
 				// peer's DREQ (librdmacm flushes on it), seen here
 				// before watchCM reports it.
-				ep.failLocked(fabric.StatusPeerGone)
+				ep.failLocked(fabric.StatusPeerClosed)
 			} else {
 				ep.failLocked(fabric.StatusFlushed)
 			}

@@ -5,7 +5,6 @@ package ethernet
 // messages from it.
 
 import (
-
 	"github.com/weft-io/weft/fabric"
 )
 

@@ -3,12 +3,14 @@ package roce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
 )
 
@@ -68,5 +70,46 @@ func TestGoodbye(t *testing.T) {
 	}
 	if got := e.goodbyes.received.Load() - taken; got != 1 {
 		t.Errorf("%d goodbyes taken, want 1", got)
+	}
+}
+
+// TestGoodbyeSharedPort: on a port that several engines share (the
+// processes of a host, here three engines of one process), a goodbye
+// reaches the engine that owns the QP it names: steered there by the
+// port's eBPF program (raw=0), or seen by every raw socket and taken by
+// the owner only (raw=1). The QP on the first engine fails with
+// fabric.ErrPeerClosed when its peer on the third says goodbye; the
+// second engine, a bystander, drops nothing.
+func TestGoodbyeSharedPort(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, noRaw := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw=%v", !noRaw), func(t *testing.T) {
+			host, _ := testHosts()
+			addr := netip.MustParseAddrPort(host + ":4791")
+			var es [3]*Engine
+			for i := range es {
+				e, err := NewEngine(EngineConfig{Addr: addr, NoRaw: noRaw})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if !e.link.(*UDPLink).Shared() {
+					testenv.SkipOrFail(t, "the port is not shared (no steering program)")
+				}
+				es[i] = e
+			}
+			a, b, _, _ := connect(t, es[0], es[2], QPConfig{}, QPAttr{})
+			b.sendGoodbye()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			buf, _ := a.pd.RegMR(make([]byte, 64), fabric.AccessLocalWrite)
+			_, err := a.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}})
+			if !errors.Is(err, fabric.ErrPeerClosed) {
+				t.Fatalf("receive after the peer's goodbye: %v, want ErrPeerClosed", err)
+			}
+			if d := es[1].Stats().Drops[fabric.DropOther]; d != 0 || es[1].goodbyes.unmatched.Load() != 0 {
+				t.Errorf("the bystander engine dropped %d packets, %d goodbyes unmatched", d, es[1].goodbyes.unmatched.Load())
+			}
+		})
 	}
 }

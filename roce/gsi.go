@@ -166,6 +166,12 @@ func (qp *QP) sendGoodbye() {
 // goodbyeInput fails the QP a goodbye names, if it is connected to the
 // sender; anything else is counted and dropped.
 func (e *Engine) goodbyeInput(d cm.DREQ, src netip.Addr) {
+	if b := e.QPNBlock(); b != 0 && d.RemoteQPN()>>QPNBlockBits != b {
+		// Another engine's on a shared port: every raw socket of the
+		// port sees QP 1 (see UDPLink), and the owner takes it.
+		e.goodbyes.foreign.Add(1)
+		return
+	}
 	e.objMu.RLock()
 	qp := e.qps[d.RemoteQPN()]
 	e.objMu.RUnlock()
@@ -188,6 +194,7 @@ func (e *Engine) goodbyeInput(d cm.DREQ, src netip.Addr) {
 // goodbyeCounters count goodbyes (gsi.go).
 type goodbyeCounters struct {
 	sent, received, unmatched atomic.Uint64
+	foreign                   atomic.Uint64 // for another engine's QPN block
 }
 
 // Stats returns the CM's counters.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/cm"
 )
 
 // Several processes on one host share one IP address and UDP port 4791,
@@ -198,14 +199,56 @@ func steerMap() (*ebpf.Map, error) {
 	return m, err
 }
 
+// Offsets in a datagram to QP 1 (from the UDP header, where an
+// SK_REUSEPORT program's loads start) of the fields that make a goodbye
+// (gsi.go): the MAD's management class and attribute, and the DREQ's
+// remote communication id and remote QPN.
+const (
+	madAt           = 8 + 12 + 8 // UDP header, BTH, DETH
+	goodbyeClassAt  = madAt      // word: base version, class, class version, method
+	goodbyeAttrAt   = madAt + 16 // word: attribute id, reserved
+	goodbyeCommIDAt = madAt + 24 + 4
+	goodbyeQPNAt    = madAt + 24 + 8 // word: remote QPN (24 bits), reserved
+)
+
 // SteeringInstructions returns the SK_REUSEPORT program that steers a
 // packet to the socket at index BTH.DestQP >> QPNBlockBits of the map
 // (a REUSEPORT_SOCKARRAY, given by its file descriptor), and drops it if
 // the block has no socket or the datagram is too short for a BTH. Block 0
-// (QP 1, connection management) is left to the kernel's choice.
+// (QP 1, connection management) is left to the kernel's choice, except a
+// goodbye (a DREQ whose remote communication id is 0), which goes to the
+// owner of the QP it names as any packet for that QP would.
 func SteeringInstructions(mapFD int) asm.Instructions {
 	const drop, pass = 0, 1 // SK_DROP, SK_PASS
-	return asm.Instructions{
+	// load loads the big-endian word at off into R2, or passes the
+	// packet to the kernel's choice if it is too short.
+	load := func(off int32) asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, off),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, -8),
+			asm.Mov.Imm(asm.R4, 4),
+			asm.FnSkbLoadBytes.Call(),
+			asm.JNE.Imm(asm.R0, 0, "pass"),
+			asm.LoadMem(asm.R2, asm.RFP, -8, asm.Word),
+			asm.HostTo(asm.BE, asm.R2, asm.Word),
+		}
+	}
+	var gsi asm.Instructions
+	gsi = append(gsi, load(goodbyeClassAt)...)
+	gsi[0] = gsi[0].WithSymbol("gsi")
+	gsi = append(gsi, asm.RSh.Imm(asm.R2, 16), asm.And.Imm(asm.R2, 0xff),
+		asm.JNE.Imm(asm.R2, cm.ClassCM, "pass"))
+	gsi = append(gsi, load(goodbyeAttrAt)...)
+	gsi = append(gsi, asm.RSh.Imm(asm.R2, 16), asm.JNE.Imm(asm.R2, int32(cm.AttrDREQ), "pass"))
+	gsi = append(gsi, load(goodbyeCommIDAt)...)
+	gsi = append(gsi, asm.JNE.Imm(asm.R2, 0, "pass"))
+	gsi = append(gsi, load(goodbyeQPNAt)...)
+	gsi = append(gsi, asm.RSh.Imm(asm.R2, 8+QPNBlockBits),
+		asm.JEq.Imm(asm.R2, 0, "pass"),
+		asm.Ja.Label("select"))
+	prog := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		// bpf_skb_load_bytes(ctx, 8+4, fp-8, 4): the BTH's reserved
 		// byte and destination QP, after the 8-byte UDP header.
@@ -221,9 +264,10 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 		asm.RSh.Imm(asm.R2, QPNBlockBits),
 		// Block 0 holds QP 1, the GSI that carries connection
 		// management: no engine owns it, so the kernel's own choice
-		// stands (rdma_cm needs one engine per address; see Engine.CM).
-		asm.JEq.Imm(asm.R2, 0, "pass"),
-		asm.StoreMem(asm.RFP, -4, asm.R2, asm.Word),
+		// stands (rdma_cm needs one engine per address; see Engine.CM),
+		// but for goodbyes (gsi, below).
+		asm.JEq.Imm(asm.R2, 0, "gsi"),
+		asm.StoreMem(asm.RFP, -4, asm.R2, asm.Word).WithSymbol("select"),
 		// bpf_sk_select_reuseport(ctx, map, &block, 0)
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.LoadMapPtr(asm.R2, mapFD),
@@ -237,6 +281,7 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 		asm.Mov.Imm(asm.R0, drop).WithSymbol("drop"),
 		asm.Return(),
 	}
+	return append(prog, gsi...)
 }
 
 // joinSteering binds a socket to addr in the port's SO_REUSEPORT group,

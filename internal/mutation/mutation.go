@@ -339,6 +339,14 @@ var List = []Mutation{
 		Why: "a goodbye fails a QP only if the QP is connected to its sender's address and QP (issue 22)",
 	},
 	{
+		Name: "roce-goodbye-unsteered",
+		File: "roce/share.go",
+		Old:  "\t\tasm.JEq.Imm(asm.R2, 0, \"gsi\"),\n",
+		New:  "\t\tasm.JEq.Imm(asm.R2, 0, \"pass\"),\n",
+		Pkg:  "./roce/", Run: "^TestGoodbyeSharedPort$",
+		Why: "on a port shared by engines, a goodbye reaches the engine that owns the QP it names (issue 22)",
+	},
+	{
 		Name: "ntb-close-unsaid",
 		File: "ntb/transport.go",
 		Old:  "\tt.dev.PeerSpadWrite(spadState, hsClosed)\n",

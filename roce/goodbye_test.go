@@ -25,6 +25,19 @@ func goodbyeMAD(from, to uint32) []byte {
 	return b
 }
 
+// unusedQPN returns a QPN of e's block, near near, that names no QP.
+func unusedQPN(e *Engine, near uint32) uint32 {
+	e.objMu.RLock()
+	defer e.objMu.RUnlock()
+	base := near &^ (QPNBlockSize - 1)
+	for i := uint32(1); ; i++ {
+		q := base | (near+i*97)&(QPNBlockSize-1)
+		if _, used := e.qps[q]; !used && q > 1 {
+			return q
+		}
+	}
+}
+
 // TestGoodbye: closing an endpoint made by the exchange tells the peer at
 // once: its QP fails with fabric.StatusPeerClosed, its receives and the
 // event say fabric.ErrPeerClosed. A goodbye that names a QP not
@@ -40,9 +53,16 @@ func TestGoodbye(t *testing.T) {
 	local := netip.MustParseAddr("127.0.0.1")
 	inject(e, local, goodbyeMAD(qb.QPN()+1, qa.QPN()))                          // not a's peer
 	inject(e, netip.MustParseAddr("127.0.0.9"), goodbyeMAD(qb.QPN(), qa.QPN())) // a's peer's QPN from elsewhere
-	inject(e, local, goodbyeMAD(qb.QPN(), 0xfffff0))                            // no such QP
+	inject(e, local, goodbyeMAD(qb.QPN(), unusedQPN(e, qa.QPN())))              // no such QP
 	if u, r := e.goodbyes.unmatched.Load()-unmatched, e.goodbyes.received.Load()-taken; u != 3 || r != 0 {
 		t.Fatalf("forged goodbyes: %d unmatched, %d taken; want 3 and 0", u, r)
+	}
+	if e.QPNBlock() != 0 { // a shared port's engine: another engine's goodbye is not dropped
+		foreign, drops := e.goodbyes.foreign.Load(), e.Stats().Drops[fabric.DropOther]
+		inject(e, local, goodbyeMAD(qb.QPN(), qa.QPN()^QPNBlockSize))
+		if f, d := e.goodbyes.foreign.Load()-foreign, e.Stats().Drops[fabric.DropOther]-drops; f != 1 || d != 0 {
+			t.Errorf("a goodbye for another engine's block: %d counted as foreign, %d dropped; want 1 and 0", f, d)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

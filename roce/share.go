@@ -220,9 +220,10 @@ const (
 // owner of the QP it names as any packet for that QP would.
 func SteeringInstructions(mapFD int) asm.Instructions {
 	const drop, pass = 0, 1 // SK_DROP, SK_PASS
-	// load loads the big-endian word at off into R2, or passes the
-	// packet to the kernel's choice if it is too short.
-	load := func(off int32) asm.Instructions {
+	// load loads the big-endian word at off (from the UDP header) into
+	// R2 by bpf_skb_load_bytes(ctx, off, fp-8, 4), or jumps to short if
+	// the datagram is too short. R6 holds ctx.
+	load := func(off int32, short string) asm.Instructions {
 		return asm.Instructions{
 			asm.Mov.Reg(asm.R1, asm.R6),
 			asm.Mov.Imm(asm.R2, off),
@@ -230,36 +231,31 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 			asm.Add.Imm(asm.R3, -8),
 			asm.Mov.Imm(asm.R4, 4),
 			asm.FnSkbLoadBytes.Call(),
-			asm.JNE.Imm(asm.R0, 0, "pass"),
+			asm.JNE.Imm(asm.R0, 0, short),
 			asm.LoadMem(asm.R2, asm.RFP, -8, asm.Word),
 			asm.HostTo(asm.BE, asm.R2, asm.Word),
 		}
 	}
+	// A goodbye (block 0) is passed to the kernel's choice unless each
+	// field says it is one.
 	var gsi asm.Instructions
-	gsi = append(gsi, load(goodbyeClassAt)...)
+	gsi = append(gsi, load(goodbyeClassAt, "pass")...)
 	gsi[0] = gsi[0].WithSymbol("gsi")
 	gsi = append(gsi, asm.RSh.Imm(asm.R2, 16), asm.And.Imm(asm.R2, 0xff),
 		asm.JNE.Imm(asm.R2, cm.ClassCM, "pass"))
-	gsi = append(gsi, load(goodbyeAttrAt)...)
+	gsi = append(gsi, load(goodbyeAttrAt, "pass")...)
 	gsi = append(gsi, asm.RSh.Imm(asm.R2, 16), asm.JNE.Imm(asm.R2, int32(cm.AttrDREQ), "pass"))
-	gsi = append(gsi, load(goodbyeCommIDAt)...)
+	gsi = append(gsi, load(goodbyeCommIDAt, "pass")...)
 	gsi = append(gsi, asm.JNE.Imm(asm.R2, 0, "pass"))
-	gsi = append(gsi, load(goodbyeQPNAt)...)
+	gsi = append(gsi, load(goodbyeQPNAt, "pass")...)
 	gsi = append(gsi, asm.RSh.Imm(asm.R2, 8+QPNBlockBits),
 		asm.JEq.Imm(asm.R2, 0, "pass"),
 		asm.Ja.Label("select"))
-	prog := asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		// bpf_skb_load_bytes(ctx, 8+4, fp-8, 4): the BTH's reserved
-		// byte and destination QP, after the 8-byte UDP header.
-		asm.Mov.Imm(asm.R2, 8+4),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -8),
-		asm.Mov.Imm(asm.R4, 4),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, -8, asm.Word),
-		asm.HostTo(asm.BE, asm.R2, asm.Word),
+	prog := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
+	// The BTH's reserved byte and destination QP, after the UDP header;
+	// a datagram too short for them is dropped.
+	prog = append(prog, load(8+4, "drop")...)
+	prog = append(prog,
 		asm.And.Imm(asm.R2, 0xffffff),
 		asm.RSh.Imm(asm.R2, QPNBlockBits),
 		// Block 0 holds QP 1, the GSI that carries connection
@@ -280,7 +276,7 @@ func SteeringInstructions(mapFD int) asm.Instructions {
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, drop).WithSymbol("drop"),
 		asm.Return(),
-	}
+	)
 	return append(prog, gsi...)
 }
 

@@ -39,6 +39,26 @@ func BadAddrs(head string, keys ...string) []BadAddr {
 	return cs
 }
 
+// BadHostPorts returns the malformed HOST:PORT heads that backends
+// addressed by host and port (roce, verbs) must refuse, each after
+// prefix (a scheme such as "rdmacm://", or ""): ports out of range or
+// not numbers, an unclosed IPv6 bracket, NULs and spaces in the host, an
+// empty label.
+func BadHostPorts(prefix string) []BadAddr {
+	return []BadAddr{
+		{prefix + "127.0.0.1:99999999999999999999999", "port"},
+		{prefix + "127.0.0.1:65536", "port"},
+		{prefix + "127.0.0.1:-1", "port"},
+		{prefix + "127.0.0.1:", "port"},
+		{prefix + "garbage:garbage", "port"},
+		{prefix + "[::1", "]"},
+		{prefix + "127.0.0.1\x00:4791", "host"},
+		{prefix + "\x00", "host"},
+		{prefix + "a b:1", "host"},
+		{prefix + "a..b:1", "empty label"},
+	}
+}
+
 // TestBadAddrs opens and listens at each address through the registry,
 // and requires each call to fail at once with a nil interface and an
 // error that matches fabric.ErrInvalid and whose cause (below the

@@ -150,13 +150,7 @@ func TestBadAddrs(t *testing.T) {
 	cases := fabrictest.BadAddrs("127.0.0.1:18515", append(keys, "ib_port", "gid", "mtu", "qkey")...)
 	cases = append(cases, fabrictest.BadAddrs("rdmacm://127.0.0.1:7471", append(keys, "resp_res", "init_depth")...)...)
 	for _, h := range []string{"", "rdmacm://"} {
-		cases = append(cases,
-			fabrictest.BadAddr{Addr: h + "127.0.0.1:99999999999999999999999", Name: "port"},
-			fabrictest.BadAddr{Addr: h + "127.0.0.1:-1", Name: "port"},
-			fabrictest.BadAddr{Addr: h + "garbage:garbage", Name: "port"},
-			fabrictest.BadAddr{Addr: h + "[::1", Name: "]"},
-			fabrictest.BadAddr{Addr: h + "127.0.0.1\x00:4791", Name: "host"},
-		)
+		cases = append(cases, fabrictest.BadHostPorts(h)...)
 	}
 	fabrictest.TestBadAddrs(t, "verbs", cases)
 }

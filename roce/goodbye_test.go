@@ -46,6 +46,7 @@ func unusedQPN(e *Engine, near uint32) uint32 {
 func TestGoodbye(t *testing.T) {
 	a, b := fabrictest.ListenPair(t, "roce", "127.0.0.1:0", nil)
 	defer a.Close()
+	defer b.Close() // closed below; here too if the test stops before
 	qa, qb := a.(*Endpoint).QP(), b.(*Endpoint).QP()
 	e := qa.e
 	// The engine is the process's for 127.0.0.1: count from here.
@@ -131,5 +132,32 @@ func TestGoodbyeSharedPort(t *testing.T) {
 				t.Errorf("the bystander engine dropped %d packets, %d goodbyes unmatched", d, es[1].goodbyes.unmatched.Load())
 			}
 		})
+	}
+}
+
+// TestGoodbyeAcksFirst: a message the closing side took in is
+// acknowledged before the goodbye, so the peer's send of it completes
+// successfully rather than flushed by the goodbye (the acknowledgement
+// is otherwise held back for ackDelay).
+func TestGoodbyeAcksFirst(t *testing.T) {
+	for i := range 20 {
+		a, b := fabrictest.ListenPair(t, "roce", "127.0.0.1:0", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sbuf, _ := b.Alloc(64, 0)
+		if _, err := b.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sbuf)}, Flags: fabric.FlagSignal}}); err != nil {
+			t.Fatal(err)
+		}
+		rbuf, _ := a.Alloc(64, fabric.AccessLocalWrite)
+		if _, err := a.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rbuf)}}}); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		out := make([]fabric.Completion, 1)
+		n, err := b.CQ().Wait(ctx, out)
+		cancel()
+		b.Close()
+		if err != nil || n != 1 || out[0].Status != fabric.StatusOK {
+			t.Fatalf("round %d: the send the peer received and closed after completed %d, %v, %v; want StatusOK", i, n, out[0].Status, err)
+		}
 	}
 }

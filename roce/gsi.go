@@ -146,6 +146,11 @@ func (qp *QP) sendGoodbye() {
 	qp.mu.Lock()
 	up := qp.state == StateRTS || qp.state == StateRTR
 	dst, peer := qp.attr.Dest, qp.attr.DestQPN
+	if up {
+		// What arrived is acknowledged first, on the same link: the
+		// peer must not fail a send that this side took in.
+		qp.sendAckLocked()
+	}
 	qp.mu.Unlock()
 	if !up || qp.cfg.Type != RC {
 		return

@@ -347,6 +347,14 @@ var List = []Mutation{
 		Why: "on a port shared by engines, a goodbye reaches the engine that owns the QP it names (issue 22)",
 	},
 	{
+		Name: "roce-goodbye-before-ack",
+		File: "roce/gsi.go",
+		Old:  "\t\tqp.sendAckLocked()\n\t}\n\tqp.mu.Unlock()\n",
+		New:  "\t}\n\tqp.mu.Unlock()\n",
+		Pkg:  "./roce/", Run: "^TestGoodbyeAcksFirst$",
+		Why: "a goodbye never fails a send the closing side took in: its acknowledgement goes first (issue 22)",
+	},
+	{
 		Name: "ntb-close-unsaid",
 		File: "ntb/transport.go",
 		Old:  "\tt.dev.PeerSpadWrite(spadState, hsClosed)\n",

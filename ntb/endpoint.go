@@ -140,8 +140,8 @@ func (e *Endpoint) downErr(op string) error {
 	if e.closed.Load() {
 		return e.opErr(op, fabric.ErrClosed)
 	}
-	if why := e.t.downErr.Load(); why != nil {
-		return e.opErr(op, *why)
+	if e.t.peerClosed.Load() {
+		return e.opErr(op, fabric.ErrPeerClosed)
 	}
 	return e.opErr(op, fabric.ErrPeerGone)
 }

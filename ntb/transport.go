@@ -42,19 +42,19 @@ type Transport struct {
 	spin  time.Duration
 	nonce uint32
 
-	downErr   atomic.Pointer[error] // why the last session ended: fabric.ErrPeerClosed or ErrPeerGone
-	mu        sync.Mutex            // session changes, region table, heap
-	up        atomic.Bool
-	peer      peerParams
-	peerWin   []byte
-	peerNonce uint32
-	eps       []*Endpoint
-	active    int
-	mrs       [mrEntries]*fabric.Region
-	mrAddr    [mrEntries]uint64
-	heap      heap
-	dom       fabric.Domain
-	dma       dmaState
+	peerClosed atomic.Bool // the last session ended by the peer's Close (fabric.ErrPeerClosed)
+	mu         sync.Mutex  // session changes, region table, heap
+	up         atomic.Bool
+	peer       peerParams
+	peerWin    []byte
+	peerNonce  uint32
+	eps        []*Endpoint
+	active     int
+	mrs        [mrEntries]*fabric.Region
+	mrAddr     [mrEntries]uint64
+	heap       heap
+	dom        fabric.Domain
+	dma        dmaState
 
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -471,11 +471,12 @@ func (t *Transport) goDown() {
 	if !t.up.Load() {
 		return
 	}
+	closed := t.spad(spadState) == hsClosed
+	t.peerClosed.Store(closed)
 	why := fabric.ErrPeerGone
-	if t.spad(spadState) == hsClosed {
+	if closed {
 		why = fabric.ErrPeerClosed
 	}
-	t.downErr.Store(&why)
 	t.lockAll()
 	t.up.Store(false)
 	for _, ep := range t.eps {

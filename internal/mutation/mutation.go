@@ -341,8 +341,8 @@ var List = []Mutation{
 	{
 		Name: "roce-goodbye-unsteered",
 		File: "roce/share.go",
-		Old:  "\t\tasm.JEq.Imm(asm.R2, 0, \"gsi\"),\n",
-		New:  "\t\tasm.JEq.Imm(asm.R2, 0, \"pass\"),\n",
+		Old:  "\t\tasm.Ja.Label(\"select\"))\n",
+		New:  "\t\tasm.Ja.Label(\"pass\"))\n",
 		Pkg:  "./roce/", Run: "^TestGoodbyeSharedPort$",
 		Why: "on a port shared by engines, a goodbye reaches the engine that owns the QP it names (issue 22)",
 	},

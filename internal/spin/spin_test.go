@@ -8,19 +8,25 @@ import (
 )
 
 func TestSpinThenSleep(t *testing.T) {
-	w := New(2 * time.Millisecond)
+	const budget = 2 * time.Millisecond
+	w := New(budget)
+	// Wait until the first sleep, then check that the spin before it
+	// lasted the whole budget: no clock in the test races the waiter's.
 	start := time.Now()
 	n := 0
-	for time.Since(start) < 2*time.Millisecond {
+	for w.sleep == 0 {
 		if err := w.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		n++
 	}
-	if w.sleep != 0 {
-		t.Fatalf("slept within the spin budget (after %d waits)", n)
+	if d := time.Since(start); d < budget {
+		t.Fatalf("slept after %v of spinning (%d waits), want the budget %v", d, n, budget)
 	}
-	for range 64 + 10 { // the clock is read every Every (at most 64) spins
+	if w.sleep != FirstSleep {
+		t.Fatalf("first sleep %v, want %v", w.sleep, FirstSleep)
+	}
+	for range 6 { // 20, 40, 80, 160, 320, 640 µs, then the ceiling
 		w.Wait(context.Background())
 	}
 	if w.sleep != MaxSleep {

@@ -27,6 +27,18 @@ type Dest struct {
 	GID wire.GID
 }
 
+// WeftLID is the LID a Weft endpoint sends in the pingpong exchange, to
+// tell its peer that it is Weft. LIDs mean nothing on RoCE: rdma-core's
+// programs send their port's LID, which is 0 there, and the kernel
+// ignores the LID of a RoCE destination, so the mark costs them nothing.
+// A peer that sends another LID is foreign (fabric.Caps.Foreign): it says
+// no goodbye on Close, and a Weft endpoint sends it none.
+const WeftLID = 0x5746
+
+// IsWeft reports whether d came from a Weft endpoint (its LID is
+// WeftLID).
+func (d Dest) IsWeft() bool { return d.LID == WeftLID }
+
 // PingpongMsgSize is the size of the message ibv_*_pingpong exchange:
 // sizeof "0000:000000:000000:00000000000000000000000000000000", the text
 // "LLLL:QQQQQQ:PPPPPP:" and the GID as 32 lower-case hex digits, NUL

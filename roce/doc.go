@@ -33,7 +33,9 @@
 // ("?mtu=4096&type=ud&local=10.0.0.2"); see ParseAddr. DialBootstrap,
 // ExchangeClient and ExchangeServer are the exchange itself, shared with
 // the verbs backend (roce/verbs), which runs the same API and addresses
-// over libibverbs.
+// over libibverbs. Weft's endpoints mark the exchange with their LID
+// (WeftLID, meaningless on RoCE), so an endpoint knows a peer that is an
+// rdma-core program: fabric.Caps.Foreign.
 //
 // # Errors
 //

@@ -32,7 +32,8 @@ type Endpoint struct {
 	laddr   string // LocalAddr
 	raddr   string // RemoteAddr
 	release func()
-	goodbye bool // connected by the exchange, not the CM: Close says goodbye (gsi.go)
+	goodbye bool // connected by the exchange to a Weft peer: Close says goodbye (gsi.go)
+	foreign bool // connected by the exchange to a peer that is not Weft (Caps.Foreign)
 	once    sync.Once
 	closed  bool
 	err     error
@@ -110,7 +111,7 @@ func (ep *Endpoint) CQ() fabric.CompletionQueue { return ep.qp.cq }
 func (ep *Endpoint) Caps() fabric.Caps {
 	qp := ep.qp
 	c := fabric.Caps{Backend: "roce", MaxMsgSize: qp.cfg.MaxMsgSize, MaxSGEs: maxSGE, MTU: qp.mtu,
-		InlineSize: qp.cfg.InlineSize, MaxRMASize: 1 << 31}
+		InlineSize: qp.cfg.InlineSize, MaxRMASize: 1 << 31, Foreign: ep.foreign}
 	if qp.cfg.Type == RC {
 		c.RMA, c.Atomics, c.Reliable = true, true, true
 	} else {
@@ -464,15 +465,17 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, D
 		release()
 		return nil, Dest{}, err
 	}
-	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr, goodbye: true}
+	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
 	var b [4]byte
 	rand.Read(b[:])
-	mine := Dest{QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
+	mine := Dest{LID: WeftLID, QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
 	return ep, mine, nil
 }
 
-// connect moves the endpoint's queue pair to RTS towards peer.
+// connect moves the endpoint's queue pair to RTS towards peer. A Weft
+// peer gets a goodbye when the endpoint closes; another is foreign.
 func (ep *Endpoint) connect(o Options, mine, peer Dest) error {
+	ep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()
 	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
 		MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}

@@ -17,6 +17,7 @@ package roce
 // listens.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -26,6 +27,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +54,25 @@ var udSizes = []int{1, 64, 1024}
 
 const rxeIters = 50
 
+// rxeSteps lists the steps; WEFT_RXE_STEPS, a regular expression, keeps
+// only the steps whose names it matches (for a quicker VM run while
+// working on some of them).
 func rxeSteps() []rxeStep {
+	re := os.Getenv("WEFT_RXE_STEPS")
+	if re == "" {
+		return allRxeSteps()
+	}
+	keep := regexp.MustCompile(re)
+	var steps []rxeStep
+	for _, s := range allRxeSteps() {
+		if keep.MatchString(s.Name) {
+			steps = append(steps, s)
+		}
+	}
+	return steps
+}
+
+func allRxeSteps() []rxeStep {
 	steps := pingpongSteps("rc", "keepalive=0", rcSizes)
 	// An idle pause before the first message: Weft's keep-alive probes
 	// (zero-length WRITEs with an old PSN) must be acknowledged by rxe as
@@ -64,7 +85,68 @@ func rxeSteps() []rxeStep {
 				Iters: rxeIters, Client: true, Idle: 1500 * time.Millisecond})
 		}})
 	steps = append(steps, pingpongSteps("ud", "type=ud", udSizes)...)
+	steps = append(steps, weftPingpongSteps()...)
 	return append(steps, perftestSteps()...)
+}
+
+// weftPingpongSteps run the weft-pingpong command (issue 28) against
+// ibv_rc_pingpong in both roles, with keepalive=0: it must see that its
+// peer is not Weft and exit with status 0 at the count, as the program
+// does, not wait for an answer to a stop message that the program does
+// not speak.
+func weftPingpongSteps() []rxeStep {
+	var steps []rxeStep
+	for _, size := range []int{4096, 65536} {
+		n := strconv.Itoa(rxeIters)
+		steps = append(steps, rxeStep{
+			Name:  fmt.Sprintf("weft-pingpong-client-%d", size),
+			Guest: fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g 1 -n %d -s %d", rxeIters, size),
+			Host: func(t *testing.T, ctx context.Context) error {
+				return runWeftPingpong(t, ctx, "-backend", "roce", "-addr", guestIP+":18515?keepalive=0&dialretry=-1",
+					"-sizes", strconv.Itoa(size), "-n", n, "-warmup", "0", "-no-ref", "-timeout", "120s")
+			}}, rxeStep{
+			Name:  fmt.Sprintf("weft-pingpong-server-%d", size),
+			Guest: fmt.Sprintf("retry ibv_rc_pingpong -d rxe0 -g 1 -n %d -s %d 10.77.0.1", rxeIters, size),
+			Host: func(t *testing.T, ctx context.Context) error {
+				return runWeftPingpong(t, ctx, "-server", "-backend", "roce", "-addr", "listen:10.77.0.1:18515?keepalive=0",
+					"-n", n, "-timeout", "120s")
+			}})
+	}
+	return steps
+}
+
+// runWeftPingpong runs the weft-pingpong binary that TestRxeInterop built
+// (WEFT_PINGPONG) with args. It must exit with status 0, and a client
+// within 10 s of its last table row: a hang waits for the step's end.
+func runWeftPingpong(t *testing.T, ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, os.Getenv("WEFT_PINGPONG"), args...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	var last time.Time
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		out.Write(append(lines.Bytes(), '\n'))
+		last = time.Now()
+	}
+	err = cmd.Wait()
+	t.Logf("weft-pingpong %s:\n%s%s", strings.Join(args, " "), out.Bytes(), errb.Bytes())
+	if err != nil {
+		return fmt.Errorf("weft-pingpong: %w", err)
+	}
+	if !last.IsZero() {
+		if d := time.Since(last); d > 10*time.Second {
+			return fmt.Errorf("weft-pingpong exited %v after its last row, want within seconds", d)
+		}
+	}
+	return nil
 }
 
 // pingpongSteps runs ibv_<qp>_pingpong at every size, first as the server
@@ -118,13 +200,18 @@ func TestRxeInterop(t *testing.T) {
 	if err := os.WriteFile(script, []byte(gs.String()), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The weft-pingpong steps run the command itself (weftPingpongSteps).
+	pingpong := filepath.Join(dir, "weft-pingpong")
+	if out, err := exec.Command("go", "build", "-o", pingpong, "../cmd/weft-pingpong").CombinedOutput(); err != nil {
+		t.Fatalf("go build weft-pingpong: %v\n%s", err, out)
+	}
 	pcap := filepath.Join(dir, "rxe.pcap")
 	if p := os.Getenv("WEFT_RXE_PCAP"); p != "" {
 		pcap = p
 	}
 	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "1", "-t", "900", "-c", pcap, script,
 		os.Args[0], "-test.run=^TestRxeHost$", "-test.v", "-test.timeout=15m")
-	cmd.Env = append(os.Environ(), "WEFT_RXE_HOST=1")
+	cmd.Env = append(os.Environ(), "WEFT_RXE_HOST=1", "WEFT_PINGPONG="+pingpong)
 	out, err := cmd.CombinedOutput()
 	t.Logf("harness output:\n%s", out)
 	if err != nil {

@@ -19,8 +19,18 @@
 //
 // Each side says what it waits for and gives up after -timeout (30s) if
 // the peer does not come. At the end the client sends a stop message and
-// waits for the server's reply before it closes, so both exit with
-// status 0.
+// waits for the server's reply (at most 5 s) before it closes, so both
+// exit with status 0.
+//
+// Over roce and verbs the pingpong exchange interoperates with
+// rdma-core's ibv_rc_pingpong, and tells it from a Weft peer
+// (fabric.Caps.Foreign). Against it, either side runs as
+// ibv_rc_pingpong does: one size (-sizes, its -s), exactly -n messages
+// each way (its -n; the first -warmup of them, at most half, are not
+// measured), no stop message, and an exit at the count:
+//
+//	ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 200            # on the peer
+//	weft-pingpong -backend roce -addr 'PEER:18515' -sizes 4096 -n 200 -warmup 0 -no-ref
 //
 // "-backend roce" with no address runs both ends as well, over two
 // user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2).
@@ -59,7 +69,7 @@ func main() {
 	listen := flag.Bool("listen", false, "with -server: listen at -addr (fabric.Listen) and serve any number of clients at once")
 	clients := flag.Int("clients", 0, "with -listen: exit after serving this many clients (0: serve until killed)")
 	sizesFlag := flag.String("sizes", "8,16,32,64,128,256,512,1024,2048,4096,8192,16384,32768,65536", "message sizes in bytes")
-	iters := flag.Int("n", 10000, "iterations per size (fewer for large sizes)")
+	iters := flag.Int("n", 10000, "iterations per size (fewer for large sizes); against ibv_rc_pingpong, its -n: every message, warm-up included")
 	warmup := flag.Int("warmup", 1000, "warm-up iterations per size")
 	refIters := flag.Int("ref-n", 100000, "iterations of the shared-memory reference")
 	noRef := flag.Bool("no-ref", false, "skip the shared-memory reference")
@@ -101,7 +111,7 @@ func main() {
 		if !*server {
 			fatal(fmt.Errorf("-listen needs -server"))
 		}
-		if err := serveMany(ctx, *backend, *addr, opts, *clients); err != nil {
+		if err := serveMany(ctx, *backend, *addr, opts, *clients, *iters); err != nil {
 			fatal(err)
 		}
 		return
@@ -117,7 +127,7 @@ func main() {
 	}
 	defer ep.Close()
 	if *server {
-		err = serve(ctx, ep)
+		err = serve(ctx, ep, *iters)
 	} else {
 		err = client(ctx, ep, sizes, *iters, *warmup)
 	}
@@ -249,7 +259,7 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 // serveMany listens at addr and serves every client that connects in a
 // goroutine of its own, until count clients have been served (0: never).
-func serveMany(ctx context.Context, backend, addr string, opts *fabric.Options, count int) error {
+func serveMany(ctx context.Context, backend, addr string, opts *fabric.Options, count, iters int) error {
 	l, err := fabric.Listen(ctx, backend, addr, opts)
 	if err != nil {
 		return err
@@ -264,7 +274,7 @@ func serveMany(ctx context.Context, backend, addr string, opts *fabric.Options, 
 		}
 		go func() {
 			defer ep.Close()
-			err := serve(ctx, ep)
+			err := serve(ctx, ep, iters)
 			if err != nil {
 				err = fmt.Errorf("client %s: %w", ep.RemoteAddr(), err)
 				fmt.Fprintln(os.Stderr, "pingpong:", err)
@@ -284,14 +294,20 @@ func serveMany(ctx context.Context, backend, addr string, opts *fabric.Options, 
 }
 
 // serve echoes every message until the client's stop message, which it
-// answers before it returns, or the client going away.
-func serve(ctx context.Context, ep fabric.Endpoint) error {
+// answers before it returns, or the client going away. A foreign client
+// (ibv_rc_pingpong) sends no stop message: serve echoes iters messages
+// to it, as ibv_rc_pingpong's server does with -n, and returns.
+func serve(ctx context.Context, ep fabric.Endpoint, iters int) error {
 	buf, err := ep.Alloc(ep.Caps().MaxMsgSize, fabric.AccessLocalWrite)
 	if err != nil {
 		return err
 	}
+	foreign := ep.Caps().Foreign
+	if foreign {
+		fmt.Fprintf(os.Stderr, "pingpong: the client is not Weft (ibv_rc_pingpong?): echoing -n %d messages, then exiting\n", iters)
+	}
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}}
-	for {
+	for i := 0; !foreign || i < iters; i++ {
 		msgs[0].SGEs[0].Length = buf.Len()
 		if _, err := ep.RecvWait(ctx, msgs); err != nil {
 			if errors.Is(err, fabric.ErrPeerGone) {
@@ -299,7 +315,7 @@ func serve(ctx context.Context, ep fabric.Endpoint) error {
 			}
 			return err
 		}
-		if msgs[0].Flags&fabric.FlagImm != 0 && msgs[0].Imm == stopImm {
+		if !foreign && msgs[0].Flags&fabric.FlagImm != 0 && msgs[0].Imm == stopImm {
 			msgs[0].SGEs[0].Length = 1
 			msgs[0].Flags = 0
 			_, err := ep.SendWait(ctx, msgs) // the reply tells the client it may close
@@ -311,11 +327,27 @@ func serve(ctx context.Context, ep fabric.Endpoint) error {
 			return err
 		}
 	}
+	return nil
 }
 
-// client runs the ping-pong for every size and prints the table.
+// stopReplyTime bounds the client's wait for the server's answer to the
+// stop message: a server that has gone must not hang the client, even
+// where nothing reports its loss (keepalive=0).
+const stopReplyTime = 5 * time.Second
+
+// client runs the ping-pong for every size and prints the table. Against
+// a foreign server (ibv_rc_pingpong) it runs as that program's client
+// does: one size, exactly iters messages each way (the first warmup of
+// them, at most half, not measured), and no stop message.
 func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup int) error {
 	caps := ep.Caps()
+	if caps.Foreign {
+		if len(sizes) != 1 {
+			return fmt.Errorf("the server is not Weft (ibv_rc_pingpong?) and runs one size: give -sizes one size, its -s")
+		}
+		warmup = min(warmup, iters/2)
+		fmt.Fprintf(os.Stderr, "pingpong: the server is not Weft (ibv_rc_pingpong?): -n %d messages each way, the first %d not measured, and no stop message\n", iters, warmup)
+	}
 	buf, err := ep.Alloc(caps.MaxMsgSize, fabric.AccessLocalWrite)
 	if err != nil {
 		return err
@@ -332,7 +364,9 @@ func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup 
 			continue
 		}
 		n := iters
-		if size > 4096 {
+		if caps.Foreign {
+			n = iters - warmup
+		} else if size > 4096 {
 			n = max(1000, min(iters, (256<<20)/size))
 		}
 		rtt = rtt[:0]
@@ -357,6 +391,9 @@ func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup 
 		fmt.Printf("%-10d %-12d %-12.3f %-12.3f %-12.3f %-12.3f\n", size, n,
 			us(s.Min/2), us(s.Median/2), us(s.P99/2), us(s.Max/2))
 	}
+	if caps.Foreign {
+		return nil // the peer stops at its count, as this side has
+	}
 	// Stop the server and wait for its reply: closing at once could lose
 	// the stop message, and the server would only see the peer go.
 	msgs[0] = fabric.Message{SGEs: []fabric.SGE{{Region: buf, Length: 1}}, Flags: fabric.FlagImm, Imm: stopImm}
@@ -364,6 +401,11 @@ func client(ctx context.Context, ep fabric.Endpoint, sizes []int, iters, warmup 
 		return err
 	}
 	msgs[0] = fabric.Message{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}
-	_, err = ep.RecvWait(ctx, msgs)
+	rctx, cancel := context.WithTimeout(ctx, stopReplyTime)
+	defer cancel()
+	_, err = ep.RecvWait(rctx, msgs)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("no answer to the stop message within %v: the server has gone (with keepalive=0 nothing reports it)", stopReplyTime)
+	}
 	return err
 }

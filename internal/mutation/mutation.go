@@ -362,6 +362,22 @@ var List = []Mutation{
 		Pkg:  "./fabric/rdm/", Run: "^TestCloseTellsPeers$",
 		Why: "a peer that closes is reported with ErrPeerClosed, not as a crash (issue 22)",
 	},
+	{
+		Name: "roce-foreign-unmarked",
+		File: "roce/endpoint.go",
+		Old:  "\tep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()\n",
+		New:  "\tep.goodbye, ep.foreign = peer.IsWeft(), false\n",
+		Pkg:  "./cmd/weft-pingpong/", Run: "^TestForeignPeer$/^client$",
+		Why: "an exchange peer without Weft's LID is foreign (Caps.Foreign), so weft-pingpong ends at its count against ibv_rc_pingpong (issue 28)",
+	},
+	{
+		Name: "pingpong-stop-unbounded",
+		File: "cmd/weft-pingpong/main.go",
+		Old:  "\trctx, cancel := context.WithTimeout(ctx, stopReplyTime)\n",
+		New:  "\trctx, cancel := context.WithCancel(ctx)\n",
+		Pkg:  "./cmd/weft-pingpong/", Run: "^TestStopUnanswered$",
+		Why: "the client's wait for the answer to its stop message is bounded, even with keepalive=0 (issue 28)",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

@@ -214,6 +214,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 		ep.Close()
 		return nil, err
 	}
+	ep.caps.Foreign = !ep.peer.IsWeft()
 	if !ep.ud && o.KeepAlive > 0 {
 		ep.wg.Add(1)
 		go ep.keepAlive(o.KeepAlive)
@@ -409,7 +410,11 @@ func newEndpoint(o Options, id *C.struct_rdma_cm_id, ch *cmChannel) (_ *Endpoint
 
 	var b [4]byte
 	rand.Read(b[:])
-	ep.local = Dest{LID: pinfo.LID, QPN: uint32(ep.qp.qp_num), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask),
+	lid := pinfo.LID
+	if pinfo.Ethernet {
+		lid = roce.WeftLID // a RoCE port's LID is 0, and means nothing: mark Weft
+	}
+	ep.local = Dest{LID: lid, QPN: uint32(ep.qp.qp_num), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask),
 		GID: wire.GID(sgid)}
 	ep.caps = fabric.Caps{Backend: "verbs", MaxMsgSize: maxMsg, MaxSGEs: ep.maxSGE, MTU: mtu, InlineSize: inline,
 		MaxRMASize: 1 << 30}

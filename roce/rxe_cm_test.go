@@ -86,17 +86,18 @@ func allRxeCMSteps() []rxeCMStep {
 			Host:  weftRpingServer,
 		},
 		{
-			// ucmatose's server takes 16 connections from Weft, sends
+			// ucmatose's server takes 32 connections from Weft, sends
 			// 10 messages of 100 bytes on each, takes 10 back, and
-			// disconnects them all.
+			// disconnects them all (on a port of its own, so that the
+			// capture's count of retransmissions finds its connections).
 			Name:  "ucmatose-server",
-			Guest: "ucmatose -c 16",
+			Guest: fmt.Sprintf("ucmatose -p %d -c %d", cmatoseServerPort, cmatoseConns),
 			Host:  weftCmatoseClient,
 		},
 		{
-			// ucmatose's client opens 16 connections to Weft's listener.
+			// ucmatose's client opens 32 connections to Weft's listener.
 			Name:  "ucmatose-client",
-			Guest: "retry ucmatose -s 10.77.0.1 -c 16",
+			Guest: fmt.Sprintf("retry ucmatose -s 10.77.0.1 -p %d -c %d", cmatoseClientPort, cmatoseConns),
 			Host:  weftCmatoseServer,
 		},
 		{
@@ -487,20 +488,24 @@ func weftUdaddyServer(t *testing.T, ctx context.Context, e *Engine) error {
 }
 
 const (
-	cmatoseConns = 16
+	cmatoseConns = 32
 	cmatoseCount = 10
 	cmatoseSize  = 100
+	// The rdma_cm ports of the ucmatose steps: ucmatose's server in the
+	// guest, Weft's for ucmatose's client.
+	cmatoseServerPort = 7472
+	cmatoseClientPort = 7473
 )
 
-// weftCmatoseClient plays ucmatose's client: 16 connections, then on
+// weftCmatoseClient plays ucmatose's client: cmatoseConns connections, then on
 // each 10 messages in and 10 replies out, then the server's DREQs.
 func weftCmatoseClient(t *testing.T, ctx context.Context, e *Engine) error {
 	pd := e.AllocPD()
 	conns := make([]*Conn, cmatoseConns)
 	for i := range conns {
 		for {
-			c, err := e.CM().Dial(ctx, pd, netip.MustParseAddrPort(guestIP+":7471"), &ConnConfig{ResponderResources: 1, InitiatorDepth: 1,
-				ResponseTimeout: 16, MaxRetries: 3})
+			c, err := e.CM().Dial(ctx, pd, netip.AddrPortFrom(netip.MustParseAddr(guestIP), cmatoseServerPort),
+				&ConnConfig{ResponderResources: 1, InitiatorDepth: 1, ResponseTimeout: 16, MaxRetries: 3})
 			if err == nil {
 				conns[i] = c
 				defer c.QP().Destroy()
@@ -529,9 +534,9 @@ func weftCmatoseClient(t *testing.T, ctx context.Context, e *Engine) error {
 	return nil
 }
 
-// weftCmatoseServer plays ucmatose's server for 16 connections.
+// weftCmatoseServer plays ucmatose's server for cmatoseConns connections.
 func weftCmatoseServer(t *testing.T, ctx context.Context, e *Engine) error {
-	l, err := e.CM().Listen(7471, 0, &ConnConfig{ResponderResources: 1, InitiatorDepth: 1})
+	l, err := e.CM().Listen(cmatoseClientPort, 0, &ConnConfig{ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		return err
 	}
@@ -664,6 +669,30 @@ func TestRxeInteropCM(t *testing.T) {
 	}
 	if bytes.Contains(out, []byte("STEP FAILED")) || !bytes.Contains(out, []byte("--- PASS: TestRxeCMHost")) {
 		t.Fatalf("interop failed (capture in %s)", pcap)
+	}
+	cmatoseRetransmissions(t, pcap)
+}
+
+// cmatoseRetransmissions counts, from the capture, the request packets
+// each side of the ucmatose steps sent again (issue 28: with a local ACK
+// timeout of 16.8 ms asked of rxe, it retransmitted 8.9–38% of them).
+func cmatoseRetransmissions(t *testing.T, pcap string) {
+	pkts, err := readCapture(pcap)
+	if err != nil {
+		t.Fatalf("capture %s: %v", pcap, err)
+	}
+	for _, s := range []struct {
+		step string
+		port uint16
+	}{{"ucmatose-server", cmatoseServerPort}, {"ucmatose-client", cmatoseClientPort}} {
+		w := connWindow(pkts, s.port)
+		if w.From < 0 {
+			continue // the step did not run (WEFT_RXE_CM_STEPS)
+		}
+		for _, a := range []netip.Addr{netip.MustParseAddr(guestIP), netip.MustParseAddr("10.77.0.1")} {
+			c := retransmissions(pkts, w)[a]
+			t.Logf("step %s: %v sent %v", s.step, a, c)
+		}
 	}
 }
 

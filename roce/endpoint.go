@@ -248,7 +248,7 @@ type Options struct {
 	Port      uint16         // UDP port of the local engine (default 4791)
 	Type      QPType         // RC (default) or UD
 	MTU       int            // path MTU (default 1024)
-	Timeout   uint8          // local ACK timeout exponent (default 12: 16.8 ms)
+	Timeout   uint8          // local ACK timeout exponent (default 12: 16.8 ms; an rdma_cm address's is DefaultCMACKTimeout, 19: 2.1 s)
 	Retry     uint8          // retry count (default 7)
 	RNRRetry  uint8          // RNR retry count (default 7: infinite)
 	QKey      uint32         // UD Q_Key (default 0x11111111, as ibv_ud_pingpong)
@@ -350,7 +350,7 @@ type driver struct{}
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
 	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm&gso=0]: user-space RoCEv2 engine (noicrc, raw, link and gso configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
-		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen"
+		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen (there timeout= defaults to 19, 2.1 s, as Linux's rdma_cm asks)"
 }
 
 // Open implements fabric.Driver. The endpoints of one local address and

@@ -76,15 +76,34 @@ type ConnConfig struct {
 	// DREQ is sent again after 4.096 µs × 2^ResponseTimeout without an
 	// answer (0: 18, about 1.07 s), at most MaxRetries times (0: 8).
 	ResponseTimeout, MaxRetries uint8
-	// ACKTimeout is the transport's local ACK timeout exponent (0: 14,
-	// 67 ms); Retry and RNRRetry are the retry counts the peer's QP
-	// should use for ours (0: 7; rxe treats 7 as infinite).
+	// ACKTimeout is the transport's local ACK timeout exponent (4.096 µs
+	// × 2^ACKTimeout; 0: DefaultCMACKTimeout, 19, 2.1 s, what Linux's
+	// rdma_cm asks for on a RoCE path). The connecting side asks for it
+	// in the REQ (the primary path's local ACK timeout), which a Linux
+	// peer's QP takes as its own, and its QP uses it. The accepting side's
+	// QP takes the REQ's, as Linux's does, or its own ACKTimeout where
+	// that is larger (a REQ asking for none, 0, gets the default). Retry
+	// and RNRRetry are the retry counts the peer's QP should use for ours
+	// (0: 7; rxe treats 7 as infinite).
 	ACKTimeout, Retry, RNRRetry uint8
 	// KeepAlive is the QP's idle keep-alive (see QPAttr.KeepAlive).
 	KeepAlive time.Duration
 	// QP are the queue pair's sizes; its Type is always RC.
 	QP QPConfig
+
+	ackDefault bool // ACKTimeout was 0: the default, not the application's
 }
+
+// DefaultCMACKTimeout is the local ACK timeout exponent of an rdma_cm
+// connection whose ConnConfig leaves ACKTimeout 0: 4.096 µs × 2^19, about
+// 2.1 s. It is what Linux's rdma_cm puts in its REQ on a RoCE path
+// (Debian 12's 6.1 kernel on rxe, seen on the wire: the path's packet
+// life time, 18, plus one, which the CA's ACK delay, 15 on rxe, does not
+// raise), and so the timeout a Linux peer's QP and ours use. With a
+// shorter one (16.8 ms), against rxe in emulated guests, whose ACKs come
+// late, both rxe and the engine sent a tenth or more of their request
+// packets again.
+const DefaultCMACKTimeout = 19
 
 func (c *ConnConfig) withDefaults() ConnConfig {
 	o := *c
@@ -97,7 +116,8 @@ func (c *ConnConfig) withDefaults() ConnConfig {
 	def(&o.InitiatorDepth, 16)
 	def(&o.ResponseTimeout, 18)
 	def(&o.MaxRetries, 8)
-	def(&o.ACKTimeout, 14)
+	o.ackDefault = o.ACKTimeout == 0
+	def(&o.ACKTimeout, DefaultCMACKTimeout)
 	def(&o.Retry, 7)
 	def(&o.RNRRetry, 7)
 	if o.MTU == 0 {
@@ -105,6 +125,21 @@ func (c *ConnConfig) withDefaults() ConnConfig {
 	}
 	o.QP.Type = RC
 	return o
+}
+
+// acceptACKTimeout is the local ACK timeout of an accepted connection's QP
+// when the REQ asks for req (c with defaults): req itself, as Linux's CM
+// takes it, raised to c's ACKTimeout if the application set one; the
+// default if the REQ asks for none.
+func (c *ConnConfig) acceptACKTimeout(req uint8) uint8 {
+	t := req
+	if !c.ackDefault {
+		t = max(t, c.ACKTimeout)
+	}
+	if t == 0 {
+		t = c.ACKTimeout
+	}
+	return t
 }
 
 // maxPendingRequest bounds how long a connection request waits for Accept.
@@ -876,7 +911,7 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 		mtu = 1024
 	}
 	attr := &QPAttr{PathMTU: mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
-		Timeout: max(c.remoteAck, c.cfg.ACKTimeout), RetryCnt: c.remoteRet, RNRRetry: c.remoteRNR, MinRNRTimer: 12,
+		Timeout: c.cfg.acceptACKTimeout(c.remoteAck), RetryCnt: c.remoteRet, RNRRetry: c.remoteRNR, MinRNRTimer: 12,
 		MaxRDAtomic: max(1, int(c.depth)), KeepAlive: c.cfg.KeepAlive}
 	if err := qp.Connect(attr); err != nil {
 		c.reject(cm.RejNoQP, cm.MsgREQ, nil)

@@ -17,7 +17,7 @@ import (
 
 // rdma_cm addresses of the "roce" backend:
 //
-//	rdmacm://[listen:]HOST:PORT[?mtu=1024&local=IP&timeout=14&retry=7&rnr=7&keepalive=100ms&...]
+//	rdmacm://[listen:]HOST:PORT[?mtu=1024&local=IP&timeout=19&retry=7&rnr=7&keepalive=100ms&...]
 //	[listen:]HOST:PORT?cm=1[&...]
 //
 // HOST:PORT is the peer's (or, with listen:, the local) IP address and
@@ -25,7 +25,11 @@ import (
 // and rdma_client use): Open connects like rdma_connect and, with
 // listen:, accepts one connection like rdma_listen + rdma_accept; Close
 // disconnects (DREQ). The parameters are those of ParseAddr; type must
-// be rc.
+// be rc. timeout= is ConnConfig.ACKTimeout: without it (or with 0) the
+// connection uses what Linux's rdma_cm asks for, DefaultCMACKTimeout
+// (19: 2.1 s), not the exchange's default of 12; the connecting side
+// asks the peer for it in the REQ, and a listener takes the REQ's
+// unless its own timeout= is larger.
 
 // DefaultCMPort is the rdma_cm port of an rdma_cm address without one.
 const DefaultCMPort = 7471
@@ -51,9 +55,13 @@ func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, err
 		return defaultOptions(), netip.AddrPort{}, err
 	}
 	p.Bool("cm", true)
+	_, timeoutSet := p.Lookup("timeout")
 	o, err := parseOptions(listen, hp, p)
 	if err != nil {
 		return o, netip.AddrPort{}, err
+	}
+	if !timeoutSet {
+		o.Timeout = 0 // ConnConfig's default, DefaultCMACKTimeout, not the exchange's
 	}
 	if o.Type != RC {
 		return o, netip.AddrPort{}, fmt.Errorf("rdma_cm connects RC queue pairs only (UD needs SIDR): %w", fabric.ErrNotSupported)

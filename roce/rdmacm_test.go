@@ -563,3 +563,73 @@ func TestGSIDropAllocs(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestCMACKTimeout pins the local ACK timeouts of an rdma_cm connection
+// (issue 28): by default the REQ asks for Linux rdma_cm's 19 (2.1 s) and
+// both QPs use it; the accepting QP takes the REQ's value, raised to the
+// listener's own only when the listener sets one; an address's timeout=
+// still wins over the default.
+func TestCMACKTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ea, eb, _ := enginePair(t, Port, LossConfig{})
+	pa, pb := ea.AllocPD(), eb.AllocPD()
+	for i, tc := range []struct {
+		dial, listen    uint8 // ConnConfig.ACKTimeout of each side (0: default)
+		req, dialer, lq uint8 // the REQ's, the dialer's QP's and the listener's QP's
+	}{
+		{0, 0, 19, 19, 19},
+		{14, 0, 14, 14, 14},
+		{14, 20, 14, 14, 20},
+		{21, 16, 21, 21, 21},
+	} {
+		port := uint16(7480 + i)
+		l, err := eb.CM().Listen(port, 0, &ConnConfig{ACKTimeout: tc.listen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := acceptOne(t, ctx, l, pb, nil)
+		ca, err := ea.CM().Dial(ctx, pa, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port), &ConnConfig{ACKTimeout: tc.dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb := <-accepted
+		if cb == nil {
+			t.FailNow()
+		}
+		if cb.c.remoteAck != tc.req || ca.QP().attr.Timeout != tc.dialer || cb.QP().attr.Timeout != tc.lq {
+			t.Errorf("dial %d, listen %d: REQ asks %d, dialer's QP %d, listener's QP %d; want %d, %d, %d", tc.dial, tc.listen,
+				cb.c.remoteAck, ca.QP().attr.Timeout, cb.QP().attr.Timeout, tc.req, tc.dialer, tc.lq)
+		}
+		ca.Disconnect(ctx)
+		ca.QP().Destroy()
+		cb.QP().Destroy()
+		l.Close()
+	}
+	// A REQ asking for no timeout gets the default on the accepting side.
+	var def ConnConfig
+	if d := def.withDefaults(); d.acceptACKTimeout(0) != DefaultCMACKTimeout {
+		t.Errorf("a REQ asking for 0: %d, want %d", d.acceptACKTimeout(0), DefaultCMACKTimeout)
+	}
+
+	// An rdma_cm address: without timeout= the CM's default, not the
+	// exchange's 12; with it, its value.
+	for addr, want := range map[string]uint8{
+		"rdmacm://127.0.0.2:7471":                       DefaultCMACKTimeout,
+		"127.0.0.2:7471?cm=1":                           DefaultCMACKTimeout,
+		"rdmacm://127.0.0.2:7471?timeout=12":            12,
+		"rdmacm://listen:127.0.0.2:7471?timeout=14":     14,
+		"rdmacm://listen:127.0.0.2:7471?mtu=1024&rnr=3": DefaultCMACKTimeout,
+	} {
+		o, _, err := parseCMAddr(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := o.connConfig(fabric.Options{}).withDefaults(); c.ACKTimeout != want {
+			t.Errorf("%s: ACK timeout %d, want %d", addr, c.ACKTimeout, want)
+		}
+	}
+	if o, err := ParseAddr("127.0.0.2:18515"); err != nil || o.Timeout != 12 {
+		t.Errorf("the exchange's default timeout: %d (%v), want 12", o.Timeout, err)
+	}
+}

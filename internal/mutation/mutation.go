@@ -378,6 +378,22 @@ var List = []Mutation{
 		Pkg:  "./cmd/weft-pingpong/", Run: "^TestStopUnanswered$",
 		Why: "the client's wait for the answer to its stop message is bounded, even with keepalive=0 (issue 28)",
 	},
+	{
+		Name: "roce-cm-ack-timeout-short",
+		File: "roce/rdmacm.go",
+		Old:  "const DefaultCMACKTimeout = 19\n",
+		New:  "const DefaultCMACKTimeout = 14\n",
+		Pkg:  "./roce/", Run: "^TestCMACKTimeout$",
+		Why: "an rdma_cm connection asks for Linux rdma_cm's local ACK timeout, 19 (2.1 s), by default (issue 28)",
+	},
+	{
+		Name: "roce-cm-accept-ack-own",
+		File: "roce/rdmacm.go",
+		Old:  "\tt := req\n\tif !c.ackDefault {\n",
+		New:  "\tt := req\n\tif true {\n",
+		Pkg:  "./roce/", Run: "^TestCMACKTimeout$",
+		Why: "an accepted connection's QP takes the REQ's ACK timeout unless the listener set its own (issue 28)",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

@@ -21,17 +21,20 @@ import (
 
 // The perftest -R runs: small, as the guest is emulated.
 const (
-	ptPort      = 18515 // perftest's default port, rdma_cm's too with -R
-	ptBWSize    = 4096  // ib_send_bw -s: four packets at MTU 1024
-	ptBWIters   = 100
-	ptLatSize   = 64 // ib_write_lat -s
-	ptLatIters  = 100
-	ptCycle     = 4096 // cycle buffer (page size) Weft announces
-	ptCacheLine = 64
+	ptPort        = 18515 // perftest's default port, rdma_cm's too with -R
+	ptBWSize      = 4096  // ib_send_bw -s: four packets at MTU 1024
+	ptBWIters     = 100
+	ptStreamSize  = 65536 // the streaming run: 64 packets a message
+	ptStreamIters = 1000
+	ptLatSize     = 64 // ib_write_lat -s
+	ptLatIters    = 100
+	ptCycle       = 4096 // cycle buffer (page size) Weft announces
+	ptCacheLine   = 64
 )
 
 func perftestCMSteps() []rxeCMStep {
 	bw := fmt.Sprintf("ib_send_bw -d rxe0 -R -F -s %d -n %d", ptBWSize, ptBWIters)
+	stream := fmt.Sprintf("ib_send_bw -d rxe0 -R -F -s %d -n %d", ptStreamSize, ptStreamIters)
 	// The result lines: size, iterations and figures, separated by spaces
 	// and tabs. ib_write_lat's t_stdev can come out as -nan (a negative
 	// variance from rounding) when the emulated guest's latencies vary a
@@ -43,6 +46,7 @@ func perftestCMSteps() []rxeCMStep {
 	bwLine := fmt.Sprintf("'^ *%d +%d(%s){3}[[:space:]]*$'", ptBWSize, ptBWIters, fig)
 	lat := fmt.Sprintf("ib_write_lat -d rxe0 -R -F -s %d -n %d", ptLatSize, ptLatIters)
 	latLine := fmt.Sprintf("'^ *%d +%d(%s){7}[[:space:]]*$'", ptLatSize, ptLatIters, fig)
+	streamLine := fmt.Sprintf("'^ *%d +%d(%s){3}[[:space:]]*$'", ptStreamSize, ptStreamIters, fig)
 	return []rxeCMStep{
 		{
 			// ib_send_bw -R's server: Weft's client sends 100 SENDs of
@@ -50,14 +54,24 @@ func perftestCMSteps() []rxeCMStep {
 			Name:  "ib_send_bw-R-server",
 			Guest: "perf " + bwLine + " " + bw,
 			Host: func(t *testing.T, ctx context.Context, e *Engine) error {
-				return weftPerftestCM(t, ctx, e, "send_bw", true)
+				return weftPerftestCM(t, ctx, e, "send_bw", ptBWSize, ptBWIters, true)
+			},
+		},
+		{
+			// The same, streaming: 1000 SENDs of 64 KiB (64000 packets)
+			// into the emulated guest, a slow responder, with as many
+			// in flight as Weft's window allows.
+			Name:  "ib_send_bw-R-server-stream",
+			Guest: "perf " + streamLine + " " + stream,
+			Host: func(t *testing.T, ctx context.Context, e *Engine) error {
+				return weftPerftestCM(t, ctx, e, "send_bw", ptStreamSize, ptStreamIters, true)
 			},
 		},
 		{
 			Name:  "ib_send_bw-R-client",
 			Guest: "perfc " + bwLine + " " + bw + " 10.77.0.1",
 			Host: func(t *testing.T, ctx context.Context, e *Engine) error {
-				return weftPerftestCM(t, ctx, e, "send_bw", false)
+				return weftPerftestCM(t, ctx, e, "send_bw", ptBWSize, ptBWIters, false)
 			},
 		},
 		{
@@ -66,14 +80,14 @@ func perftestCMSteps() []rxeCMStep {
 			Name:  "ib_write_lat-R-server",
 			Guest: "perf " + latLine + " " + lat,
 			Host: func(t *testing.T, ctx context.Context, e *Engine) error {
-				return weftPerftestCM(t, ctx, e, "write_lat", true)
+				return weftPerftestCM(t, ctx, e, "write_lat", ptLatSize, ptLatIters, true)
 			},
 		},
 		{
 			Name:  "ib_write_lat-R-client",
 			Guest: "perfc " + latLine + " " + lat + " 10.77.0.1",
 			Host: func(t *testing.T, ctx context.Context, e *Engine) error {
-				return weftPerftestCM(t, ctx, e, "write_lat", false)
+				return weftPerftestCM(t, ctx, e, "write_lat", ptLatSize, ptLatIters, false)
 			},
 		},
 	}
@@ -190,7 +204,7 @@ func dialRetry(ctx context.Context, e *Engine, pd *PD, raddr netip.AddrPort) (*C
 
 // weftPerftestCM plays the other side of ib_send_bw -R or ib_write_lat -R
 // (kind "send_bw" or "write_lat"): the client if client, else the server.
-func weftPerftestCM(t *testing.T, ctx context.Context, e *Engine, kind string, client bool) error {
+func weftPerftestCM(t *testing.T, ctx context.Context, e *Engine, kind string, size, iters int, client bool) error {
 	pd := e.AllocPD()
 	raddr := netip.MustParseAddrPort(fmt.Sprintf("%s:%d", guestIP, ptPort))
 	var l *CMListener
@@ -261,15 +275,15 @@ func weftPerftestCM(t *testing.T, ctx context.Context, e *Engine, kind string, c
 	start := time.Now()
 	switch kind {
 	case "send_bw":
-		err = ptSendBW(ctx, dc, pd, client)
+		err = ptSendBW(ctx, dc, pd, size, iters, client)
 	case "write_lat":
 		err = ptWriteLat(ctx, dc, mr, peer, client)
 	}
 	if err != nil {
 		return err
 	}
-	t.Logf("%s: %d iterations in %v", kind, map[string]int{"send_bw": ptBWIters, "write_lat": ptLatIters}[kind],
-		time.Since(start).Round(time.Millisecond))
+	t.Logf("%s: %d iterations of %d bytes in %v; retransmissions %+v", kind, iters, size,
+		time.Since(start).Round(time.Millisecond), dc.QP().retransmissions())
 	if kind == "send_bw" { // ctx_close_connection; ib_write_lat has none
 		if _, err := comm.handshake(ctx, mine); err != nil {
 			return fmt.Errorf("closing: %w", err)
@@ -288,19 +302,19 @@ func weftPerftestCM(t *testing.T, ctx context.Context, e *Engine, kind string, c
 	return nil
 }
 
-// ptSendBW runs ib_send_bw's traffic: the client sends ptBWIters
-// messages, the server receives them.
-func ptSendBW(ctx context.Context, dc *Conn, pd *PD, client bool) error {
+// ptSendBW runs ib_send_bw's traffic: the client sends iters messages
+// of size bytes, the server receives them.
+func ptSendBW(ctx context.Context, dc *Conn, pd *PD, size, iters int, client bool) error {
 	qp := dc.QP()
-	buf := make([]byte, ptBWSize)
+	buf := make([]byte, size)
 	mr, _ := pd.RegMR(buf, fabric.AccessLocalWrite)
 	if client {
 		for i := range buf {
 			buf[i] = byte(i*7 + 1)
 		}
-		for i := 0; i < ptBWIters; i++ {
-			m := fabric.Message{SGEs: []fabric.SGE{{Region: mr, Length: ptBWSize}}}
-			if i == ptBWIters-1 {
+		for i := 0; i < iters; i++ {
+			m := fabric.Message{SGEs: []fabric.SGE{{Region: mr, Length: size}}}
+			if i == iters-1 {
 				m.Flags = fabric.FlagSignal
 			}
 			if _, err := qp.SendWait(ctx, []fabric.Message{m}); err != nil {
@@ -313,14 +327,14 @@ func ptSendBW(ctx context.Context, dc *Conn, pd *PD, client bool) error {
 		}
 		return out[0].Err()
 	}
-	for i := 0; i < ptBWIters; i++ {
+	for i := 0; i < iters; i++ {
 		clear(buf)
-		m := []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: ptBWSize}}}}
+		m := []fabric.Message{{SGEs: []fabric.SGE{{Region: mr, Length: size}}}}
 		if _, err := qp.RecvWait(ctx, m); err != nil {
 			return fmt.Errorf("receive %d: %w", i, err)
 		}
-		if m[0].Len != ptBWSize {
-			return fmt.Errorf("message %d of %d bytes, want %d", i, m[0].Len, ptBWSize)
+		if m[0].Len != size {
+			return fmt.Errorf("message %d of %d bytes, want %d", i, m[0].Len, size)
 		}
 		// perftest sends from a buffer of rand() bytes.
 		if !bytes.ContainsFunc(buf, func(r rune) bool { return r != 0 }) {

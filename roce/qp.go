@@ -158,8 +158,10 @@ func TimeoutDuration(t uint8) time.Duration {
 const maxSGE = 32
 
 // maxInflight bounds the packets sent and not yet acknowledged; the
-// requester's window (cwnd) moves between minWindow and maxInflight,
-// halving on a loss and growing as acknowledgements arrive.
+// requester's window (cwnd) moves between minWindow and maxInflight. It
+// doubles every window acknowledged up to the threshold (ssthresh), and
+// then grows by one packet a window; a sequence NAK halves it, and a
+// retransmission timeout drops it to minWindow (see rewind).
 const (
 	maxInflight = 1024
 	minWindow   = 8
@@ -240,6 +242,7 @@ type QP struct {
 	retx       [numRetxCauses]retxCount
 	cwnd       int // packets the requester may have unacknowledged
 	cwndAcc    int
+	ssthresh   int       // window above which cwnd grows by one packet a window
 	sinceAck   int       // packets sent since the last one with AckReq
 	lastActive int64     // nanotime of the last packet sent or received
 	probeAt    time.Time // keep-alive probe outstanding since
@@ -487,7 +490,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.attr.KeepAlive = attr.KeepAlive
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
-		qp.cwnd, qp.cwndAcc = initWindow, 0
+		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, maxInflight
 		qp.lastActive = nanotime()
 		qp.ackWait = int64(ackDelay)
 		if d := qp.timeoutDur(); d > 0 {

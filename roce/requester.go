@@ -439,12 +439,7 @@ func (qp *QP) ackTo(p wire.PSN) {
 	}
 	if adv := next.Sub(qp.una); adv > 0 {
 		qp.una = next
-		// Additive increase: one packet per window acknowledged.
-		qp.cwndAcc += int(adv)
-		if qp.cwndAcc >= qp.cwnd {
-			qp.cwndAcc = 0
-			qp.cwnd = min(qp.cwnd+8, maxInflight)
-		}
+		qp.growWindow(int(adv))
 		qp.retries = int(qp.attr.RetryCnt)
 		qp.rnrRetries = int(qp.attr.RNRRetry)
 		qp.gapNAKed = false
@@ -473,12 +468,45 @@ const (
 // for retransmission.
 type retxCount struct{ rewinds, packets uint64 }
 
-// rewind goes back to PSN p for retransmission (go-back-N), and halves
-// the window: every packet after a loss is sent again, so a window much
-// larger than the path holds only multiplies the retransmissions. The
-// rewind and its packets are counted under cause.
+// growWindow opens the window for n newly acknowledged packets: by n
+// below ssthresh (doubling it every window, back quickly to where the
+// last loss left the threshold), by one packet per window above it, where
+// the last loss happened and the next one waits.
+func (qp *QP) growWindow(n int) {
+	if qp.cwnd < qp.ssthresh {
+		qp.cwnd = min(qp.cwnd+n, qp.ssthresh)
+		return
+	}
+	qp.cwndAcc += n
+	if qp.cwndAcc >= qp.cwnd {
+		qp.cwndAcc = 0
+		qp.cwnd = min(qp.cwnd+1, maxInflight)
+	}
+}
+
+// rewind goes back to PSN p for retransmission (go-back-N), and shrinks
+// the window. Every packet after a loss is sent again, so a window much
+// larger than the responder keeps up with only multiplies the
+// retransmissions: the threshold becomes half the window, and the window
+// the threshold on a NAK (the responder is there and dropped what
+// followed the loss) or minWindow on a timeout; a timeout that repeats
+// before any progress leaves the threshold where the first one put it
+// (the window is already small, and halving that would only slow the
+// recovery after the stall). A timeout mostly
+// means the responder stalled, not that it lost the window (Linux rxe in
+// an emulated guest leaves everything unacknowledged for longer than
+// the timeout and then acknowledges all of it): the small window resends
+// only the first packets, and the acknowledgements that follow skip the
+// rest (ackTo), where half the window would resend it all for nothing.
+// The rewind and its packets are counted under cause.
 func (qp *QP) rewind(p wire.PSN, cause retxCause) {
-	qp.cwnd = max(minWindow, qp.cwnd/2)
+	if cause != retxTimeout || qp.retries == int(qp.attr.RetryCnt)-1 {
+		qp.ssthresh = max(minWindow, qp.cwnd/2)
+	}
+	qp.cwnd = qp.ssthresh
+	if cause == retxTimeout {
+		qp.cwnd = minWindow
+	}
 	qp.cwndAcc = 0
 	qp.seek(p)
 	qp.retx[cause].rewinds++

@@ -242,7 +242,14 @@ type QP struct {
 	retx       [numRetxCauses]retxCount
 	cwnd       int // packets the requester may have unacknowledged
 	cwndAcc    int
-	ssthresh   int       // window above which cwnd grows by one packet a window
+	ssthresh   int // window above which cwnd grows by one packet a window
+	// After a timeout the requester resends only the first packets, up
+	// to rtoProbe, and holds back the rest of the flight, up to
+	// rtoRecover, until the acknowledgements tell whether the responder
+	// lost it (see rewind).
+	rtoHold    bool
+	rtoProbe   wire.PSN
+	rtoRecover wire.PSN
 	sinceAck   int       // packets sent since the last one with AckReq
 	lastActive int64     // nanotime of the last packet sent or received
 	probeAt    time.Time // keep-alive probe outstanding since
@@ -491,6 +498,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, maxInflight
+		qp.rtoHold = false
 		qp.lastActive = nanotime()
 		qp.ackWait = int64(ackDelay)
 		if d := qp.timeoutDur(); d > 0 {

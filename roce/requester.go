@@ -158,7 +158,7 @@ func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeou
 // fast, and a peer stalled by a busy host gets time before the retry
 // count runs out.
 func (qp *QP) armTimer() {
-	if qp.una == qp.txPSN {
+	if qp.una == qp.txPSN && !qp.rtoHold { // (a hold leaves packets unacknowledged beyond txPSN)
 		qp.deadline = time.Time{}
 		return
 	}
@@ -177,6 +177,9 @@ func (qp *QP) transmit() {
 	qp.txN = 0
 	for qp.sqNext < qp.sqTail {
 		if int(qp.txPSN.Sub(qp.una)) >= qp.cwnd && qp.txPSN != qp.una {
+			break
+		}
+		if qp.rtoHold && !qp.txPSN.Less(qp.rtoProbe) && qp.txPSN.Less(qp.rtoRecover) {
 			break
 		}
 		w := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
@@ -443,6 +446,16 @@ func (qp *QP) ackTo(p wire.PSN) {
 		qp.retries = int(qp.attr.RetryCnt)
 		qp.rnrRetries = int(qp.attr.RNRRetry)
 		qp.gapNAKed = false
+		if qp.rtoHold && qp.una.Sub(qp.rtoProbe) > 0 {
+			// The responder acknowledged a packet after the timeout's
+			// probe, one sent only once: it has the flight, the
+			// timeout was spurious. Go on after the flight (a gap
+			// the responder finds in it brings a sequence NAK).
+			qp.rtoHold = false
+			if qp.txPSN.Less(qp.rtoRecover) {
+				qp.seek(qp.rtoRecover)
+			}
+		}
 		if qp.una.Sub(qp.txPSN) > 0 {
 			// Acknowledged beyond a rewind: skip what needs no resend.
 			qp.seek(qp.una)
@@ -498,19 +511,42 @@ func (qp *QP) growWindow(n int) {
 // the timeout and then acknowledges all of it): the small window resends
 // only the first packets, and the acknowledgements that follow skip the
 // rest (ackTo), where half the window would resend it all for nothing.
-// The rewind and its packets are counted under cause.
+//
+// Even minWindow would resend the whole flight when the responder only
+// stalled: it acknowledges the flight one packet at a time afterwards,
+// and every acknowledgement opens the window for a packet it already
+// has. So a timeout resends the first minWindow packets only (the probe)
+// and holds back the rest of the flight until an acknowledgement settles
+// it (like TCP's F-RTO, RFC 5682): one beyond the probe shows the
+// responder has the flight, and the requester goes on after it (ackTo);
+// a timeout after the whole probe was acknowledged, with nothing beyond,
+// shows the responder lost the rest, and that timeout goes back over all
+// of it. A NAK ends the hold, and so does a read or atomic in flight
+// (their responses, not acknowledgements, tell what arrived).
+//
+// The rewind and the packets it queues for resending are counted under
+// cause.
 func (qp *QP) rewind(p wire.PSN, cause retxCause) {
 	if cause != retxTimeout || qp.retries == int(qp.attr.RetryCnt)-1 {
 		qp.ssthresh = max(minWindow, qp.cwnd/2)
 	}
 	qp.cwnd = qp.ssthresh
+	lostProbe := qp.rtoHold && !qp.una.Less(qp.rtoProbe)
+	qp.rtoHold = false
 	if cause == retxTimeout {
 		qp.cwnd = minWindow
+		if !lostProbe && qp.oldestPending() == nil && int(qp.maxPSN.Sub(p)) > minWindow {
+			qp.rtoHold, qp.rtoProbe, qp.rtoRecover = true, p.Add(minWindow), qp.maxPSN
+		}
 	}
 	qp.cwndAcc = 0
 	qp.seek(p)
 	qp.retx[cause].rewinds++
-	if d := qp.maxPSN.Sub(qp.txPSN); d > 0 {
+	end := qp.maxPSN
+	if qp.rtoHold {
+		end = qp.rtoProbe
+	}
+	if d := end.Sub(qp.txPSN); d > 0 {
 		qp.ctr.Retransmits.Add(uint64(d))
 		qp.retx[cause].packets += uint64(d)
 	}

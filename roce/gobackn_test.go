@@ -100,7 +100,8 @@ func TestGoBackNOnNAK(t *testing.T) {
 // queues every datagram, and release sends them in order. Under a
 // requester's peer it plays a responder that stops answering for longer
 // than the requester's timeout and then acknowledges everything it
-// received, as Linux rxe in an emulated guest does (issue 28).
+// received, as Linux rxe in an emulated guest did under a window it
+// could not keep up with (issue 28).
 type stallLink struct {
 	Link
 	mu      sync.Mutex
@@ -159,8 +160,8 @@ func (l *stallLink) release() error {
 // then all delivered: the responder received the whole flight, so the
 // timeouts were spurious. Each may resend only its probe (minWindow
 // packets), not the flight: going back over all of it made Weft resend
-// 6-10% of what it streamed into Linux rxe, whose emulated guest stalls
-// like this (issue 28).
+// 6-10% of what it streamed into Linux rxe in an emulated guest, which
+// stalled like this (issue 28).
 func TestTimeoutAfterStall(t *testing.T) {
 	const msgs, size = 16, 16 << 10 // 256 packets at MTU 1024: more than initWindow
 	var engines [2]*Engine

@@ -160,8 +160,9 @@ const maxSGE = 32
 // maxInflight bounds the packets sent and not yet acknowledged; the
 // requester's window (cwnd) moves between minWindow and maxInflight. It
 // doubles every window acknowledged up to the threshold (ssthresh), and
-// then grows by one packet a window; a sequence NAK halves it, and a
-// retransmission timeout drops it to minWindow (see rewind).
+// then grows by one packet a window; a sequence NAK halves it, a
+// retransmission timeout drops it to minWindow (see rewind), and a round
+// trip longer than a quarter of the timeout shrinks it (delaySample).
 const (
 	maxInflight = 1024
 	minWindow   = 8
@@ -250,6 +251,9 @@ type QP struct {
 	rtoHold    bool
 	rtoProbe   wire.PSN
 	rtoRecover wire.PSN
+	rttOn      bool     // a round trip is being timed: that of rttPSN,
+	rttPSN     wire.PSN // sent at rttAt (nanotime; see delaySample)
+	rttAt      int64
 	sinceAck   int       // packets sent since the last one with AckReq
 	lastActive int64     // nanotime of the last packet sent or received
 	probeAt    time.Time // keep-alive probe outstanding since
@@ -498,7 +502,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, maxInflight
-		qp.rtoHold = false
+		qp.rtoHold, qp.rttOn = false, false
 		qp.lastActive = nanotime()
 		qp.ackWait = int64(ackDelay)
 		if d := qp.timeoutDur(); d > 0 {

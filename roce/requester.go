@@ -313,6 +313,10 @@ func (qp *QP) buildPacket(w *wqe) {
 			qp.sinceAck >= 16 || int(qp.txPSN.Sub(qp.una))+1 >= qp.cwnd/2 {
 			f.BTH.AckReq = true
 			qp.sinceAck = 0
+			if !qp.rttOn && !f.BTH.PSN.Less(qp.maxPSN) {
+				// Time the round trip of a first transmission.
+				qp.rttOn, qp.rttPSN, qp.rttAt = true, f.BTH.PSN, nanotime()
+			}
 		}
 		f.BTH.SolicitedEvent = last && w.op == wopSend && imm
 	case wopRead:
@@ -443,6 +447,10 @@ func (qp *QP) ackTo(p wire.PSN) {
 	if adv := next.Sub(qp.una); adv > 0 {
 		qp.una = next
 		qp.growWindow(int(adv))
+		if qp.rttOn && qp.una.Sub(qp.rttPSN) > 0 {
+			qp.rttOn = false
+			qp.delaySample(nanotime() - qp.rttAt)
+		}
 		qp.retries = int(qp.attr.RetryCnt)
 		qp.rnrRetries = int(qp.attr.RNRRetry)
 		qp.gapNAKed = false
@@ -497,6 +505,27 @@ func (qp *QP) growWindow(n int) {
 	}
 }
 
+// delaySample takes a round-trip time, in nanoseconds. Above a quarter
+// of the retransmission timeout, the window queues up at the responder
+// or on the way to it: a slow responder (Linux rxe in an emulated guest
+// serves a packet in 0.1-0.4 ms) takes the window in faster than it
+// serves it, and the queue grows until its delay reaches the timeout
+// (which then fires for packets that were never lost) or it overflows
+// (a tap's queue of 1000 packets dropped the end of a window of 1024).
+// So the window shrinks in proportion to the excess delay, by at most
+// half, and stops doubling; as only one round trip is timed at a time,
+// it shrinks at most once a round trip (like the delay-based congestion
+// control of RDMA NICs, such as Swift's, with the timeout setting the
+// target).
+func (qp *QP) delaySample(rtt int64) {
+	target := int64(qp.timeoutDur() / 4)
+	if target <= 0 || rtt <= target {
+		return
+	}
+	qp.cwnd = max(minWindow, qp.cwnd-int(int64(qp.cwnd)*(rtt-target)/(2*rtt)))
+	qp.ssthresh, qp.cwndAcc = qp.cwnd, 0
+}
+
 // rewind goes back to PSN p for retransmission (go-back-N), and shrinks
 // the window. Every packet after a loss is sent again, so a window much
 // larger than the responder keeps up with only multiplies the
@@ -540,6 +569,7 @@ func (qp *QP) rewind(p wire.PSN, cause retxCause) {
 		}
 	}
 	qp.cwndAcc = 0
+	qp.rttOn = false // an acknowledgement may now be for the original or the copy
 	qp.seek(p)
 	qp.retx[cause].rewinds++
 	end := qp.maxPSN

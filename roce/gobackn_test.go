@@ -234,3 +234,40 @@ func TestTimeoutAfterStall(t *testing.T) {
 			resent, r[retxTimeout].rewinds, most, r[retxNAK].rewinds)
 	}
 }
+
+// TestBackoff: a short timeout doubles on each consecutive timeout, at
+// most 64-fold and up to maxBackoff; a timeout longer than maxBackoff
+// (rdma_cm's default, 19: 2.1 s) is not doubled, so that a peer that is
+// gone is noticed after the retries' timeouts, as by Linux's QPs, and
+// not after minutes.
+func TestBackoff(t *testing.T) {
+	total := func(exp uint8, retries int) time.Duration {
+		var sum time.Duration
+		for n := range retries + 1 {
+			sum += backoff(TimeoutDuration(exp), n)
+		}
+		return sum
+	}
+	d := TimeoutDuration(12) // 16.8 ms: 64-fold is 1.07 s, under the cap
+	for n, want := range []time.Duration{d, 2 * d, 4 * d, 8 * d, 16 * d, 32 * d, 64 * d, 64 * d} {
+		if got := backoff(d, n); got != want {
+			t.Errorf("timeout 12, %d timeouts: %v, want %v", n, got, want)
+		}
+	}
+	if got := backoff(TimeoutDuration(14), 6); got != maxBackoff {
+		t.Errorf("timeout 14, 6 timeouts: %v, want the cap %v", got, maxBackoff)
+	}
+	long := TimeoutDuration(DefaultCMACKTimeout)
+	for n := range 8 {
+		if got := backoff(long, n); got != long {
+			t.Errorf("timeout %d, %d timeouts: %v, want %v undoubled", DefaultCMACKTimeout, n, got, long)
+		}
+	}
+	// Retry 7: the first wait and seven more.
+	if got := total(12, 7); got > 3300*time.Millisecond {
+		t.Errorf("a peer gone at timeout 12 is noticed after %v, over the 3.3 s the docs give", got)
+	}
+	if got := total(DefaultCMACKTimeout, 7); got > 18*time.Second {
+		t.Errorf("a peer gone at timeout %d is noticed after %v, want about 17 s", DefaultCMACKTimeout, got)
+	}
+}

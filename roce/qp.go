@@ -729,7 +729,7 @@ func (qp *QP) keepAlive(now, drained time.Time) time.Time {
 		}
 		qp.probeTries = int(qp.attr.RetryCnt)
 		qp.sendProbe(now)
-	} else if wait := max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6); !now.Before(qp.probeAt.Add(wait)) && !drained.Before(qp.probeAt.Add(wait)) {
+	} else if wait := backoff(max(qp.timeoutDur(), time.Millisecond), int(qp.attr.RetryCnt)-qp.probeTries); !now.Before(qp.probeAt.Add(wait)) && !drained.Before(qp.probeAt.Add(wait)) {
 		if qp.probeTries <= 0 {
 			qp.errorLocked(fabric.StatusRetryExceeded)
 			return time.Time{}
@@ -737,7 +737,7 @@ func (qp *QP) keepAlive(now, drained time.Time) time.Time {
 		qp.probeTries--
 		qp.sendProbe(now)
 	}
-	return qp.probeAt.Add(max(qp.timeoutDur(), time.Millisecond) << min(int(qp.attr.RetryCnt)-qp.probeTries, 6))
+	return qp.probeAt.Add(backoff(max(qp.timeoutDur(), time.Millisecond), int(qp.attr.RetryCnt)-qp.probeTries))
 }
 
 // sendProbe sends the keep-alive probe: RDMA WRITE ONLY, no data, with

@@ -83,11 +83,12 @@ type ConnConfig struct {
 	// peer's QP takes as its own, and its QP uses it. The accepting side's
 	// QP takes the REQ's, as Linux's does, or its own ACKTimeout where
 	// that is larger (a REQ asking for none, 0, gets the default). The
-	// engine's QP doubles the timeout on each consecutive timeout (at most
-	// 64-fold), so at 19 with Retry 7 a peer gone without a DREQ is
-	// noticed after about 7 minutes (14: 13 s); set a smaller ACKTimeout
-	// where that matters more than a slow peer. Retry and RNRRetry are the retry counts the
-	// peer's QP should use for ours (0: 7; rxe treats 7 as infinite).
+	// engine's QP backs a timeout off by doubling it up to 2 s, and does
+	// not double one that is longer already, so at 19 with Retry 7 a peer
+	// gone without a DREQ is noticed after about 17 s, as by Linux's rxe
+	// (14: about 8 s); set a smaller ACKTimeout where that matters more
+	// than a slow peer. Retry and RNRRetry are the retry counts the peer's
+	// QP should use for ours (0: 7; rxe treats 7 as infinite).
 	ACKTimeout, Retry, RNRRetry uint8
 	// KeepAlive is the QP's idle keep-alive (see QPAttr.KeepAlive).
 	KeepAlive time.Duration

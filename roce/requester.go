@@ -152,20 +152,36 @@ func (qp *QP) post(msgs []fabric.Message, op wop, name string, swap, cmp uint64)
 // timeoutDur is the retransmission timeout.
 func (qp *QP) timeoutDur() time.Duration { return TimeoutDuration(qp.attr.Timeout) }
 
-// armTimer starts the retransmission timer if packets are outstanding.
-// The timeout is 4.096 µs × 2^Timeout, doubled for each consecutive
-// timeout of the same packets (at most 64 times): the first retries come
-// fast, and a peer stalled by a busy host gets time before the retry
-// count runs out.
+// armTimer starts the retransmission timer if packets are outstanding,
+// for the timeout backed off by the consecutive timeouts of the same
+// packets (see backoff).
 func (qp *QP) armTimer() {
 	if qp.una == qp.txPSN && !qp.rtoHold { // (a hold leaves packets unacknowledged beyond txPSN)
 		qp.deadline = time.Time{}
 		return
 	}
 	if d := qp.timeoutDur(); d > 0 {
-		backoff := min(int(qp.attr.RetryCnt)-qp.retries, 6)
-		qp.deadline = time.Now().Add(d << max(backoff, 0))
+		qp.deadline = time.Now().Add(backoff(d, int(qp.attr.RetryCnt)-qp.retries))
 	}
+}
+
+// maxBackoff is the longest a timeout grows by backing off.
+const maxBackoff = 2 * time.Second
+
+// backoff is the wait after n consecutive timeouts of timeout d (the
+// retransmission timer's, or the keep-alive probe's): d doubled n times,
+// at most 64-fold, but never past maxBackoff, and a d longer than that
+// is not doubled at all. The first retries of a short timeout come fast,
+// and a peer stalled by a busy host gets about 2 s before the retry
+// count runs out; a long timeout (rdma_cm's default, 19: 2.1 s) stays
+// as it is, as Linux's QPs keep it, so that a peer gone without a word
+// is noticed after (retries+1) timeouts (about 17 s at 19 with 7
+// retries, like Linux's rxe), not after minutes of doubling.
+func backoff(d time.Duration, n int) time.Duration {
+	if n <= 0 {
+		return d
+	}
+	return max(d, min(d<<min(n, 6), maxBackoff))
 }
 
 // transmit sends the packets of queued work requests that the window,

@@ -9,7 +9,6 @@ package roce
 //	WEFT_RXE_ANALYZE=/tmp/rxe.pcap go test -tags rxe -run TestRxeCaptureRetx -v ./roce/
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
@@ -20,56 +19,6 @@ import (
 
 	"github.com/weft-io/weft/roce/wire"
 )
-
-// capPacket is one RoCEv2 packet of a capture.
-type capPacket struct {
-	at       time.Duration // since the first packet of the capture
-	src, dst netip.Addr
-	pkt      wire.Packet
-}
-
-// readRoCECapture returns the RoCEv2 packets (IPv4, UDP port 4791) of a
-// classic little-endian Ethernet pcap file, in capture order.
-func readRoCECapture(name string) ([]capPacket, error) {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) < 24 || binary.LittleEndian.Uint32(b) != 0xa1b2c3d4 || binary.LittleEndian.Uint32(b[20:]) != 1 {
-		return nil, fmt.Errorf("%s: not a little-endian Ethernet pcap (microsecond)", name)
-	}
-	var out []capPacket
-	var t0 time.Duration
-	for p := b[24:]; len(p) >= 16; {
-		n := int(binary.LittleEndian.Uint32(p[8:]))
-		if len(p) < 16+n {
-			break // a capture cut short
-		}
-		at := time.Duration(binary.LittleEndian.Uint32(p))*time.Second +
-			time.Duration(binary.LittleEndian.Uint32(p[4:]))*time.Microsecond
-		frame := p[16 : 16+n]
-		p = p[16+n:]
-		if len(frame) < 14+20 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
-			continue
-		}
-		ipb := frame[14:]
-		ip, udp, err := wire.SplitIP(ipb)
-		if err != nil || binary.BigEndian.Uint16(ip[(ip[0]&15)*4+2:]) != wire.UDPPort {
-			continue
-		}
-		pkt, err := wire.Parse(udp)
-		if err != nil {
-			continue
-		}
-		if out == nil {
-			t0 = at
-		}
-		src, _ := netip.AddrFromSlice(ip[12:16])
-		dst, _ := netip.AddrFromSlice(ip[16:20])
-		out = append(out, capPacket{at: at - t0, src: src, dst: dst, pkt: pkt})
-	}
-	return out, nil
-}
 
 // reqFlow identifies the requests of one QP: the requester's address and
 // the responder's address and QPN.
@@ -149,7 +98,16 @@ func captureRetx(pkts []capPacket) map[reqFlow]*retxStats {
 	}
 	flowOf := map[peerKey]reqFlow{}
 	for i := range pkts {
-		c := &pkts[i]
+		p := &pkts[i]
+		pkt, err := wire.Parse(p.B)
+		if err != nil {
+			continue
+		}
+		c := struct {
+			at       time.Duration
+			src, dst netip.Addr
+			pkt      wire.Packet
+		}{p.At, p.Src, p.Dst, pkt}
 		op := c.pkt.OpCode()
 		psn := c.pkt.BTH.PSN()
 		switch {
@@ -223,7 +181,7 @@ func TestRxeCaptureRetx(t *testing.T) {
 		t.Skip("WEFT_RXE_ANALYZE names no capture")
 	}
 	for _, name := range strings.Split(names, ",") {
-		pkts, err := readRoCECapture(name)
+		pkts, err := readCapture(name)
 		if err != nil {
 			t.Fatal(err)
 		}

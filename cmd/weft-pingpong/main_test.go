@@ -18,14 +18,22 @@ import (
 	"github.com/weft-io/weft/roce"
 )
 
-// TestBothEnds runs the README's main job, shortened, on both backends
-// that can run both ends here: the table comes out and both processes
-// end with status 0 (the server answers the client's stop message).
-func TestBothEnds(t *testing.T) {
+// build builds the command into the test's temporary directory and
+// returns its path.
+func build(t *testing.T) string {
+	t.Helper()
 	exe := filepath.Join(t.TempDir(), "weft-pingpong")
 	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return exe
+}
+
+// TestBothEnds runs the README's main job, shortened, on both backends
+// that can run both ends here: the table comes out and both processes
+// end with status 0 (the server answers the client's stop message).
+func TestBothEnds(t *testing.T) {
+	exe := build(t)
 	for _, backend := range []string{"ntb", "roce"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -49,10 +57,7 @@ func TestBothEnds(t *testing.T) {
 // TestNoPeer checks that a client with nothing to connect to says what
 // it waits for and gives up after -timeout with status 1.
 func TestNoPeer(t *testing.T) {
-	exe := filepath.Join(t.TempDir(), "weft-pingpong")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := build(t)
 	start := time.Now()
 	out, err := exec.Command(exe, "-backend", "roce", "-addr", "127.0.0.1:1", "-timeout", "1s").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
@@ -72,10 +77,7 @@ func TestNoPeer(t *testing.T) {
 // processes at once over the RoCE engine (each client on an address of
 // its own), and ends after them with status 0.
 func TestListenMany(t *testing.T) {
-	exe := filepath.Join(t.TempDir(), "weft-pingpong")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := build(t)
 	const clients = 3
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -192,10 +194,7 @@ func foreignPeer(ctx context.Context, t *testing.T, conn net.Conn, client bool, 
 // the peer's queue pair, like the exited program's, answers nothing
 // more.
 func TestForeignPeer(t *testing.T) {
-	exe := filepath.Join(t.TempDir(), "weft-pingpong")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := build(t)
 	const size, iters = 4096, 50
 	for _, role := range []string{"client", "server"} {
 		t.Run(role, func(t *testing.T) {
@@ -260,10 +259,7 @@ func TestForeignPeer(t *testing.T) {
 // nothing) does not hang the client: it gives up after stopReplyTime
 // with status 1 and says why.
 func TestStopUnanswered(t *testing.T) {
-	exe := filepath.Join(t.TempDir(), "weft-pingpong")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := build(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second) // the bound is 5 s
 	defer cancel()
 	l, err := fabric.Listen(ctx, "roce", "127.0.0.1:0?keepalive=0&local=127.0.0.10", nil)

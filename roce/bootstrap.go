@@ -147,8 +147,14 @@ func deadlineFrom(ctx context.Context, conn net.Conn) func() {
 }
 
 // ExchangeClient runs the client side of the pingpong exchange on conn:
-// send our address, read the server's, send "done".
-func ExchangeClient(ctx context.Context, conn net.Conn, local Dest) (Dest, error) {
+// send our address, read the server's, call connect with it, send
+// "done". The queue pair is ready before "done" tells the server so:
+// ibv_rc_pingpong's client connects after, which is harmless there, as
+// its server waits for the client's first message, but a Weft server
+// may send at once, and its first packets would find a queue pair not
+// yet ready to receive them (dropped, and sent again only after the
+// timeout).
+func ExchangeClient(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
 	defer deadlineFrom(ctx, conn)()
 	msg := local.MarshalPingpong()
 	if _, err := conn.Write(msg[:]); err != nil {
@@ -160,6 +166,9 @@ func ExchangeClient(ctx context.Context, conn net.Conn, local Dest) (Dest, error
 	}
 	remote, err := ParsePingpong(in[:])
 	if err != nil {
+		return Dest{}, err
+	}
+	if err := connect(remote); err != nil {
 		return Dest{}, err
 	}
 	if _, err := conn.Write([]byte("done\x00")); err != nil {

@@ -430,10 +430,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	}
 	defer conn.Close()
 	ep.laddr = conn.LocalAddr().String()
-	peer, err := ExchangeClient(ctx, conn, mine)
-	if err == nil {
-		err = ep.connect(o, mine, peer)
-	}
+	_, err = ExchangeClient(ctx, conn, mine, func(peer Dest) error { return ep.connect(o, mine, peer) })
 	if err != nil {
 		ep.Close()
 		return nil, err

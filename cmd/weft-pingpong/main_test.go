@@ -147,11 +147,7 @@ func foreignPeer(ctx context.Context, t *testing.T, conn net.Conn, client bool, 
 			SQPSN: mine.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRDAtomic: 1})
 	}
 	if client {
-		peer, err := roce.ExchangeClient(ctx, conn, mine)
-		if err == nil {
-			err = connect(peer)
-		}
-		if err != nil {
+		if _, err := roce.ExchangeClient(ctx, conn, mine, connect); err != nil {
 			return nil, err
 		}
 	} else if _, err := roce.ExchangeServer(ctx, conn, mine, connect); err != nil {

@@ -205,10 +205,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if o.Listen {
 		ep.peer, err = roce.ExchangeServer(ctx, conn, ep.local, ep.connect)
 	} else {
-		ep.peer, err = roce.ExchangeClient(ctx, conn, ep.local)
-		if err == nil {
-			err = ep.connect(ep.peer)
-		}
+		ep.peer, err = roce.ExchangeClient(ctx, conn, ep.local, ep.connect)
 	}
 	if err != nil {
 		ep.Close()

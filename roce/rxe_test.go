@@ -142,7 +142,9 @@ func runWeftPingpong(t *testing.T, ctx context.Context, args ...string) error {
 		return fmt.Errorf("weft-pingpong: %w", err)
 	}
 	if !last.IsZero() {
-		if d := time.Since(last); d > 10*time.Second {
+		d := time.Since(last)
+		t.Logf("weft-pingpong exited %v after its last row", d.Round(time.Millisecond))
+		if d > 10*time.Second {
 			return fmt.Errorf("weft-pingpong exited %v after its last row, want within seconds", d)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/internal/futex"
+	"github.com/weft-io/weft/internal/wake"
 	"github.com/weft-io/weft/internal/liveness"
 	"github.com/weft-io/weft/internal/shm"
 )
@@ -28,7 +28,8 @@ import (
 //	[4096+mem, 4096+2*mem)         side 1's host memory
 //
 // Each side block holds that side's registers: state, incarnation,
-// doorbell, doorbell mask, a futex word for doorbell sleeps, the inbound
+// doorbell, doorbell mask, a wake sequence and waiter count for doorbell
+// sleeps, the inbound
 // window translations and the scratchpads. A side owns its block while it
 // holds an open-file-description lock on byte 1+side of the file; the
 // kernel drops the lock when the process dies, which is how the peer sees
@@ -120,7 +121,18 @@ type ShmDevice struct {
 	dmaMu  sync.Mutex
 	dmaCfg EmuDMAConfig
 	dma    *emuDMA
+
+	// Doorbell sleeps of a file device park in Go's netpoller on a FIFO
+	// next to the bridge file, one per side (bellPath); the peer rings
+	// ours, we ring its. nil for a mapping device, whose peer may run in
+	// another kernel, and where the FIFO could not be made (DBWait then
+	// polls).
+	bell     *wake.Parker
+	peerBell *wake.Ringer
 }
+
+// bellPath is the FIFO that wakes side's doorbell sleeps.
+func bellPath(path string, side int) string { return fmt.Sprintf("%s.bell%d", path, side) }
 
 var _ DMADevice = (*ShmDevice)(nil)
 
@@ -268,8 +280,20 @@ func (d *ShmDevice) init(c ShmConfig) error {
 		return fmt.Errorf("ntb: %s: %w", d.path, ErrBusy)
 	}
 	d.takeSide()
+	// A side without its FIFO still works: its sleeps poll (pollEvery).
+	if bell, err := wake.ListenFIFO(bellPath(d.path, d.side)); err == nil {
+		d.bell = bell
+	} else {
+		d.pollEvery = fallbackPoll
+	}
+	d.peerBell = wake.NewRinger(bellPath(d.path, 1-d.side))
 	return nil
 }
+
+// fallbackPoll is the doorbell sleep's step on a file device whose FIFO
+// could not be made (a directory that refuses FIFOs): a wake then waits
+// for the sleeper's next look.
+const fallbackPoll = 200 * time.Microsecond
 
 // formatHeader writes the geometry of a fresh bridge and publishes it with
 // the magic, stored last.
@@ -541,10 +565,9 @@ func (d *ShmDevice) PeerDBSet(bits uint64) error {
 		return fmt.Errorf("ntb: doorbell bits %#x outside valid mask %#x: %w", bits, d.dbValid, fabric.ErrInvalid)
 	}
 	shm.U64(d.per, sideDB).Or(bits)
-	seq := shm.U32(d.per, sideDBSeq)
-	seq.Add(1)
-	if !d.polled && shm.U32(d.per, sideDBWaiters).Load() != 0 {
-		futex.Wake(seq, math.MaxInt32)
+	shm.U32(d.per, sideDBSeq).Add(1)
+	if d.peerBell != nil && shm.U32(d.per, sideDBWaiters).Load() != 0 {
+		d.peerBell.Ring()
 	}
 	return nil
 }
@@ -552,19 +575,21 @@ func (d *ShmDevice) PeerDBSet(bits uint64) error {
 // WakeLocal implements Device.
 func (d *ShmDevice) WakeLocal() {
 	shm.U32(d.my, sideWakeGen).Add(1)
-	seq := shm.U32(d.my, sideDBSeq)
-	seq.Add(1)
-	if !d.polled && shm.U32(d.my, sideDBWaiters).Load() != 0 {
-		futex.Wake(seq, math.MaxInt32)
+	shm.U32(d.my, sideDBSeq).Add(1)
+	if d.bell != nil && shm.U32(d.my, sideDBWaiters).Load() != 0 {
+		d.bell.Ring()
 	}
 }
 
-// DBWait implements Device. It sleeps on a futex in the shared file, so a
-// PeerDBSet from the other process wakes it. It returns with no bits set
-// when WakeLocal was called (Close, link changes). On a mapping device
-// (OpenMapping) the two sides may run in different kernels, where a futex
-// wakes nobody: there it sleeps in steps of MappingConfig.Poll and
-// re-checks the doorbell after each.
+// DBWait implements Device. It parks the goroutine in Go's netpoller on
+// this side's FIFO (no OS thread blocks), which a PeerDBSet from the
+// other process rings when it sees a sleeper: the sleeper counts itself
+// in the shared file, then re-checks the wake sequence, so no doorbell is
+// lost between the check and the park. It returns with no bits set when
+// WakeLocal was called (Close, link changes). On a mapping device
+// (OpenMapping) the two sides may run in different kernels, where no
+// descriptor reaches the peer: there it sleeps in steps of
+// MappingConfig.Poll and re-checks the doorbell after each.
 func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 	db, mask := shm.U64(d.my, sideDB), shm.U64(d.my, sideDBMask)
 	seq, waiters, gen := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters), shm.U32(d.my, sideWakeGen)
@@ -596,13 +621,16 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 		if stop == nil && ctx.Done() != nil {
 			stop = context.AfterFunc(ctx, d.WakeLocal)
 		}
-		if d.polled {
+		if d.bell == nil {
 			time.Sleep(d.pollEvery)
 			continue
 		}
 		waiters.Add(1)
-		futex.Wait(seq, s, 100*time.Millisecond)
+		err := d.bell.Wait(func() bool { return seq.Load() != s })
 		waiters.Add(^uint32(0))
+		if err != nil {
+			return 0, os.ErrClosed
+		}
 	}
 }
 
@@ -674,6 +702,12 @@ func (d *ShmDevice) Close() error {
 	shm.U32(d.my, sideState).Store(stateDetached)
 	d.linkUp.Store(false)
 	d.WakeLocal()
+	if d.bell != nil {
+		d.bell.Close()
+	}
+	if d.peerBell != nil {
+		d.peerBell.Close()
+	}
 	if d.mapping != nil {
 		shm.U32(d.my, sideOwner).CompareAndSwap(d.token, 0)
 		return d.mapping.Close()

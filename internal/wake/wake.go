@@ -55,15 +55,26 @@ type Parker struct {
 	rc   syscall.RawConn
 	fd   int
 	path string // a FIFO's path, removed by Close
-	gen  atomic.Uint64
+	// mu guards gen and polling; cond signals a change of either.
+	mu   sync.Mutex
+	cond sync.Cond
+	// gen counts the wake-ups a poller took.
+	gen uint64
+	// polling is set while one goroutine (Wait's poller, or Drain) reads
+	// the descriptor.
+	polling bool
+	// drained is Drain's result, written by drainFn under polling.
+	drained bool
 	// closed is set by Close, before the descriptor is.
 	closed atomic.Bool
 	// rings counts Ring calls.
 	rings atomic.Uint64
-	// ringFn and drainFn are RawConn.Control callbacks made once, so that
-	// Ring and Drain allocate nothing; Control holds a reference on the
-	// descriptor, so neither touches a number Close has released.
+	// ringFn and drainFn are RawConn.Control callbacks, and readFn the
+	// poller's RawConn.Read callback, made once so that Ring, Drain and
+	// Wait allocate nothing; the RawConn holds a reference on the
+	// descriptor, so none touches a number Close has released.
 	ringFn, drainFn func(uintptr)
+	readFn          func(uintptr) bool
 }
 
 // NewEventfd returns a Parker on a new eventfd, rung from this process.
@@ -121,7 +132,9 @@ func newParker(k kind, fd int, name, path string) (*Parker, error) {
 	}
 	p := &Parker{kind: k, f: f, rc: rc, fd: fd, path: path}
 	p.ringFn = func(fd uintptr) { ring(int(fd), p.kind) }
-	p.drainFn = func(fd uintptr) { p.drain(int(fd)) }
+	p.drainFn = func(fd uintptr) { p.drained = p.drain(int(fd)) }
+	p.readFn = func(fd uintptr) bool { return p.drain(int(fd)) }
+	p.cond.L = &p.mu
 	return p, nil
 }
 
@@ -169,16 +182,46 @@ func ring(fd int, k kind) error {
 // once the Parker is closed. done must not block; it is called with no
 // lock held. A nil done returns after the first wake-up (pending ones
 // included), as an epoll set's waiter does.
+//
+// Of the goroutines waiting on one Parker, one at a time (the poller)
+// parks in the netpoller on the descriptor; the others park on a
+// condition variable, and every wake-up the poller takes advances a
+// generation and wakes them all to re-check. Several goroutines parked
+// in the netpoller on one descriptor would queue on its read lock, where
+// the holder, re-entering after each wake-up of its own, could keep the
+// others from ever re-checking theirs.
 func (p *Parker) Wait(done func() bool) error {
-	w := waiters.Get().(*waiter)
-	w.p = p
-	defer func() { w.p = nil; waiters.Put(w) }()
 	for {
-		w.gen = p.gen.Load()
+		p.mu.Lock()
+		g := p.gen
+		p.mu.Unlock()
 		if done != nil && done() {
 			return nil
 		}
-		if err := p.rc.Read(w.fn); err != nil {
+		p.mu.Lock()
+		for p.gen == g && p.polling && !p.closed.Load() {
+			p.cond.Wait()
+		}
+		if p.closed.Load() {
+			p.mu.Unlock()
+			return os.ErrClosed
+		}
+		if p.gen != g {
+			p.mu.Unlock()
+			if done == nil {
+				return nil
+			}
+			continue
+		}
+		p.polling = true
+		p.mu.Unlock()
+		err := p.rc.Read(p.readFn)
+		p.mu.Lock()
+		p.polling = false
+		p.gen++
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if err != nil {
 			if p.closed.Load() {
 				return os.ErrClosed
 			}
@@ -192,41 +235,30 @@ func (p *Parker) Wait(done func() bool) error {
 
 // Drain consumes pending wake-ups without waiting, and reports whether
 // there were any. A wait set's member calls it when it handles its own
-// wake-up.
+// wake-up. While a goroutine waits in Wait, Drain leaves the descriptor
+// to it (and reports false), so that no wake-up is taken from under it.
 func (p *Parker) Drain() bool {
-	g := p.gen.Load()
-	p.rc.Control(p.drainFn)
-	return p.gen.Load() != g
-}
-
-// waiter is one Wait's callback state, pooled so that a wait allocates
-// nothing: RawConn.Read takes a func, and a method value made once per
-// waiter is reused.
-type waiter struct {
-	p   *Parker
-	gen uint64
-	fn  func(uintptr) bool
-}
-
-var waiters = sync.Pool{New: func() any {
-	w := new(waiter)
-	w.fn = w.read
-	return w
-}}
-
-// read is the RawConn.Read callback: it consumes pending wake-ups and
-// reports whether this waiter should re-check its condition (it consumed
-// one, or another waiter did since this one's check).
-func (w *waiter) read(fd uintptr) bool {
-	p := w.p
-	if p.drain(int(fd)) {
-		return true
+	p.mu.Lock()
+	if p.polling || p.closed.Load() {
+		p.mu.Unlock()
+		return false
 	}
-	return p.gen.Load() != w.gen
+	p.polling = true
+	p.mu.Unlock()
+	p.drained = false
+	p.rc.Control(p.drainFn)
+	got := p.drained
+	p.mu.Lock()
+	p.polling = false
+	if got {
+		p.gen++
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	return got
 }
 
-// drain empties the descriptor and advances the generation if it held
-// anything.
+// drain empties the descriptor and reports whether it held anything.
 func (p *Parker) drain(fd int) bool {
 	var buf [64]byte
 	got := false
@@ -249,9 +281,6 @@ func (p *Parker) drain(fd int) bool {
 				break
 			}
 		}
-	}
-	if got {
-		p.gen.Add(1)
 	}
 	return got
 }
@@ -282,7 +311,10 @@ func (p *Parker) Unwatch(fd int) {
 // Close closes the descriptor, waking every Wait with an error matching
 // os.ErrClosed, and removes a FIFO's path. It is idempotent.
 func (p *Parker) Close() error {
+	p.mu.Lock()
 	p.closed.Store(true)
+	p.cond.Broadcast()
+	p.mu.Unlock()
 	err := p.f.Close()
 	if errors.Is(err, os.ErrClosed) {
 		return nil
@@ -300,8 +332,9 @@ type Ringer struct {
 	// mu is held for reading while a ring writes, and for writing while
 	// the descriptor is replaced, so no write reaches a number that was
 	// closed and reused.
-	mu sync.RWMutex
-	fd int // -1: not open
+	mu     sync.RWMutex
+	fd     int // -1: not open
+	closed bool
 }
 
 // NewRinger returns a Ringer for the FIFO at path. Nothing is opened yet.
@@ -334,7 +367,7 @@ func (r *Ringer) Ring() bool {
 func (r *Ringer) reopen(old int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.fd != old { // another ring reopened it meanwhile
+	if r.fd != old || r.closed { // another ring reopened it meanwhile
 		return r.fd >= 0 && ring(r.fd, kindFIFO) == nil
 	}
 	if r.fd >= 0 {
@@ -353,11 +386,12 @@ func (r *Ringer) reopen(old int) bool {
 	return ring(fd, kindFIFO) == nil
 }
 
-// Close closes the FIFO if it is open. The Ringer may be used again; it
-// then reopens the FIFO.
+// Close closes the FIFO if it is open; Ring then reports false. It is
+// idempotent.
 func (r *Ringer) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	fd := r.fd
 	r.fd = -1
 	if fd >= 0 {

@@ -129,6 +129,7 @@ type ShmDevice struct {
 	// polls).
 	bell     *wake.Parker
 	peerBell *wake.Ringer
+	sleeps   atomic.Uint64 // DBWait's parks, for tests
 }
 
 // bellPath is the FIFO that wakes side's doorbell sleeps.
@@ -626,6 +627,7 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 			continue
 		}
 		waiters.Add(1)
+		d.sleeps.Add(1)
 		err := d.bell.Wait(func() bool { return seq.Load() != s })
 		waiters.Add(^uint32(0))
 		if err != nil {

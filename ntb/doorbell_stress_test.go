@@ -16,7 +16,7 @@ const (
 	bitPing     = 1 << 0
 	bitPong     = 1 << 1
 	bitStop     = 1 << 2
-	stressLimit = 30 * time.Minute  // the child's bound: the parent kills it sooner
+	stressLimit = 30 * time.Minute // the child's bound: the parent kills it sooner
 	cycleLimit  = 10 * time.Second // one round trip's: a lost wake-up fails here
 )
 

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/internal/wake"
 	"github.com/weft-io/weft/internal/liveness"
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/wake"
 )
 
 // The emulated bridge is one file, shared by the two sides:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
@@ -41,8 +42,9 @@ type Endpoint struct {
 	closed  atomic.Bool
 	once    sync.Once
 	relOnce sync.Once
-	owner   bool   // Close closes the transport (endpoints from fabric.Open)
-	addr    string // LocalAddr and RemoteAddr: both sides name the bridge
+	armedFD atomic.Int32 // the wake-up a wait set watches while armed, -1 if none
+	owner   bool         // Close closes the transport (endpoints from fabric.Open)
+	addr    string       // LocalAddr and RemoteAddr: both sides name the bridge
 	// release, if set, lets go of a bridge shared with other endpoints
 	// (listeners and their dialers): Close calls it once.
 	release func()
@@ -599,6 +601,62 @@ func (e *Endpoint) recvWait(ctx context.Context, msgs []fabric.Message, views []
 		e.t.dev.DBClear(e.rxBit)
 		e.ctr.Wakeups.Add(1)
 	}
+}
+
+// dbArmer is a Device whose doorbell wake-up a fabric.WaitSet can watch:
+// the emulated bridge's FIFO.
+type dbArmer interface {
+	armDB() int
+	disarmDB()
+}
+
+// hwPoll is a wait set's polling period for an endpoint on a bridge whose
+// doorbell can only be polled.
+const hwPoll = 200 * time.Microsecond
+
+var _ fabric.Waitable = (*Endpoint)(nil)
+
+// ArmWait implements fabric.Waitable: it sets the receive side's sleep
+// flag in the sender's window, as RecvWait does before it sleeps, so that
+// the sender rings the doorbell, and has the set watch the bridge's
+// wake-up. It reports ready when a record is waiting or the endpoint is
+// down (Recv then says why).
+func (e *Endpoint) ArmWait(w *fabric.Waker) (bool, error) {
+	if e.closed.Load() {
+		return false, e.opErr("wait", fabric.ErrClosed)
+	}
+	fd := -1
+	if a, ok := e.t.dev.(dbArmer); ok {
+		fd = a.armDB()
+	}
+	e.armedFD.Store(int32(fd))
+	if fd < 0 {
+		w.PollEvery(hwPoll)
+	} else if err := w.WatchFD(fd); err != nil {
+		return true, nil // the caller polls; the next wait tries again
+	}
+	e.setSleep(&e.rxSleepP, &e.rxMu, 1)
+	return e.rxPending(), nil
+}
+
+// DisarmWait implements fabric.Waitable.
+func (e *Endpoint) DisarmWait(w *fabric.Waker) {
+	e.setSleep(&e.rxSleepP, &e.rxMu, 0)
+	if e.armedFD.Swap(-1) >= 0 {
+		e.t.dev.(dbArmer).disarmDB()
+	}
+	e.t.dev.DBClear(e.rxBit)
+}
+
+// rxPending reports whether Recv has something to say: a record at the
+// ring's head, or the receive side down.
+func (e *Endpoint) rxPending() bool {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	if !e.rxValid || e.closed.Load() {
+		return true
+	}
+	return shm.U32(e.rxRing, int(e.rxHead%uint64(len(e.rxRing)))).Load() != 0
 }
 
 func (e *Endpoint) setSleep(p **atomic.Uint32, mu *sync.Mutex, v uint32) {

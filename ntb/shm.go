@@ -636,6 +636,24 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 	}
 }
 
+// armDB counts a wait set's sleeper on this side, so that the peer's
+// PeerDBSet rings the FIFO, and returns the FIFO's descriptor for the set
+// to watch: -1 (and nothing counted) on a device without one.
+func (d *ShmDevice) armDB() int {
+	if d.bell == nil || d.closed.Load() {
+		return -1
+	}
+	shm.U32(d.my, sideDBWaiters).Add(1)
+	return d.bell.FD()
+}
+
+// disarmDB undoes armDB and consumes the FIFO's wake-ups (unless a DBWait
+// is parked on it, which consumes them itself).
+func (d *ShmDevice) disarmDB() {
+	shm.U32(d.my, sideDBWaiters).Add(^uint32(0))
+	d.bell.Drain()
+}
+
 func (d *ShmDevice) spad(block []byte, idx int) (*atomic.Uint32, error) {
 	if idx < 0 || idx >= d.nSpad {
 		return nil, fmt.Errorf("ntb: scratchpad %d: %w", idx, errBadIndex)

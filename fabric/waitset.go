@@ -43,7 +43,8 @@ type WaitSet struct {
 	ep      *wake.Parker // epoll over the watched descriptors and bell
 	bell    *wake.Parker // eventfd of in-process wake-ups
 	waker   Waker
-	watched map[int]int // descriptor -> members watching it
+	watched map[int]Waitable // descriptor -> the member that watched it last
+	arming  Waitable         // the member in ArmWait (under waitMu)
 
 	// waitMu serialises Wait, whose arming state is the set's.
 	waitMu  sync.Mutex
@@ -82,9 +83,12 @@ func (w *Waker) Wake() {
 }
 
 // WatchFD makes the set wake while fd is readable. Members whose wake-up
-// is a descriptor call it from ArmWait; watching one again is free. The
-// readiness is level-triggered: the member consumes what woke it (in
-// DisarmWait or when polled), or the set does not sleep.
+// is a descriptor call it from ArmWait; a member watching its descriptor
+// again costs a map lookup. The readiness is level-triggered: the member
+// consumes what woke it (in DisarmWait or when polled), or the set does
+// not sleep. A descriptor's close takes it out of the set, and with it
+// any wake-up it had pending, so a member that closes it rings Wake
+// first.
 func (w *Waker) WatchFD(fd int) error {
 	s := w.s
 	s.mu.Lock()
@@ -92,13 +96,15 @@ func (w *Waker) WatchFD(fd int) error {
 	if s.closed {
 		return os.ErrClosed
 	}
-	if s.watched[fd] > 0 {
+	if m, ok := s.watched[fd]; ok && m == s.arming {
 		return nil
 	}
+	// A new descriptor, or a number another member watched (shared, or
+	// closed and reused): add it again; the kernel says if it is there.
 	if err := s.ep.Watch(fd); err != nil {
 		return err
 	}
-	s.watched[fd] = 1
+	s.watched[fd] = s.arming
 	return nil
 }
 
@@ -134,7 +140,7 @@ func NewWaitSet() (*WaitSet, error) {
 		bell.Close()
 		return nil, err
 	}
-	s := &WaitSet{ep: ep, bell: bell, watched: map[int]int{}}
+	s := &WaitSet{ep: ep, bell: bell, watched: map[int]Waitable{}}
 	s.waker.s = s
 	return s, nil
 }
@@ -163,6 +169,12 @@ func (s *WaitSet) Remove(m Waitable) {
 	defer s.mu.Unlock()
 	if i := slices.Index(s.members, m); i >= 0 {
 		s.members = slices.Delete(s.members, i, i+1)
+	}
+	for fd, w := range s.watched {
+		if w == m {
+			s.ep.Unwatch(fd)
+			delete(s.watched, fd)
+		}
 	}
 }
 
@@ -205,7 +217,9 @@ func (s *WaitSet) Wait(ctx context.Context) error {
 	ready := false
 	n := 0
 	for _, m := range s.armed {
+		s.arming = m
 		r, err := m.ArmWait(&s.waker)
+		s.arming = nil
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) {
 				s.Remove(m)

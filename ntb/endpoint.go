@@ -43,6 +43,7 @@ type Endpoint struct {
 	once    sync.Once
 	relOnce sync.Once
 	armedFD atomic.Int32 // the wake-up a wait set watches while armed, -1 if none
+	armedW  atomic.Pointer[fabric.Waker]
 	owner   bool         // Close closes the transport (endpoints from fabric.Open)
 	addr    string       // LocalAddr and RemoteAddr: both sides name the bridge
 	// release, if set, lets go of a bridge shared with other endpoints
@@ -630,6 +631,10 @@ func (e *Endpoint) ArmWait(w *fabric.Waker) (bool, error) {
 		fd = a.armDB()
 	}
 	e.armedFD.Store(int32(fd))
+	e.armedW.Store(w)
+	if e.closed.Load() { // Close ran before it could see w
+		w.Wake()
+	}
 	if fd < 0 {
 		w.PollEvery(hwPoll)
 	} else if err := w.WatchFD(fd); err != nil {
@@ -641,6 +646,7 @@ func (e *Endpoint) ArmWait(w *fabric.Waker) (bool, error) {
 
 // DisarmWait implements fabric.Waitable.
 func (e *Endpoint) DisarmWait(w *fabric.Waker) {
+	e.armedW.CompareAndSwap(w, nil)
 	e.setSleep(&e.rxSleepP, &e.rxMu, 0)
 	if e.armedFD.Swap(-1) >= 0 {
 		e.t.dev.(dbArmer).disarmDB()
@@ -850,6 +856,11 @@ func (e *Endpoint) Close() error {
 func (e *Endpoint) close() {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		// A wait set watching the bridge's wake-up loses it when the
+		// device closes the descriptor: wake the set directly.
+		if w := e.armedW.Load(); w != nil {
+			w.Wake()
+		}
 		e.cq.Close()
 		e.t.dev.WakeLocal()
 	})

@@ -44,8 +44,8 @@ type Endpoint struct {
 	relOnce sync.Once
 	armedFD atomic.Int32 // the wake-up a wait set watches while armed, -1 if none
 	armedW  atomic.Pointer[fabric.Waker]
-	owner   bool         // Close closes the transport (endpoints from fabric.Open)
-	addr    string       // LocalAddr and RemoteAddr: both sides name the bridge
+	owner   bool   // Close closes the transport (endpoints from fabric.Open)
+	addr    string // LocalAddr and RemoteAddr: both sides name the bridge
 	// release, if set, lets go of a bridge shared with other endpoints
 	// (listeners and their dialers): Close calls it once.
 	release func()

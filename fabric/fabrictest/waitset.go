@@ -193,4 +193,3 @@ func waitSetClose(t *testing.T, mp MakePair) {
 		t.Errorf("second Close: %v", err)
 	}
 }
-

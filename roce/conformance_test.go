@@ -94,3 +94,10 @@ func TestConformanceProcesses(t *testing.T) {
 		return ep
 	})
 }
+
+func TestWaitSet(t *testing.T) {
+	fabrictest.TestWaitSet(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		a, b := rcPair(t, "")
+		return a, b
+	})
+}

@@ -300,6 +300,7 @@ type QP struct {
 
 	recvWaiters atomic.Int32
 	recvCh      chan struct{}
+	armed       atomic.Pointer[fabric.Waker] // a wait set's, while armed (wait.go)
 	sendWaiters atomic.Int32
 	sendCh      chan struct{}
 	done        chan struct{}
@@ -573,6 +574,7 @@ func (qp *QP) flushLocked(st fabric.Status) {
 }
 
 func (qp *QP) wakeAll() {
+	qp.wakeSet()
 	select {
 	case qp.recvCh <- struct{}{}:
 	default:
@@ -627,6 +629,7 @@ func (qp *QP) Destroy() error {
 	qp.state = StateErr
 	qp.mu.Unlock()
 	close(qp.done)
+	qp.wakeSet()
 	e := qp.e
 	e.objMu.Lock()
 	delete(e.qps, qp.qpn)
@@ -902,6 +905,7 @@ func (qp *QP) commitRecord(imm uint32, flags uint32, n int) {
 		case qp.recvCh <- struct{}{}:
 		default:
 		}
+		qp.wakeSet()
 	}
 }
 

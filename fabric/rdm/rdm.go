@@ -154,6 +154,11 @@ type Endpoint struct {
 	rx        atomic.Pointer[[]*conn] // connections Recv polls, copy on write
 	rxMu      sync.Mutex              // Recv's cursor
 	cursor    int
+	// set is RecvWait's one wake-up for every connection whose backend
+	// supports it (fabric.Waitable); while any connection's does not
+	// (unwaitable > 0), RecvWait sleeps in steps instead.
+	set        *fabric.WaitSet
+	unwaitable atomic.Int32
 
 	evs                       chan Event
 	accepted, dialed, badHelo atomic.Uint64
@@ -190,6 +195,7 @@ func Open(ctx context.Context, backend, listen string, cfg *Config) (*Endpoint, 
 	e.evs = make(chan Event, e.cfg.Events)
 	e.av.init()
 	e.rx.Store(new([]*conn))
+	e.set, _ = fabric.NewWaitSet() // nil: RecvWait sleeps in steps
 	addrs := e.cfg.Listen
 	if listen != "" {
 		addrs = append([]string{listen}, addrs...)
@@ -262,6 +268,9 @@ func (e *Endpoint) Close() error {
 			go func() { defer cwg.Done(); c.ep.Close() }()
 		}
 		cwg.Wait()
+		if e.set != nil {
+			e.set.Close()
+		}
 	})
 	return nil
 }
@@ -286,6 +295,14 @@ func (e *Endpoint) addConn(c *conn) {
 	copy(next, old)
 	next = append(next, c)
 	e.rx.Store(&next)
+	if w, ok := c.ep.(fabric.Waitable); ok && e.set != nil {
+		e.set.Add(w) // wakes a RecvWait, to look at c too
+	} else {
+		e.unwaitable.Add(1)
+		if e.set != nil {
+			e.set.Wake() // a RecvWait moves to sleeping in steps
+		}
+	}
 }
 
 // dropConn removes a drained connection of a gone peer from the ones
@@ -301,6 +318,11 @@ func (e *Endpoint) dropConn(c *conn) {
 	}
 	e.rx.Store(&next)
 	e.rxMu.Unlock()
+	if w, ok := c.ep.(fabric.Waitable); ok && e.set != nil {
+		e.set.Remove(w)
+	} else {
+		e.unwaitable.Add(-1)
+	}
 	go c.ep.Close()
 }
 
@@ -356,20 +378,36 @@ func (e *Endpoint) Recv(msgs []fabric.Message, from []Peer) (int, error) {
 }
 
 // RecvWait is Recv that waits until at least one message has arrived or
-// ctx is done. It spins for Options.Spin, then sleeps in short steps:
-// there is no single wake-up for many connections of any backend.
+// ctx is done. It spins for Options.Spin, then parks on one wake-up for
+// every connection (a fabric.WaitSet), so an idle endpoint costs one
+// parked goroutine however many peers it has. Where a connection's
+// backend has no wake-up a set can watch, it sleeps in steps that grow
+// from 20 µs to 1 ms instead.
 func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message, from []Peer) (int, error) {
-	w := spin.New(e.spin)
-	for {
-		n, err := e.Recv(msgs, from)
-		if n > 0 || err != nil || len(msgs) == 0 {
+	if n, err := e.Recv(msgs, from); n > 0 || err != nil || len(msgs) == 0 {
+		return n, err
+	}
+	for s := spin.Start(e.spin); s.Next(ctx); {
+		if n, err := e.Recv(msgs, from); n > 0 || err != nil {
 			return n, err
 		}
-		if err := w.Wait(ctx); err != nil {
-			return 0, e.opErr("recv", err)
+	}
+	var w spin.Waiter // no spin left: it only sleeps
+	for {
+		var err error
+		if e.set != nil && e.unwaitable.Load() == 0 {
+			err = e.set.Wait(ctx)
+		} else {
+			err = w.Wait(ctx)
 		}
 		if e.closed.Load() {
 			return 0, e.opErr("recv", fabric.ErrClosed)
+		}
+		if err != nil {
+			return 0, e.opErr("recv", err)
+		}
+		if n, err := e.Recv(msgs, from); n > 0 || err != nil {
+			return n, err
 		}
 	}
 }

@@ -123,6 +123,8 @@ type Endpoint struct {
 	window     uint32
 	dcap       uint32 // deliver queue capacity (frames)
 	spin       time.Duration
+	rxSpin     spin.Budget // RecvWait's
+	txSpin     spin.Budget // SendWait's
 	cq         *cq.Queue
 	dom        fabric.Domain
 	ctr        fabric.Counters
@@ -276,6 +278,8 @@ func buildEndpoint(c EndpointConfig, li LinkInfo, m *mux, frameSize int) (*Endpo
 		spin: (&fabric.Options{Spin: c.Spin}).SpinBudget(), evs: make(chan fabric.Event, 64),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	e.rto = rtoMin
+	e.rxSpin.Init(e.spin)
+	e.txSpin.Init(e.spin)
 	copy(e.localMAC[:], li.MAC)
 	e.hdrOff = EthHdrLen
 	if c.UDP {
@@ -396,25 +400,28 @@ func (e *Endpoint) errClosed(op string) error { return e.opErr(op, fabric.ErrClo
 // RecvWait implements fabric.Endpoint: Recv, busy-polling for the spin
 // budget, then sleeping in poll(2) on the socket.
 func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
-	return e.wait(ctx, msgs, e.Recv, "recv")
+	return e.wait(ctx, msgs, e.Recv, "recv", &e.rxSpin)
 }
 
 // SendWait implements fabric.Endpoint: Send, waiting while the window or
 // the TX ring is full.
 func (e *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
-	return e.wait(ctx, msgs, e.Send, "send")
+	return e.wait(ctx, msgs, e.Send, "send", &e.txSpin)
 }
 
-func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fabric.Message) (int, error), name string) (int, error) {
+func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fabric.Message) (int, error), name string, b *spin.Budget) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	for s := spin.Start(e.spin); s.Next(ctx); {
+	s := b.Start()
+	for s.Next(ctx) {
 		n, err := op(msgs)
 		if n > 0 || err != nil {
+			b.Arrived(&s)
 			return n, err
 		}
 	}
+	b.Slept(&s)
 	for {
 		n, err := op(msgs)
 		if n > 0 || err != nil {

@@ -254,7 +254,7 @@ type Queue struct {
 	u       *xsk.UMEM
 	free    []uint64 // free frame addresses
 	comp    [256]uint64
-	spin    time.Duration
+	spin    spin.Budget
 	fillLow int
 	// inFill counts frames given to the fill ring and not yet received
 	// back on the RX ring, so refills need not read the kernel's
@@ -270,7 +270,8 @@ type Queue struct {
 
 func newQueue(p *Port, s *xsk.Socket, idx, frames int) *Queue {
 	u := s.UMEM()
-	q := &Queue{p: p, s: s, u: u, spin: (&fabric.Options{Spin: p.cfg.Spin}).SpinBudget()}
+	q := &Queue{p: p, s: s, u: u}
+	q.spin.Init((&fabric.Options{Spin: p.cfg.Spin}).SpinBudget())
 	base := 0
 	if !p.cfg.SeparateUMEM {
 		base = idx * frames
@@ -474,12 +475,15 @@ func (q *Queue) RecvWait(ctx context.Context, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, nil
 	}
-	for s := spin.Start(q.spin); s.Next(ctx); {
+	s := q.spin.Start()
+	for s.Next(ctx) {
 		n, err := q.Recv(frames)
 		if n > 0 || err != nil {
+			q.spin.Arrived(&s)
 			return n, err
 		}
 	}
+	q.spin.Slept(&s)
 	for {
 		n, err := q.Recv(frames)
 		if n > 0 || err != nil {

@@ -122,7 +122,9 @@ type Options struct {
 	CQSize int
 	// Spin is how long blocking calls busy-poll before they sleep: 0 means
 	// DefaultSpin, a negative value means sleep at once. Spinning is what
-	// keeps latency low; sleeping costs a wake-up (tens of µs).
+	// keeps latency low; sleeping costs a wake-up (tens of µs). It is the
+	// most a wait spins: a wait whose spins keep ending in sleeps spins
+	// less, and none spins while the host is oversubscribed.
 	Spin time.Duration
 	// Backlog bounds, for Listen, the connections that are in a handshake
 	// or wait for Accept (0: DefaultBacklog); more are refused. Open

@@ -73,6 +73,9 @@ type Endpoint struct {
 	rxSleepP *atomic.Uint32 // in the peer's window: we sleep
 	txSleep  *atomic.Uint32 // in our window: the peer's sender waits for room
 
+	rxSpin spin.Budget // recvWait's
+	txSpin spin.Budget // SendWait's
+
 	rxRel uint64   // consumer position published to the peer
 	vq    []uint64 // ring positions of outstanding views, a queue
 	vHead uint64   // oldest outstanding view in vq
@@ -86,8 +89,11 @@ var (
 )
 
 func newEndpoint(t *Transport, q int) *Endpoint {
-	return &Endpoint{t: t, q: q, rxBit: 1 << (2 * q), txBit: 1 << (2*q + 1),
+	e := &Endpoint{t: t, q: q, rxBit: 1 << (2 * q), txBit: 1 << (2*q + 1),
 		cq: cq.New(t.cfg.CQSize, t.spin), evs: make(chan fabric.Event, 64)}
+	e.rxSpin.Init(t.spin)
+	e.txSpin.Init(t.spin)
+	return e
 }
 
 func (e *Endpoint) ctrl(off int) int { return ctrlOff + e.q*ctrlStride + off }
@@ -583,11 +589,14 @@ func (e *Endpoint) recvWait(ctx context.Context, msgs []fabric.Message, views []
 	}
 	// Busy-poll: Recv itself is the cheapest check (one lock, one load
 	// of the next record's sequence word).
-	for s := spin.Start(e.t.spin); s.Next(ctx); {
+	s := e.rxSpin.Start()
+	for s.Next(ctx) {
 		if n, err := e.poll(msgs, views); n > 0 || err != nil {
+			e.rxSpin.Arrived(&s)
 			return n, err
 		}
 	}
+	e.rxSpin.Slept(&s)
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -681,11 +690,14 @@ func (e *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, er
 	if n, err := e.Send(msgs); n > 0 || err != nil {
 		return n, err
 	}
-	for s := spin.Start(e.t.spin); s.Next(ctx); {
+	s := e.txSpin.Start()
+	for s.Next(ctx) {
 		if n, err := e.Send(msgs); n > 0 || err != nil {
+			e.txSpin.Arrived(&s)
 			return n, err
 		}
 	}
+	e.txSpin.Slept(&s)
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, err

@@ -212,6 +212,9 @@ type QP struct {
 	ctr  fabric.Counters
 	evs  chan fabric.Event
 	spin time.Duration
+	// recvSpin and sendSpin are the spin budgets of RecvWait and
+	// SendWait (of at most spin).
+	recvSpin, sendSpin spin.Budget
 
 	mu     sync.Mutex
 	state  QPState
@@ -362,6 +365,8 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize)),
 		rq: make([]byte, initRecvRing(cfg.RecvBuffer)), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
 		done: make(chan struct{}), txPkts: make([]Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
+	qp.recvSpin.Init(spin)
+	qp.sendSpin.Init(spin)
 	e.objMu.Lock()
 	for tries := 0; ; tries++ {
 		if tries > int(e.qpnMask) {
@@ -1068,13 +1073,15 @@ func (qp *QP) stateErr(op string) error {
 
 // wait spins on ready, driving the engine, for the spin budget, then
 // sleeps on ch until woken, ctx is done or the QP is destroyed.
-func (qp *QP) wait(ctx context.Context, ready func() bool, waiters *atomic.Int32, ch chan struct{}) error {
+func (qp *QP) wait(ctx context.Context, b *spin.Budget, ready func() bool, waiters *atomic.Int32, ch chan struct{}) error {
 	e := qp.e
 	if qp.spin > 0 {
 		e.spinner.Add(1)
-		for s := spin.Start(qp.spin); s.Next(ctx); {
+		s := b.Start()
+		for s.Next(ctx) {
 			if ready() {
 				e.spinner.Add(-1)
+				b.Arrived(&s)
 				return nil
 			}
 			if e.poll() == 0 && s.Rounds()&15 == 0 {
@@ -1094,6 +1101,7 @@ func (qp *QP) wait(ctx context.Context, ready func() bool, waiters *atomic.Int32
 			}
 		}
 		e.spinner.Add(-1)
+		b.Slept(&s)
 	}
 	waiters.Add(1)
 	defer waiters.Add(-1)
@@ -1135,7 +1143,7 @@ func (qp *QP) recvWait(ctx context.Context, want int, poll func() (int, error)) 
 		if n > 0 || err != nil || want == 0 {
 			return n, err
 		}
-		if err := qp.wait(ctx, qp.recvReady, &qp.recvWaiters, qp.recvCh); err != nil {
+		if err := qp.wait(ctx, &qp.recvSpin, qp.recvReady, &qp.recvWaiters, qp.recvCh); err != nil {
 			if qp.closed.Load() {
 				return 0, opErr("recv", fabric.ErrClosed)
 			}
@@ -1164,7 +1172,7 @@ func (qp *QP) postWait(ctx context.Context, msgs []fabric.Message, post func([]f
 		if n > 0 || err != nil || len(msgs) == 0 {
 			return n, err
 		}
-		if err := qp.wait(ctx, qp.sendReady, &qp.sendWaiters, qp.sendCh); err != nil {
+		if err := qp.wait(ctx, &qp.sendSpin, qp.sendReady, &qp.sendWaiters, qp.sendCh); err != nil {
 			if qp.closed.Load() {
 				return 0, opErr("send", fabric.ErrClosed)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/spin"
 )
 
 // benchConns are the connections the benchmarks compare: every backend
@@ -122,8 +123,10 @@ func BenchmarkThroughput1M(b *testing.B) {
 // small messages and for writes that take several frames and credit
 // grants. The endpoints spin long enough never to sleep: a backend's
 // sleep path (a doorbell wait bounded by a context) may allocate, and
-// on a loaded machine a short spin budget runs out.
+// on a loaded machine a short spin budget runs out, and spins do not
+// start at all unless told to ignore the load.
 func TestNoAllocs(t *testing.T) {
+	t.Cleanup(spin.IgnoreOversubscription())
 	forEach(t, func(t *testing.T, be backend) {
 		for _, size := range []int{64, 100 << 10} {
 			t.Run(strconv.Itoa(size), func(t *testing.T) {

@@ -29,7 +29,7 @@ type Queue struct {
 	done    chan struct{}
 	closed  atomic.Bool
 	once    sync.Once
-	spin    time.Duration
+	spin    spin.Budget
 	// Overruns counts completions lost because the queue was full.
 	Overruns atomic.Uint64
 }
@@ -46,8 +46,10 @@ func New(size int, spin time.Duration) *Queue {
 	if size <= 0 {
 		size = 4096
 	}
-	return &Queue{ring: make([]fabric.Completion, min(size, initRing)), size: size, wake: make(chan struct{}, 1),
-		done: make(chan struct{}), spin: spin}
+	q := &Queue{ring: make([]fabric.Completion, min(size, initRing)), size: size, wake: make(chan struct{}, 1),
+		done: make(chan struct{})}
+	q.spin.Init(spin)
+	return q
 }
 
 // initRing is the ring's starting length.
@@ -124,14 +126,17 @@ func (q *Queue) Wait(ctx context.Context, out []fabric.Completion) (int, error) 
 	if n := q.Poll(out); n > 0 {
 		return n, nil
 	}
-	for s := spin.Start(q.spin); s.Next(ctx); {
+	s := q.spin.Start()
+	for s.Next(ctx) {
 		if n := q.Poll(out); n > 0 {
+			q.spin.Arrived(&s)
 			return n, nil
 		}
 		if q.closed.Load() {
 			return 0, errClosed
 		}
 	}
+	q.spin.Slept(&s)
 	for {
 		q.waiters.Add(1)
 		if n := q.Poll(out); n > 0 {

@@ -402,6 +402,22 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestBackoff$",
 		Why: "a long ACK timeout is not doubled: a peer gone without a DREQ is noticed after about 17 s at rdma_cm's default, not 7 minutes (issue 28)",
 	},
+	{
+		Name: "spin-starts-oversubscribed",
+		File: "internal/spin/spin.go",
+		Old:  "\tif verdict.over.Load() && oversubscribed(now) {\n",
+		New:  "\tif false && verdict.over.Load() && oversubscribed(now) {\n",
+		Pkg:  "./internal/spin/", Run: "^TestOversubscribedNeverSpins$",
+		Why: "an adaptive spin never starts while more is runnable than there are processors",
+	},
+	{
+		Name: "spin-spins-on-oversubscribed",
+		File: "internal/spin/spin.go",
+		Old:  "\t\tif ctx.Err() != nil || s.adaptive && oversubscribed(now) {\n",
+		New:  "\t\tif ctx.Err() != nil {\n",
+		Pkg:  "./internal/spin/", Run: "^TestOversubscribedNeverSpins$",
+		Why: "an adaptive spin under way stops at its next clock reading once more is runnable than there are processors",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/internal/futex"
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/wake"
 )
 
 // ShmLink is a Link between engines of one host, in one process or many,
@@ -48,6 +47,16 @@ import (
 // mid-copy, skips it, so no peer can stall a ring for good; a producer
 // that merely stalled that long loses its datagram (the ICRC catches a
 // copy it finishes into a slot reused meanwhile).
+//
+// A consumer with nothing to read sleeps on a named pipe beside its ring
+// (the ring's file name with ".bell"), parked in Go's netpoller
+// (internal/wake): an idle link holds no OS thread. It announces itself
+// in the ring's header, re-checks the ring, then parks; a producer
+// publishes, then rings the pipe if the header says a consumer sleeps. A
+// ring no pipe wakes (a peer of an earlier version, which rang a futex
+// in the header; a directory where no pipe can be made) is still read: a
+// parked consumer looks at its ring at least every 100 ms, and one
+// without a pipe polls it in short sleeps.
 type ShmLink struct {
 	local netip.AddrPort
 	cfg   ShmConfig
@@ -64,6 +73,18 @@ type ShmLink struct {
 	wmu     sync.Mutex // WriteBatch, and peers
 	peers   map[netip.AddrPort]*shmPeer
 	drops   atomic.Uint64
+
+	// bell is the pipe producers ring while WaitRead sleeps; nil if it
+	// could not be made (WaitRead then polls in short sleeps).
+	bell *wake.Parker
+	// slice is how long one park lasts at most before WaitRead looks at
+	// the ring again (0: until rung), for wake-ups no pipe carries.
+	slice time.Duration
+	// idle is a waiter left by the last WaitRead, so that waiting
+	// allocates nothing.
+	idle atomic.Pointer[shmWaiter]
+	// parks counts WaitRead's parks on the bell.
+	parks atomic.Uint64
 }
 
 // ShmConfig configures a ShmLink. The zero value is the default.
@@ -90,10 +111,16 @@ const (
 	shmOffSlotSize = 12
 	shmOffClosed   = 16  // 1 once the owner has closed the ring
 	shmOffTail     = 64  // producers' claim counter (own cache line)
-	shmOffSleeping = 128 // 1 while the consumer sleeps on the bell
-	shmOffBell     = 132 // futex word producers ring
+	shmOffSleeping = 128 // not 0 while the consumer sleeps (see below)
+	shmOffBell     = 132 // unused (see below)
 	shmOffHead     = 192 // the consumer's position (own cache line)
 	shmHeader      = 4096
+	// Producers ring the consumer's bell only while the word at
+	// shmOffSleeping is not 0. This version counts its sleeping
+	// WaitReads there (earlier ones stored 1 and 0), and its bell is a
+	// named pipe beside the ring (shmBellPath); the word at shmOffBell
+	// is the futex earlier versions slept on and producers rang, which
+	// this version neither sleeps on nor rings.
 
 	// A slot: the sequence word, the datagram's length, source port and
 	// address, then the datagram.
@@ -109,6 +136,17 @@ const (
 	// shmStuck is how long a claimed slot may stay unpublished before the
 	// consumer skips it.
 	shmStuck = time.Second
+
+	// shmSlice is how long WaitRead parks on its bell at most before it
+	// looks at the ring again, for datagrams no ring announced.
+	shmSlice = 100 * time.Millisecond
+	// shmPollStep is WaitRead's sleep between looks at the ring when it
+	// has no bell.
+	shmPollStep = 200 * time.Microsecond
+	// shmMute is how long a producer stops ringing a peer's bell after a
+	// ring found no reader (an earlier version's peer, or one without a
+	// pipe): that peer reads its ring on its own.
+	shmMute = 100 * time.Millisecond
 )
 
 // ring is a view of one ring's memory, checked once when mapped.
@@ -117,7 +155,6 @@ type ring struct {
 	slots uint64
 	tail  *atomic.Uint64
 	head  *atomic.Uint64
-	bell  *atomic.Uint32
 	sleep *atomic.Uint32
 	shut  *atomic.Uint32
 }
@@ -148,7 +185,7 @@ func view(mem []byte) (ring, error) {
 	if uint64(len(mem)) < shmHeader+n*shmSlotSize {
 		return ring{}, errors.New("shorter than its slots")
 	}
-	return ring{mem: mem, slots: n, tail: shm.U64(mem, shmOffTail), head: shm.U64(mem, shmOffHead), bell: shm.U32(mem, shmOffBell),
+	return ring{mem: mem, slots: n, tail: shm.U64(mem, shmOffTail), head: shm.U64(mem, shmOffHead),
 		sleep: shm.U32(mem, shmOffSleeping), shut: shm.U32(mem, shmOffClosed)}, nil
 }
 
@@ -158,6 +195,10 @@ type shmPeer struct {
 	mem  []byte
 	r    ring
 	dead bool // the ring's owner is gone: drop what is sent to it
+	bell *wake.Ringer
+	// mute is when the bell may be rung again after a ring that found
+	// no reader (zero: it may).
+	mute time.Time
 }
 
 // ShmPath returns the file of the ring of address a in dir (default
@@ -168,6 +209,10 @@ func ShmPath(dir string, a netip.AddrPort) string {
 	}
 	return filepath.Join(dir, "weft-roce-"+a.String())
 }
+
+// shmBellPath returns the named pipe beside the ring file ring, which its
+// consumer sleeps on.
+func shmBellPath(ring string) string { return ring + ".bell" }
 
 // ListenShm opens a ShmLink at addr (port 0 means Port): it creates the
 // address's inbound ring, or takes over one whose owner is gone. It fails
@@ -236,11 +281,21 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 			return fail(fmt.Errorf("roce: shm link: %s is held by a running engine: %w", path, unix.EADDRINUSE))
 		}
 	}
+	// The bell, before the ring is found: a dead owner's pipe is taken
+	// over as it is. Without one, WaitRead polls.
+	bell, err := wake.ListenFIFO(shmBellPath(path))
+	if err != nil {
+		bell = nil
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
+		if bell != nil {
+			bell.Close()
+		}
 		unix.Munmap(mem)
 		return fail(fmt.Errorf("roce: shm link: %w", err))
 	}
-	l := &ShmLink{local: addr, cfg: cfg, f: tmp, mem: mem, r: r, peers: map[netip.AddrPort]*shmPeer{}}
+	l := &ShmLink{local: addr, cfg: cfg, f: tmp, mem: mem, r: r, peers: map[netip.AddrPort]*shmPeer{},
+		bell: bell, slice: shmSlice}
 	return l, nil
 }
 
@@ -398,11 +453,23 @@ func claim(r *ring) (uint64, bool) {
 	return 0, false
 }
 
-// ring wakes p's consumer if it sleeps.
+// ring wakes p's consumer if it sleeps. The caller has published what
+// it wrote (sequentially consistent stores, as the consumer's announce
+// is): either the consumer's re-check sees it or this sees the consumer.
+// A ring that finds no reader mutes p's bell for a while: the consumer
+// reads its ring on its own (see ShmLink).
 func (l *ShmLink) ring(p *shmPeer) {
-	if p != nil && p.r.sleep.Load() != 0 {
-		p.r.bell.Add(1)
-		futex.Wake(p.r.bell, math.MaxInt32)
+	if p == nil || p.r.sleep.Load() == 0 {
+		return
+	}
+	if !p.mute.IsZero() {
+		if now := time.Now(); now.Before(p.mute) {
+			return
+		}
+		p.mute = time.Time{}
+	}
+	if !p.bell.Ring() {
+		p.mute = time.Now().Add(shmMute)
 	}
 }
 
@@ -432,9 +499,11 @@ func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
 		}
 		unix.Munmap(p.mem)
 		p.f.Close()
+		p.bell.Close()
 		delete(l.peers, a)
 	}
-	f, err := os.OpenFile(ShmPath(l.cfg.Dir, a), os.O_RDWR, 0)
+	path := ShmPath(l.cfg.Dir, a)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil
 	}
@@ -454,13 +523,14 @@ func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
 		f.Close()
 		return nil
 	}
-	p = &shmPeer{f: f, mem: mem, r: r}
+	p = &shmPeer{f: f, mem: mem, r: r, bell: wake.NewRinger(shmBellPath(path))}
 	l.peers[a] = p
 	return p
 }
 
-// WaitRead implements Link: it sleeps on the ring's bell (a futex in the
-// shared memory) until a sender rings it.
+// WaitRead implements Link: it parks on the link's bell, a named pipe in
+// Go's netpoller (no OS thread blocks), until a sender rings it, and
+// without a bell polls the ring in short sleeps.
 func (l *ShmLink) WaitRead(ctx context.Context, deadline time.Time) error {
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
@@ -476,35 +546,93 @@ func (l *ShmLink) WaitRead(ctx context.Context, deadline time.Time) error {
 	}
 	r := &l.r
 	for {
-		// The bell first: a Close or a cancellation after this load
-		// changes it, so the futex does not sleep through them.
-		v := r.bell.Load()
 		if l.closed.Load() {
 			return os.ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r.sleep.Store(1)
-		if l.readable() {
-			r.sleep.Store(0)
-			return nil
+		now := time.Now()
+		var until time.Time // the end of this park (zero: none)
+		if l.slice > 0 {
+			until = now.Add(l.slice)
 		}
-		slice := 100 * time.Millisecond
 		if !deadline.IsZero() {
-			d := time.Until(deadline)
-			if d <= 0 {
-				r.sleep.Store(0)
+			if !now.Before(deadline) {
 				return nil
 			}
-			slice = min(slice, d)
+			if until.IsZero() || deadline.Before(until) {
+				until = deadline
+			}
 		}
-		futex.Wait(r.bell, v, slice)
-		r.sleep.Store(0)
+		if l.bell == nil {
+			if l.readable() {
+				return nil
+			}
+			step := shmPollStep
+			if !until.IsZero() {
+				step = min(step, until.Sub(now))
+			}
+			time.Sleep(step)
+			continue
+		}
+		// Announce, re-check, park: a sender that published before the
+		// announce is seen here, one after it sees the announce and rings.
+		r.sleep.Add(1)
+		if l.readable() {
+			r.sleep.Add(^uint32(0))
+			return nil
+		}
+		err := l.park(ctx, now, until)
+		r.sleep.Add(^uint32(0))
 		if l.readable() {
 			return nil
 		}
+		if err != nil && !l.closed.Load() {
+			time.Sleep(shmPollStep) // a bell that fails: do not spin on it
+		}
 	}
+}
+
+// park waits on the bell until it rings and the ring is readable, the
+// link closes, ctx ends or until passes (zero: no limit).
+func (l *ShmLink) park(ctx context.Context, now, until time.Time) error {
+	w := l.idle.Swap(nil)
+	if w == nil {
+		w = &shmWaiter{l: l}
+		w.done = w.check
+		w.timer = time.AfterFunc(time.Hour, l.bell.Ring)
+		w.timer.Stop()
+	}
+	w.ctx, w.until = ctx, until
+	if !until.IsZero() {
+		w.timer.Reset(until.Sub(now))
+	}
+	l.parks.Add(1)
+	err := l.bell.Wait(w.done)
+	if !until.IsZero() {
+		// A timer that fired meanwhile rings the bell once more: the
+		// next wait wakes, re-checks and parks again.
+		w.timer.Stop()
+	}
+	w.ctx = nil
+	l.idle.Store(w)
+	return err
+}
+
+// shmWaiter is park's state: the condition it hands the bell, made once,
+// and the timer that ends a park at its limit.
+type shmWaiter struct {
+	l     *ShmLink
+	ctx   context.Context
+	until time.Time
+	timer *time.Timer
+	done  func() bool // check
+}
+
+func (w *shmWaiter) check() bool {
+	return w.l.readable() || w.l.closed.Load() || w.ctx.Err() != nil ||
+		(!w.until.IsZero() && !time.Now().Before(w.until))
 }
 
 // readable reports whether the next slot is published (or stuck, which
@@ -513,22 +641,17 @@ func (l *ShmLink) readable() bool {
 	return l.r.tail.Load() > l.r.head.Load()
 }
 
-// wakeSelf rings the link's own bell, to end a WaitRead (Close, a
-// cancelled context).
+// wakeSelf rings the link's own bell, to end a WaitRead (a cancelled
+// context). A bell that Close has closed ignores it.
 func (l *ShmLink) wakeSelf() {
-	if !l.memMu.TryRLock() {
-		return // Close holds the mapping: it has rung already
-	}
-	defer l.memMu.RUnlock()
-	if !l.closed.Load() {
-		l.r.bell.Add(1)
-		futex.Wake(l.r.bell, math.MaxInt32)
+	if l.bell != nil {
+		l.bell.Ring()
 	}
 }
 
 // Close implements Link: it marks the ring closed (senders drop what they
-// send to it), removes its file and wakes a blocked WaitRead. It is
-// idempotent.
+// send to it), removes its file and its bell and wakes a blocked
+// WaitRead. It is idempotent.
 func (l *ShmLink) Close() error {
 	l.closeMu.Lock()
 	defer l.closeMu.Unlock()
@@ -537,9 +660,13 @@ func (l *ShmLink) Close() error {
 	}
 	l.memMu.RLock()
 	l.r.shut.Store(1)
-	l.r.bell.Add(1)
-	futex.Wake(l.r.bell, math.MaxInt32)
 	l.memMu.RUnlock()
+	// Closing the bell ends a parked WaitRead and removes the pipe; it
+	// goes before the ring's name, so a successor that finds no ring
+	// makes a pipe of its own, not one this removes.
+	if l.bell != nil {
+		l.bell.Close()
+	}
 	// Remove the name only if it is still ours (a successor may hold it).
 	path := ShmPath(l.cfg.Dir, l.local)
 	if st, err := os.Stat(path); err == nil {
@@ -553,6 +680,7 @@ func (l *ShmLink) Close() error {
 	for _, p := range l.peers {
 		unix.Munmap(p.mem)
 		p.f.Close()
+		p.bell.Close()
 	}
 	l.peers = nil
 	unix.Munmap(l.mem)

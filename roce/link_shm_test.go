@@ -1,14 +1,18 @@
 package roce
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -147,15 +151,22 @@ func TestShmLinkPeers(t *testing.T) {
 }
 
 // die ends l as the death of its process would: its mappings and
-// descriptor go (and with them its lock), its files stay.
+// descriptors go (and with them its lock), its files stay.
 func die(l *ShmLink) {
 	l.closed.Store(true) // its Close, at the test's end, then does nothing
 	unix.Munmap(l.mem)
 	for _, p := range l.peers {
 		unix.Munmap(p.mem)
 		p.f.Close()
+		p.bell.Close()
 	}
 	l.f.Close()
+	if l.bell != nil {
+		// Closing the bell removes its pipe; a dead process leaves one
+		// that nobody reads.
+		l.bell.Close()
+		unix.Mkfifo(shmBellPath(ShmPath(l.cfg.Dir, l.local)), 0o600)
+	}
 }
 
 // bigHeader is a ring header that claims more slots than its file holds.
@@ -293,6 +304,9 @@ func TestShmLinkWait(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+	if _, err := os.Lstat(shmBellPath(ShmPath(b.cfg.Dir, b.LocalAddr()))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Close left its bell: %v", err)
+	}
 	if _, err := b.ReadBatch(rxPackets(1)); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("ReadBatch after Close: %v", err)
 	}
@@ -301,9 +315,284 @@ func TestShmLinkWait(t *testing.T) {
 	}
 }
 
+// A link whose bell cannot be made (its path is taken by a directory)
+// polls its ring: what a sender writes without being able to ring it is
+// read, and cancellation and Close still end WaitRead. A datagram no bell
+// announces (an earlier version's sender, which rang a futex) is found
+// within a link's slice.
+func TestShmLinkNoBell(t *testing.T) {
+	dir := t.TempDir()
+	addr := netip.MustParseAddrPort("10.1.0.3:4791")
+	if err := os.Mkdir(shmBellPath(ShmPath(dir, addr)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := shmPair(t, ShmConfig{Dir: dir})
+	b, err := ListenShm(addr, ShmConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.bell != nil {
+		t.Fatal("a bell over a directory")
+	}
+	ctx := context.Background()
+	in := rxPackets(4)
+	for i := range 3 {
+		done := make(chan error, 1)
+		go func() { done <- b.WaitRead(ctx, time.Time{}) }()
+		// Ring a bell that does not exist as if b slept (b polls and does
+		// not announce itself); the datagram must arrive all the same.
+		b.r.sleep.Add(1)
+		if n, err := a.WriteBatch(shmPackets(b.LocalAddr(), 1, 64)); n != 1 || err != nil {
+			t.Fatalf("WriteBatch: %d, %v", n, err)
+		}
+		b.r.sleep.Add(^uint32(0))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := b.ReadBatch(in); got != 1 {
+			t.Fatalf("round %d: read %d", i, got)
+		}
+		if a.peers[b.LocalAddr()].mute.IsZero() {
+			t.Fatal("a ring that found no reader did not mute the bell")
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.WaitRead(cctx, time.Time{}) }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	go func() { done <- b.WaitRead(ctx, time.Time{}) }()
+	b.Close()
+	if err := <-done; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("WaitRead across Close: %v", err)
+	}
+
+	// An unannounced datagram, and a link that parks on its bell.
+	c, d := shmPair(t, ShmConfig{Dir: t.TempDir()})
+	d.slice = 5 * time.Millisecond
+	go func() { done <- d.WaitRead(ctx, time.Time{}) }()
+	for d.r.sleep.Load() == 0 { // until WaitRead sleeps
+		time.Sleep(time.Millisecond)
+	}
+	pos, _ := claim(&d.r)
+	shm.Put32(d.r.slot(pos), slotOffLen, 64)
+	shm.Put32(d.r.slot(pos), slotOffPort, uint32(c.LocalAddr().Port()))
+	d.r.seq(pos).Store(pos + 1)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.ReadBatch(in); got != 1 {
+		t.Fatalf("read %d unannounced datagrams", got)
+	}
+}
+
+// threads returns the number of this process's OS threads.
+func threads(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(l)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads: in /proc/self/status")
+	return 0
+}
+
+// Links whose WaitRead sleeps hold no OS thread each: they park in the
+// netpoller, not in a system call.
+func TestShmLinkIdleThreads(t *testing.T) {
+	const n = 100
+	dir := t.TempDir()
+	links := make([]*ShmLink, n)
+	for i := range links {
+		l, err := ListenShm(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), 0), ShmConfig{Dir: dir, Slots: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		links[i] = l
+	}
+	before := threads(t)
+	done := make(chan error, n)
+	for _, l := range links {
+		go func() { done <- l.WaitRead(context.Background(), time.Time{}) }()
+	}
+	for _, l := range links {
+		for l.r.sleep.Load() == 0 { // until its WaitRead sleeps
+			time.Sleep(time.Millisecond)
+		}
+	}
+	got := threads(t)
+	t.Logf("%d sleeping links: %d threads, %d before", n, got, before)
+	if got > before+n/2 {
+		t.Errorf("%d sleeping links hold %d threads (%d before)", n, got, before)
+	}
+	for _, l := range links {
+		l.Close()
+	}
+	for range n {
+		if err := <-done; !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("WaitRead across Close: %v", err)
+		}
+	}
+}
+
+// shmWakeEnv names the directory of TestShmLinkWakeProcesses's rings in
+// its second process.
+const shmWakeEnv = "WEFT_SHM_WAKE_DIR"
+
+var shmWakeA, shmWakeB = netip.MustParseAddrPort("10.1.0.1:4791"), netip.MustParseAddrPort("10.1.0.2:4791")
+
+// shmWakeRounds is TestShmLinkWakeProcesses's number of round trips.
+func shmWakeRounds() int {
+	if testing.Short() {
+		return 10000
+	}
+	return 100000
+}
+
+// A ping-pong between two processes in which both sides sleep in
+// WaitRead whenever they wait, with no deadline and no slice: every
+// wake-up is a ring of the bell, and a lost one hangs the test (until
+// go test's -timeout ends it).
+func TestShmLinkWakeProcesses(t *testing.T) {
+	if dir := os.Getenv(shmWakeEnv); dir != "" {
+		shmWakeChild(t, dir)
+		return
+	}
+	dir := t.TempDir()
+	a, err := ListenShm(shmWakeA, ShmConfig{Dir: dir, Slots: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.slice = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmLinkWakeProcesses$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), shmWakeEnv+"="+dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // should this process die hung
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var berr error
+	go func() {
+		berr = cmd.Wait()
+		close(exited)
+		cancel() // a WaitRead for a side that is gone ends
+	}()
+	defer func() {
+		cmd.Process.Kill() // if it still runs
+		<-exited
+	}()
+	rounds := shmWakeRounds()
+	in := rxPackets(8)
+	out1 := shmPackets(shmWakeB, 1, 8)
+	// recv reads the datagram numbered want, sleeping until it comes.
+	recv := func(want uint64) {
+		t.Helper()
+		for {
+			n, err := a.ReadBatch(in[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				if got := binary.LittleEndian.Uint64(in[0].Buf); in[0].N != 8 || got != want {
+					t.Fatalf("received %d (%d bytes), want %d", got, in[0].N, want)
+				}
+				return
+			}
+			if err := a.WaitRead(ctx, time.Time{}); err != nil {
+				t.Fatalf("waiting for %d: %v; side B: %s", want, err, out.String())
+			}
+		}
+	}
+	recv(0) // side B listens
+	for i := uint64(1); i <= uint64(rounds); i++ {
+		binary.LittleEndian.PutUint64(out1[0].Buf, i)
+		if n, err := a.WriteBatch(out1); n != 1 || err != nil {
+			t.Fatalf("WriteBatch %d: %d, %v", i, n, err)
+		}
+		recv(i)
+	}
+	<-exited
+	if berr != nil {
+		t.Fatalf("side B: %v\n%s", berr, out.String())
+	}
+	b := "side B's parks not found"
+	if _, after, ok := strings.Cut(out.String(), "side B parked"); ok {
+		b, _, _ = strings.Cut(after, "\n")
+		b = "side B parked" + b
+	}
+	t.Logf("%d round trips, this side parked %d times, %s", rounds, a.parks.Load(), b)
+	if a.Drops() != 0 {
+		t.Fatalf("%d drops", a.Drops())
+	}
+}
+
+// shmWakeChild is side B of TestShmLinkWakeProcesses: it answers every
+// datagram with the same, sleeping in WaitRead between them.
+func shmWakeChild(t *testing.T, dir string) {
+	b, err := ListenShm(shmWakeB, ShmConfig{Dir: dir, Slots: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.slice = 0
+	reply := shmPackets(shmWakeA, 1, 8)
+	binary.LittleEndian.PutUint64(reply[0].Buf, 0) // datagram 0: listening
+	if n, err := b.WriteBatch(reply); n != 1 || err != nil {
+		t.Fatalf("hello: %d, %v", n, err)
+	}
+	in := rxPackets(8)
+	for i := uint64(1); i <= uint64(shmWakeRounds()); {
+		n, err := b.ReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			if err := b.WaitRead(context.Background(), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for _, p := range in[:n] {
+			if got := binary.LittleEndian.Uint64(p.Buf); p.N != 8 || got != i {
+				t.Fatalf("received %d (%d bytes), want %d", got, p.N, i)
+			}
+			copy(reply[0].Buf, p.Buf[:8])
+			if n, err := b.WriteBatch(reply); n != 1 || err != nil {
+				t.Fatalf("WriteBatch %d: %d, %v", i, n, err)
+			}
+			i++
+		}
+	}
+	t.Logf("side B parked %d times", b.parks.Load())
+}
+
 // shmAddrPair connects two endpoints over ShmLinks, with the TCP exchange
 // on loopback.
 func shmAddrPair(t testing.TB, query string) (a, b *Endpoint) {
+	t.Helper()
+	return shmAddrPairOpts(t, query, nil)
+}
+
+// shmAddrPairOpts is shmAddrPair with fabric options (nil: the defaults).
+func shmAddrPairOpts(t testing.TB, query string, opts *fabric.Options) (a, b *Endpoint) {
 	t.Helper()
 	port := freePort(t)
 	la, lb := shmAddr(), shmAddr()
@@ -315,7 +604,7 @@ func shmAddrPair(t testing.TB, query string) (a, b *Endpoint) {
 		if s == fabrictest.SideB {
 			addr = fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s&%s", port, lb, query)
 		}
-		ep, err := fabric.Open(ctx, "roce", addr, nil)
+		ep, err := fabric.Open(ctx, "roce", addr, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -374,6 +663,16 @@ func TestConformanceShmProcesses(t *testing.T) {
 func BenchmarkEngineShm(b *testing.B) {
 	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
 		x, y := shmAddrPair(b, "mtu=4096&keepalive=0")
+		return x, y
+	})
+}
+
+// BenchmarkEngineShmBlock is BenchmarkEngineShm with Spin -1: blocking
+// calls sleep at once, so every message that finds its receiver idle
+// goes through the link's sleep and wake-up (WaitRead, the bell).
+func BenchmarkEngineShmBlock(b *testing.B) {
+	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
+		x, y := shmAddrPairOpts(b, "mtu=4096&keepalive=0", &fabric.Options{Spin: -1})
 		return x, y
 	})
 }

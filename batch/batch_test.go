@@ -745,6 +745,36 @@ func testSlots(t *testing.T) {
 	s.Release(make([]batch.Packet, 3)) // zero packets: ignored
 }
 
+// TestSlotWaitClose: Close wakes a RecvWait that waits for a free slot,
+// with os.ErrClosed.
+func TestSlotWaitClose(t *testing.T) {
+	a, b := pair(t, ntb.Config{})
+	c := newCoalescer(t, a, &batch.Options{MaxPackets: 4, Deadline: -1})
+	s := newSplitter(t, b, &batch.SplitterOptions{Slots: 1, SlotSize: 1024})
+	src, _ := a.Alloc(4096, 0)
+	addPackets(t, c, src, 0, 8, 50)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pkts := make([]batch.Packet, 4)
+	for n := 0; n < 4; {
+		k, err := s.RecvWait(ctx, pkts[n:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	full := s.Stats().Full
+	done := make(chan error, 1)
+	go func() { _, err := s.RecvWait(ctx, pkts); done <- err }()
+	for s.Stats().Full == full { // until RecvWait has found the slot held
+		time.Sleep(time.Millisecond)
+	}
+	s.Close()
+	if err := <-done; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("RecvWait after Close: %v, want os.ErrClosed", err)
+	}
+}
+
 // TestMalformed sends batches with broken headers (and the batch
 // immediate) straight through the endpoint: each is dropped and counted,
 // Recv reports a *HeaderError matching fabric.ErrMalformed, nothing

@@ -111,17 +111,21 @@ type Splitter struct {
 	ret   []int32
 	// View mode (vr != nil): slot q%len(slots) holds view number q; views
 	// go back to the endpoint in order, as their slots finish.
-	vr       fabric.ViewReceiver
-	views    []fabric.View
-	vt       atomic.Uint64 // views received (written under rxMu)
-	vh       atomic.Uint64 // views released to the endpoint
-	done     []atomic.Bool // slot's packets all released, its view not yet
-	relMu    sync.Mutex
-	nret     atomic.Int32
-	inUse    atomic.Int32 // slots holding a message
-	closed   atomic.Bool
-	freeOnce sync.Once
-	ctr      splitterCounters
+	vr    fabric.ViewReceiver
+	views []fabric.View
+	vt    atomic.Uint64 // views received (written under rxMu)
+	vh    atomic.Uint64 // views released to the endpoint
+	done  []atomic.Bool // slot's packets all released, its view not yet
+	relMu sync.Mutex
+	nret  atomic.Int32
+	// relWaiters counts RecvWaits asleep until a Release frees a slot;
+	// the Release that frees one signals relCh.
+	relWaiters atomic.Int32
+	relCh      chan struct{}
+	inUse      atomic.Int32 // slots holding a message
+	closed     atomic.Bool
+	freeOnce   sync.Once
+	ctr        splitterCounters
 }
 
 // NewSplitter returns a Splitter that receives on ep. It allocates its
@@ -141,7 +145,7 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 		return nil, fmt.Errorf("batch: %d slots of %d bytes: %w", o.Slots, o.SlotSize, fabric.ErrInvalid)
 	}
 	if vr, ok := ep.(fabric.ViewReceiver); ok && !o.Copy {
-		s := &Splitter{ep: ep, vr: vr, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots),
+		s := &Splitter{ep: ep, vr: vr, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots), relCh: make(chan struct{}, 1),
 			views: make([]fabric.View, o.Slots), done: make([]atomic.Bool, o.Slots), pend: make([]int32, o.Slots),
 			dropped: make([]int32, 0, o.Slots)}
 		return s, nil
@@ -150,7 +154,7 @@ func NewSplitter(ep fabric.Endpoint, opts *SplitterOptions) (*Splitter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch: receive region: %w", err)
 	}
-	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots),
+	s := &Splitter{ep: ep, reg: reg, slotSize: o.SlotSize, perMsg: 1, slots: make([]slot, o.Slots), relCh: make(chan struct{}, 1),
 		sges: make([]fabric.SGE, o.Slots), ready: make([]fabric.Message, o.Slots),
 		readyIdx: make([]int32, o.Slots), pend: make([]int32, o.Slots), dropped: make([]int32, 0, o.Slots), ret: make([]int32, 0, o.Slots)}
 	buf := reg.Bytes()
@@ -198,22 +202,46 @@ func (s *Splitter) Recv(pkts []Packet) (int, error) {
 // done or the endpoint fails. It waits with the endpoint's RecvWait (spin,
 // then sleep); when every slot is held by unreleased packets it waits for
 // a Release from another goroutine, polling for fabric.DefaultSpin, then
-// sleeping in steps that grow from 20 µs to 1 ms. Closing the Splitter
-// does not wake it; closing the endpoint or cancelling ctx does.
+// parking until the Release that frees a slot wakes it. Closing the
+// Splitter wakes that wait (os.ErrClosed); a wait inside the endpoint's
+// RecvWait ends when the endpoint is closed or ctx is cancelled.
 func (s *Splitter) RecvWait(ctx context.Context, pkts []Packet) (int, error) {
 	if len(pkts) == 0 {
 		return 0, nil
 	}
-	w := spin.New(fabric.DefaultSpin)
-	for {
-		n, err := s.recv(ctx, pkts)
-		if n > 0 || err != nil {
+	if n, err := s.recv(ctx, pkts); n > 0 || err != nil {
+		return n, err
+	}
+	// Every slot is held: wait for a release, spinning first.
+	for sp := spin.Start(fabric.DefaultSpin); sp.Next(ctx); {
+		if n, err := s.recv(ctx, pkts); n > 0 || err != nil {
 			return n, err
 		}
-		// Every slot is held: wait for a release (spin, then sleep in
-		// growing steps).
-		if err := w.Wait(ctx); err != nil {
+	}
+	for {
+		s.relWaiters.Add(1)
+		n, err := s.recv(ctx, pkts) // after the announce: no release is missed
+		if n > 0 || err != nil {
+			s.relWaiters.Add(-1)
+			return n, err
+		}
+		select {
+		case <-s.relCh:
+		case <-ctx.Done():
+		}
+		s.relWaiters.Add(-1)
+		if err := ctx.Err(); err != nil {
 			return 0, err
+		}
+	}
+}
+
+// released wakes a RecvWait that waits for a free slot.
+func (s *Splitter) released() {
+	if s.relWaiters.Load() > 0 {
+		select {
+		case s.relCh <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -527,6 +555,7 @@ func (s *Splitter) release(idx, gen uint32, k int32) {
 		} else {
 			s.giveBack(int32(idx))
 		}
+		s.released()
 	}
 }
 
@@ -556,6 +585,7 @@ func (s *Splitter) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.released()
 	if s.rxMu.TryLock() {
 		s.freeRegion()
 		s.rxMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/weft-io/weft/fabric"
 )
@@ -29,6 +30,10 @@ func TestWaitSet(t *testing.T, mp MakePair) {
 	t.Run("Cancel", func(t *testing.T) { waitSetCancel(t, mp) })
 	t.Run("Close", func(t *testing.T) { waitSetClose(t, mp) })
 }
+
+// setTimeout bounds the wait-set cases: a lost wake-up fails them in
+// this time, not the package's timeout.
+var setTimeout = Scale(20 * time.Second)
 
 func newSet(t *testing.T, members ...fabric.Endpoint) *fabric.WaitSet {
 	t.Helper()
@@ -75,7 +80,7 @@ func waitSetMany(t *testing.T, mp MakePair) {
 		}()
 	}
 	s := newSet(t, rx...)
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), setTimeout)
 	defer cancel()
 	next := make([]int, pairs)
 	got, waits := 0, 0
@@ -112,7 +117,7 @@ func waitSetClosed(t *testing.T, mp MakePair) {
 	_, b1 := mp(t)
 	a2, b2 := mp(t)
 	s := newSet(t, b1, b2)
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), setTimeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx) }()

@@ -119,6 +119,9 @@ func TestNoLostWake(t *testing.T) {
 	}
 	defer p.Close()
 	const waiters, rounds = 4, 2000
+	// A lost wake-up fails the test here rather than hanging it.
+	watchdog := time.AfterFunc(30*time.Second, func() { t.Error("a waiter slept through its wake-up"); p.Close() })
+	defer watchdog.Stop()
 	var seq [waiters]atomic.Int64
 	var wg sync.WaitGroup
 	for w := range waiters {
@@ -259,4 +262,42 @@ func child() {
 		time.Sleep(100 * time.Microsecond)
 	}
 	r.Close()
+}
+
+// TestDrainLeavesPoller: a Drain while a goroutine waits in Wait leaves
+// the wake-up to it (a wait set's member drains the FIFO a RecvWait may be
+// parked on).
+func TestDrainLeavesPoller(t *testing.T) {
+	p, err := NewEventfd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 200 {
+		var flag atomic.Bool
+		done := make(chan error, 1)
+		go func() { done <- p.Wait(flag.Load) }()
+		for { // until the waiter polls the descriptor
+			p.mu.Lock()
+			polling := p.polling
+			p.mu.Unlock()
+			if polling {
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		flag.Store(true)
+		p.Ring()
+		if p.Drain() {
+			t.Fatalf("round %d: Drain took the wake-up of a parked waiter", i)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the waiter slept through its wake-up", i)
+		}
+	}
 }

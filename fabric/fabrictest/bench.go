@@ -22,7 +22,7 @@ func Benchmark(b *testing.B, mk MakeBenchPair) {
 		b.Run("StreamViews/"+sizeName(size), func(b *testing.B) { benchStream(b, mk, size, 32, true) })
 	}
 	for _, size := range []int{64, 4096} {
-		b.Run("PingPong/"+sizeName(size), func(b *testing.B) { benchPingPong(b, mk, size) })
+		b.Run("PingPong/"+sizeName(size), func(b *testing.B) { PingPong(b, mk, size) })
 	}
 	b.Run("PollEmpty", func(b *testing.B) {
 		a, _ := mk(b)
@@ -143,7 +143,12 @@ func benchStream(b *testing.B, mk MakeBenchPair, size, burst int, views bool) {
 // benchSink keeps the bytes the views benchmark reads alive.
 var benchSink byte
 
-func benchPingPong(b *testing.B, mk MakeBenchPair, size int) {
+// PingPong measures round trips of size-byte messages (at most the
+// endpoint's largest) on a fresh pair from mk: one goroutine sends on a
+// and waits for the answer, another receives each message on z and
+// sends it back, both with SendWait and RecvWait. An operation is one
+// round trip; allocations are reported, on both sides.
+func PingPong(b *testing.B, mk MakeBenchPair, size int) {
 	a, z := mk(b)
 	size = min(size, a.Caps().MaxMsgSize)
 	abuf, _ := a.Alloc(size, fabric.AccessLocalWrite)

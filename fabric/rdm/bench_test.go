@@ -17,11 +17,11 @@ import (
 )
 
 // star opens a receiver and senders rdm endpoints that each reach it over
-// an emulated bridge of their own, connected.
-func star(tb testing.TB, senders int) (*rdm.Endpoint, []*rdm.Endpoint, []rdm.Peer) {
+// an emulated bridge of their own, connected; all take the options o.
+func star(tb testing.TB, senders int, o fabric.Options) (*rdm.Endpoint, []*rdm.Endpoint, []rdm.Peer) {
 	tb.Helper()
 	dir := tb.TempDir()
-	rcfg := &rdm.Config{Name: "rx"}
+	rcfg := &rdm.Config{Name: "rx", Options: o}
 	for i := range senders {
 		rcfg.Listen = append(rcfg.Listen, filepath.Join(dir, "b"+strconv.Itoa(i)))
 	}
@@ -33,7 +33,7 @@ func star(tb testing.TB, senders int) (*rdm.Endpoint, []*rdm.Endpoint, []rdm.Pee
 	var txs []*rdm.Endpoint
 	var peers []rdm.Peer
 	for i := range senders {
-		cfg := &rdm.Config{Name: "tx" + strconv.Itoa(i), Resolve: func(string) (string, error) {
+		cfg := &rdm.Config{Name: "tx" + strconv.Itoa(i), Options: o, Resolve: func(string) (string, error) {
 			return filepath.Join(dir, "b"+strconv.Itoa(i)+"?listener=1"), nil
 		}}
 		tx, err := rdm.Open(context.Background(), "ntb", "", cfg)
@@ -55,7 +55,7 @@ func star(tb testing.TB, senders int) (*rdm.Endpoint, []*rdm.Endpoint, []rdm.Pee
 // TestZeroAllocs: Send and Recv of the multi-peer endpoint allocate
 // nothing per message, one at a time or in bursts.
 func TestZeroAllocs(t *testing.T) {
-	rx, txs, peers := star(t, 2)
+	rx, txs, peers := star(t, 2, fabric.Options{})
 	sreg, _ := txs[0].Alloc(64)
 	rreg, _ := rx.Alloc(64 * 8)
 	for _, burst := range []int{1, 8} {
@@ -139,7 +139,7 @@ func BenchmarkRecv(b *testing.B) {
 	})
 	for _, senders := range []int{1, 4} {
 		b.Run(fmt.Sprintf("rdm-%dsenders", senders), func(b *testing.B) {
-			rx, txs, peers := star(b, senders)
+			rx, txs, peers := star(b, senders, fabric.Options{})
 			stop := atomic.Bool{}
 			var wg sync.WaitGroup
 			for i, tx := range txs {

@@ -114,35 +114,43 @@ func connPair(t testing.TB, be backend, cfg *Config) (a, b *Conn) {
 	if be.listen != nil {
 		l := be.listen(t, cfg)
 		defer l.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		dialed := make(chan error, 1)
-		go func() {
-			c, err := Dial(ctx, be.name, l.Addr().String(), cfg)
-			if err == nil {
-				b = c.(*Conn)
-			}
-			dialed <- err
-		}()
-		c, aerr := l.AcceptContext(ctx)
-		if berr := <-dialed; aerr != nil || berr != nil {
-			t.Fatalf("accept: %v, dial: %v", aerr, berr)
-		}
-		a = c.(*Conn)
-	} else {
-		var o *fabric.Options
-		if cfg != nil {
-			o = &cfg.Options
-		}
-		ea, eb := be.pair(t, o)
-		var err error
-		if a, err = NewConn(ea, cfg); err != nil {
-			t.Fatal(err)
-		}
-		if b, err = NewConn(eb, cfg); err != nil {
-			t.Fatal(err)
-		}
+		return connOn(t, be, l, cfg)
 	}
+	var o *fabric.Options
+	if cfg != nil {
+		o = &cfg.Options
+	}
+	ea, eb := be.pair(t, o)
+	var err error
+	if a, err = NewConn(ea, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = NewConn(eb, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// connOn dials l, a listener of be, and accepts the connection: a is the
+// accepting side, b the dialling one. Both are closed when the test ends.
+func connOn(t testing.TB, be backend, l *Listener, cfg *Config) (a, b *Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := Dial(ctx, be.name, l.Addr().String(), cfg)
+		if err == nil {
+			b = c.(*Conn)
+		}
+		dialed <- err
+	}()
+	c, aerr := l.AcceptContext(ctx)
+	if berr := <-dialed; aerr != nil || berr != nil {
+		t.Fatalf("accept: %v, dial: %v", aerr, berr)
+	}
+	a = c.(*Conn)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }

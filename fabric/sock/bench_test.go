@@ -14,9 +14,15 @@ import (
 // benchConns are the connections the benchmarks compare: every backend
 // of the table and TCP over loopback as the reference of the same run.
 func benchConns(b *testing.B, f func(b *testing.B, a, c net.Conn)) {
-	for _, be := range backends {
+	benchConnsOver(b, backends, nil, f)
+}
+
+// benchConnsOver is benchConns over the backends bes, whose connections
+// take cfg, and TCP.
+func benchConnsOver(b *testing.B, bes []backend, cfg *Config, f func(b *testing.B, a, c net.Conn)) {
+	for _, be := range bes {
 		b.Run(be.name, func(b *testing.B) {
-			x, y := connPair(b, be, nil)
+			x, y := connPair(b, be, cfg)
 			f(b, x, y)
 		})
 	}
@@ -70,16 +76,19 @@ func roundTrip(c net.Conn, buf []byte) error {
 
 // BenchmarkRoundTrip64 is a 64-byte request and its echo.
 func BenchmarkRoundTrip64(b *testing.B) {
-	benchConns(b, func(b *testing.B, a, c net.Conn) {
-		go echo(a, 64)
-		buf := make([]byte, 64)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := roundTrip(c, buf); err != nil {
-				b.Fatal(err)
-			}
+	benchConns(b, benchRoundTrip64)
+}
+
+// benchRoundTrip64 times 64-byte round trips from c to an echo on a.
+func benchRoundTrip64(b *testing.B, a, c net.Conn) {
+	go echo(a, 64)
+	buf := make([]byte, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := roundTrip(c, buf); err != nil {
+			b.Fatal(err)
 		}
-	})
+	}
 }
 
 // BenchmarkThroughput1M writes 1 MiB per operation to a reader that

@@ -266,6 +266,7 @@ type Queue struct {
 	txPackets, txBytes atomic.Uint64
 	txDone             atomic.Uint64
 	inFlight           int
+	armed              atomic.Pointer[fabric.Waker] // a wait set's (wait.go)
 }
 
 func newQueue(p *Port, s *xsk.Socket, idx, frames int) *Queue {
@@ -512,6 +513,9 @@ func (q *Queue) Stats() QueueStats {
 func (q *Queue) close() error {
 	if q.closed.Swap(true) {
 		return nil
+	}
+	if w := q.armed.Load(); w != nil {
+		w.Wake() // closing the socket takes it out of the set's epoll
 	}
 	return q.s.Close()
 }

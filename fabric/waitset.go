@@ -51,6 +51,7 @@ type WaitSet struct {
 	armed   []Waitable // this wait's armed members (reused)
 	period  atomic.Int64
 	ringers atomic.Uint64
+	timer   *time.Timer // bounds a sleep (WaitFor, PollEvery); under waitMu
 }
 
 // Waitable is implemented by what a WaitSet can wait on: endpoints,
@@ -110,7 +111,8 @@ func (w *Waker) WatchFD(fd int) error {
 
 // PollEvery bounds this wait's sleep to d, for a member that has no
 // wake-up of its own (a bridge whose doorbell register can only be
-// polled): the set then looks again after d.
+// polled): the set then looks again after d, or sooner if the caller's
+// WaitFor asked for less.
 func (w *Waker) PollEvery(d time.Duration) {
 	for {
 		cur := w.s.period.Load()
@@ -198,7 +200,12 @@ func (s *WaitSet) Wakeups() uint64 { return s.ringers.Load() }
 // the set is closed (an error matching os.ErrClosed). It arms every
 // member and, unless one is ready already, parks until one wakes it.
 // Calls to Wait are serialised.
-func (s *WaitSet) Wait(ctx context.Context) error {
+func (s *WaitSet) Wait(ctx context.Context) error { return s.WaitFor(ctx, 0) }
+
+// WaitFor is Wait that also returns, with nil, after d (0: no bound): for
+// a loop that has its own deadlines, such as a batch to flush. It
+// allocates nothing unless ctx can be cancelled.
+func (s *WaitSet) WaitFor(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -213,7 +220,7 @@ func (s *WaitSet) Wait(ctx context.Context) error {
 	s.mu.Unlock()
 
 	s.waker.rung.Store(false)
-	s.period.Store(0)
+	s.period.Store(int64(d))
 	ready := false
 	n := 0
 	for _, m := range s.armed {
@@ -255,8 +262,12 @@ func (s *WaitSet) park(ctx context.Context) error {
 		defer stop()
 	}
 	if d := time.Duration(s.period.Load()); d > 0 {
-		t := time.AfterFunc(d, s.bell.Ring)
-		defer t.Stop()
+		if s.timer == nil {
+			s.timer = time.AfterFunc(d, s.bell.Ring)
+		} else {
+			s.timer.Reset(d)
+		}
+		defer s.timer.Stop()
 	}
 	if err := s.ep.Wait(nil); err != nil {
 		return &OpError{Op: "waitset wait", Err: ErrClosed}

@@ -15,6 +15,7 @@ import (
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/ethernet/xsk"
+	"github.com/weft-io/weft/fabric"
 )
 
 // NodeConfig configures one forwarding node.
@@ -73,6 +74,64 @@ type Forwarder struct {
 	bp    *Backplane // nil on a single node
 	links []*Link
 	emitF func([]byte)
+	// ws is the idle loop's one wake-up for the ingress port and every
+	// back-plane link; nil while one of them has no wake-up a set can
+	// watch (the loop then naps).
+	ws *fabric.WaitSet
+}
+
+// idleMax bounds an idle sleep, so the loop still looks at its channels
+// (link events, reports) ten times a second when nothing arrives.
+const idleMax = 100 * time.Millisecond
+
+// watch builds the idle loop's wait set over the ingress port and the
+// links that are up. Any member without a wake-up leaves ws nil.
+func (f *Forwarder) watch() {
+	if f.ws != nil {
+		f.ws.Close()
+		f.ws = nil
+	}
+	ws, err := fabric.NewWaitSet()
+	if err != nil {
+		return
+	}
+	members := []any{f.in}
+	for _, l := range f.links {
+		if l != nil {
+			members = append(members, l.conn)
+		}
+	}
+	for _, m := range members {
+		w, ok := m.(fabric.Waitable)
+		if !ok || ws.Add(w) != nil {
+			ws.Close()
+			return
+		}
+	}
+	f.ws = ws
+}
+
+// idle parks the loop until the ingress port or a link may have work or
+// a batch is due: in Go's netpoller through the wait set, or, without
+// one, in a nanosleep nap.
+func (f *Forwarder) idle(ctx context.Context, now time.Time) {
+	if f.ws == nil {
+		nap()
+		return
+	}
+	d := idleMax
+	for _, l := range f.links {
+		switch {
+		case l == nil || !l.up:
+		case l.co != nil:
+			if due, ok := l.co.Due(); ok {
+				d = min(d, max(due.Sub(now), time.Microsecond))
+			}
+		case l.npending > 0: // the peer pushed back: try again soon
+			d = min(d, 50*time.Microsecond)
+		}
+	}
+	f.ws.WaitFor(ctx, d)
 }
 
 // handle forwards one ingress frame.
@@ -258,6 +317,12 @@ func runNode(c NodeConfig) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	mallocs := ms.Mallocs
+	f.watch()
+	defer func() {
+		if f.ws != nil {
+			f.ws.Close()
+		}
+	}()
 	fmt.Println("ready")
 	enc := json.NewEncoder(os.Stdout)
 	spin := time.Duration(c.Settings.Spin)
@@ -271,7 +336,7 @@ func runNode(c NodeConfig) error {
 		if work > 0 {
 			busy = now
 		} else if spin >= 0 && now.Sub(busy) > spin {
-			nap() // idle: give the core away
+			f.idle(ctx, now) // give the core away until there is work
 		}
 		if f.bp != nil {
 			select {
@@ -280,6 +345,7 @@ func runNode(c NodeConfig) error {
 			case l := <-f.bp.Ups():
 				f.bp.links[l.rank] = l
 				f.st.Rejoins++
+				f.watch()
 			default:
 			}
 		}

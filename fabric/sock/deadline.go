@@ -35,6 +35,16 @@ const (
 type epoch struct {
 	ch    chan struct{}
 	state atomic.Int32
+	// afs are the functions context.AfterFunc registered (see AfterFunc).
+	afMu sync.Mutex
+	afs  []*afterFunc
+}
+
+// afterFunc is one registration of AfterFunc.
+type afterFunc struct {
+	f    func()
+	e    *epoch
+	stop func() bool
 }
 
 func newEpoch() *epoch { return &epoch{ch: make(chan struct{})} }
@@ -43,9 +53,52 @@ func newEpoch() *epoch { return &epoch{ch: make(chan struct{})} }
 // deadline's mu.
 func (e *epoch) fire(state int32) {
 	if e.state.Load() == epochLive {
+		e.afMu.Lock()
 		e.state.Store(state)
 		close(e.ch)
+		afs := e.afs
+		e.afs = nil
+		e.afMu.Unlock()
+		for _, a := range afs {
+			go a.f()
+		}
 	}
+}
+
+// AfterFunc is what context.AfterFunc calls for a context that has it:
+// without it, context.AfterFunc starts a goroutine to watch Done for
+// every call, and a blocking call that sleeps (ntb's doorbell wait) makes
+// one per sleep. f runs in a goroutine of its own once the epoch fires;
+// the returned stop reports whether it stopped f from running.
+func (e *epoch) AfterFunc(f func()) func() bool {
+	a := &afterFunc{f: f, e: e}
+	a.stop = a.cancel
+	e.afMu.Lock()
+	if e.state.Load() != epochLive {
+		e.afMu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	e.afs = append(e.afs, a)
+	e.afMu.Unlock()
+	return a.stop
+}
+
+// cancel removes the registration; it reports whether it was still there.
+func (a *afterFunc) cancel() bool {
+	e := a.e
+	e.afMu.Lock()
+	defer e.afMu.Unlock()
+	for i, b := range e.afs {
+		if b == a {
+			last := len(e.afs) - 1
+			e.afs[i] = e.afs[last]
+			e.afs[last] = nil
+			e.afs = e.afs[:last]
+			return true
+		}
+	}
+	return false
 }
 
 // Deadline implements context.Context; the deadline shows in Done.

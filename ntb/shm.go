@@ -102,6 +102,7 @@ type ShmDevice struct {
 	peerInc atomic.Uint32
 	events  chan LinkEvent
 	stop    chan struct{}
+	nudge   chan struct{} // LinkEnable and LinkDisable: poll now
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
 	closed  atomic.Bool
@@ -213,7 +214,7 @@ func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	d := &ShmDevice{path: path, fd: fd, events: make(chan LinkEvent, 16), stop: make(chan struct{})}
+	d := &ShmDevice{path: path, fd: fd, events: make(chan LinkEvent, 16), stop: make(chan struct{}), nudge: make(chan struct{}, 1)}
 	if err := d.init(c); err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -394,11 +395,13 @@ func (d *ShmDevice) peerAttached() bool {
 
 func (d *ShmDevice) monitor() {
 	defer d.wg.Done()
-	every := linkPollPeriod
+	// A polled device's heartbeat is bumped at a fixed period, which
+	// its peer's silence timer counts on; a file device's poll backs off.
+	p := pollPeriod{fast: linkPollPeriod, slow: monitorSlow}
 	if d.polled {
-		every = d.linkEvery
+		p = pollPeriod{fast: d.linkEvery, slow: d.linkEvery}
 	}
-	t := time.NewTicker(every)
+	t := time.NewTimer(p.next(true))
 	defer t.Stop()
 	for {
 		if d.polled {
@@ -415,7 +418,8 @@ func (d *ShmDevice) monitor() {
 			inc = shm.U32(d.per, sideIncarn).Load()
 		}
 		oldInc := d.peerInc.Load()
-		if up != d.linkUp.Load() || (up && inc != oldInc) {
+		changed := up != d.linkUp.Load() || (up && inc != oldInc)
+		if changed {
 			if up && d.linkUp.Load() && inc != oldInc {
 				// The peer restarted between two polls: report the
 				// down edge first.
@@ -427,10 +431,15 @@ func (d *ShmDevice) monitor() {
 			d.emit(LinkEvent{Up: up, PeerIncarnation: inc})
 			d.WakeLocal()
 		}
+		// While the link is down a peer may attach any moment: poll fast.
+		t.Reset(p.next(changed || !up))
 		select {
 		case <-d.stop:
 			return
 		case <-t.C:
+		case <-d.nudge:
+			t.Stop()
+			p.next(true)
 		}
 	}
 }
@@ -451,7 +460,17 @@ func (d *ShmDevice) LinkEnable() error {
 		return os.ErrClosed
 	}
 	shm.U32(d.my, sideState).Store(stateEnabled)
+	d.nudgeMonitor()
 	return nil
+}
+
+// nudgeMonitor makes the monitor poll now, at its fast period: a local
+// link change is seen at once, not after a backed-off period.
+func (d *ShmDevice) nudgeMonitor() {
+	select {
+	case d.nudge <- struct{}{}:
+	default:
+	}
 }
 
 // LinkDisable implements Device.
@@ -460,6 +479,7 @@ func (d *ShmDevice) LinkDisable() error {
 		return os.ErrClosed
 	}
 	shm.U32(d.my, sideState).Store(stateAttached)
+	d.nudgeMonitor()
 	return nil
 }
 

@@ -493,7 +493,8 @@ func (t *Transport) goDown() {
 func (t *Transport) watch() {
 	d := t.dev
 	inc := d.PeerIncarnation()
-	tick := time.NewTicker(2 * time.Millisecond)
+	p := pollPeriod{fast: watchFast, slow: watchSlow}
+	tick := time.NewTimer(p.next(true))
 	defer tick.Stop()
 	for {
 		select {
@@ -503,6 +504,7 @@ func (t *Transport) watch() {
 			return
 		case <-tick.C:
 		}
+		tick.Reset(p.next(false))
 		if !d.LinkIsUp() || d.PeerIncarnation() != inc ||
 			t.spad(spadNonce) != t.peerNonce || t.spad(spadState) != hsReady {
 			return

@@ -40,8 +40,10 @@ const (
 	connReq    = 'C'
 	connAcc    = 'A'
 	connRef    = 'R'
-	// listenPoll is how often the listener looks for connect requests.
+	// listenPoll is how often the listener looks for connect requests
+	// after one came; it backs off to listenSlow while none does.
 	listenPoll = time.Millisecond
+	listenSlow = 16 * time.Millisecond
 )
 
 // sharedBridge is one side of a bridge shared by the endpoints of a
@@ -222,16 +224,19 @@ func (driver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric
 
 func (l *Listener) run() {
 	defer close(l.done)
-	tick := time.NewTicker(listenPoll)
+	p := pollPeriod{fast: listenPoll, slow: listenSlow}
+	tick := time.NewTimer(p.next(true))
 	defer tick.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for {
+		came := false
 		for i, c := range l.io {
 			if c != nil && l.b.t.Up() {
-				l.serve(ctx, i, c)
+				came = l.serve(ctx, i, c) || came
 			}
 		}
+		tick.Reset(p.next(came))
 		select {
 		case <-l.stop:
 			return
@@ -241,23 +246,25 @@ func (l *Listener) run() {
 }
 
 // serve handles what arrived on queue i, which has no endpoint yet.
-func (l *Listener) serve(ctx context.Context, i int, c *connIO) {
+// serve answers a connect request on queue i, if one came, and reports
+// whether one did.
+func (l *Listener) serve(ctx context.Context, i int, c *connIO) bool {
 	b, err := c.poll()
 	if b == nil || err != nil {
-		return
+		return false
 	}
 	kind, nonce, err := parseConnMsg(b)
 	if err != nil || kind != connReq {
 		l.q.Malformed() // counted; the queue keeps listening
-		return
+		return true
 	}
 	if !l.q.Reserve() {
 		c.send(ctx, connMsg(connRef, nonce))
-		return
+		return true
 	}
 	if err := c.send(ctx, connMsg(connAcc, nonce)); err != nil {
 		l.q.Fail()
-		return
+		return true
 	}
 	ep := c.ep
 	c.close()
@@ -265,6 +272,7 @@ func (l *Listener) serve(ctx context.Context, i int, c *connIO) {
 	l.b.acquire()
 	ep.addr, ep.release = l.b.path, l.b.release
 	l.q.Offer(ep)
+	return true
 }
 
 // Accept implements fabric.Listener.

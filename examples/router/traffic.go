@@ -13,6 +13,7 @@ import (
 
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/ethernet/xsk"
+	"github.com/weft-io/weft/fabric"
 )
 
 // Test packets are UDP/IPv4 to dataPort. The payload starts with
@@ -243,6 +244,15 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 		defer p.Close()
 		qs[i] = p.Queue(0)
 	}
+	// Idle, the sink parks on one wait set over its ports (it naps only
+	// if the set cannot be made).
+	ws, err := fabric.NewWaitSet()
+	if err == nil {
+		defer ws.Close()
+		for _, q := range qs {
+			ws.Add(q)
+		}
+	}
 	ready()
 	var h Hist
 	var last [256][maxNodes]uint64 // by generator port, sink port
@@ -293,7 +303,11 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 		} else if stopping {
 			break
 		} else if spin >= 0 && time.Since(busy) > spin {
-			nap() // idle: give the core away
+			if ws != nil { // idle: give the core away until a port has work
+				ws.WaitFor(ctx, idleMax)
+			} else {
+				nap()
+			}
 		}
 	}
 	for _, q := range qs {

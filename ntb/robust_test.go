@@ -396,3 +396,44 @@ func TestViewsAcrossRestart(t *testing.T) {
 		t.Fatalf("ReleaseViews: %v, %d outstanding", err, a.OutstandingViews())
 	}
 }
+
+// TestRecvWaitPeerDeath: a RecvWait asleep (no spin) when the peer's
+// process dies wakes with ErrPeerGone, and one asleep when its own
+// endpoint closes wakes with os.ErrClosed.
+func TestRecvWaitPeerDeath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	cmd := startHelper(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ep, err := DialShm(ctx, path, ShmConfig{}, Config{Spin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	echo(t, ep, "before the crash")
+	buf, _ := ep.Alloc(4096, fabric.AccessLocalWrite)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ep.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(buf)}}})
+		done <- err
+	}()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("RecvWait with the peer killed: %v, want ErrPeerGone", err)
+	}
+	cmd.Wait()
+
+	a, b := pair(t, ShmConfig{}, Config{Spin: -1})
+	_ = a
+	rbuf, _ := b.Alloc(4096, fabric.AccessLocalWrite)
+	go func() {
+		_, err := b.RecvWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(rbuf)}}})
+		done <- err
+	}()
+	b.Close()
+	if err := <-done; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("RecvWait after Close: %v, want os.ErrClosed", err)
+	}
+}

@@ -648,7 +648,12 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 		}
 		waiters.Add(1)
 		d.sleeps.Add(1)
-		err := d.bell.Wait(func() bool { return seq.Load() != s })
+		// Only this wait's bits (or a local wake-up) end the park: other
+		// queues' doorbells on the bridge re-check here, without a trip
+		// through the caller's loop.
+		err := d.bell.Wait(func() bool {
+			return seq.Load() != s && (pending() != 0 || gen.Load() != g || d.closed.Load() || ctx.Err() != nil)
+		})
 		waiters.Add(^uint32(0))
 		if err != nil {
 			return 0, os.ErrClosed

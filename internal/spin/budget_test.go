@@ -20,7 +20,9 @@ func fakeLoad(t *testing.T, over bool) {
 	measure = func() bool { return over }
 	verdict.next.Store(0)
 	verdict.over.Store(over)
+	honour.Store(true)
 	t.Cleanup(func() {
+		honour.Store(false)
 		measure = old
 		verdict.next.Store(0)
 		verdict.over.Store(false)

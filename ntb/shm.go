@@ -131,6 +131,7 @@ type ShmDevice struct {
 	bell     *wake.Parker
 	peerBell *wake.Ringer
 	sleeps   atomic.Uint64 // DBWait's parks, for tests
+	wakeFn   func()        // WakeLocal as a value made once: DBWait's AfterFunc allocates no method value
 }
 
 // bellPath is the FIFO that wakes side's doorbell sleeps.
@@ -215,6 +216,7 @@ func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	d := &ShmDevice{path: path, fd: fd, events: make(chan LinkEvent, 16), stop: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	d.wakeFn = d.WakeLocal
 	if err := d.init(c); err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -640,7 +642,7 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 			return set, nil
 		}
 		if stop == nil && ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, d.WakeLocal)
+			stop = context.AfterFunc(ctx, d.wakeFn)
 		}
 		if d.bell == nil {
 			time.Sleep(d.pollEvery)

@@ -398,7 +398,9 @@ func (e *Endpoint) emit(ev fabric.Event) {
 func (e *Endpoint) errClosed(op string) error { return e.opErr(op, fabric.ErrClosed) }
 
 // RecvWait implements fabric.Endpoint: Recv, busy-polling for the spin
-// budget, then sleeping in poll(2) on the socket.
+// budget, then sleeping on the endpoint's inbox, which the queue's
+// receive goroutine fills (a goroutine parked in the Go runtime, holding
+// no OS thread; ctx's cancellation wakes it at once).
 func (e *Endpoint) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
 	return e.wait(ctx, msgs, e.Recv, "recv", &e.rxSpin)
 }
@@ -430,7 +432,7 @@ func (e *Endpoint) wait(ctx context.Context, msgs []fabric.Message, op func([]fa
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		e.sleep(time.Millisecond)
+		e.sleep(ctx.Done(), time.Millisecond)
 		e.ctr.Wakeups.Add(1)
 	}
 }

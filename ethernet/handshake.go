@@ -62,7 +62,7 @@ func (e *Endpoint) handshake(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("waiting for the peer: %w", err)
 		}
-		e.sleep(time.Millisecond)
+		e.sleep(ctx.Done(), time.Millisecond)
 	}
 }
 

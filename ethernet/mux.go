@@ -132,10 +132,12 @@ func acquireMux(li LinkInfo, c *EndpointConfig, frameSize int) (*mux, error) {
 	return m, nil
 }
 
-// run is the queue's receive goroutine: it sleeps in poll(2) on the
-// socket and demultiplexes what arrives, so that endpoints and the
+// run is the queue's receive goroutine: it sleeps on the socket in the
+// Go runtime's network poller (PollFor: no OS thread waits, nothing is
+// allocated) and demultiplexes what arrives, so that endpoints and the
 // listener can sleep on their own inboxes. Callers that busy-poll drain
-// the socket themselves in between.
+// the socket themselves in between. The 5ms timeout bounds how long
+// release waits for it to notice stop.
 func (m *mux) run() {
 	defer close(m.done)
 	for {
@@ -430,10 +432,13 @@ type inbox struct {
 
 var timers = sync.Pool{New: func() any { t := time.NewTimer(time.Hour); t.Stop(); return t }}
 
-// sleep waits up to d for a frame to be delivered.
-func (in *inbox) sleep(d time.Duration) {
+// sleep waits up to d for a frame to be delivered, or until done (nil:
+// never) is closed.
+func (in *inbox) sleep(done <-chan struct{}, d time.Duration) {
 	select {
 	case <-in.wake:
+		return
+	case <-done:
 		return
 	default:
 	}
@@ -442,6 +447,7 @@ func (in *inbox) sleep(d time.Duration) {
 	select {
 	case <-in.wake:
 	case <-t.C:
+	case <-done:
 	}
 	t.Stop()
 	timers.Put(t)

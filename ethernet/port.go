@@ -53,8 +53,9 @@ type Config struct {
 	// XDP_MAX_TX_SKB_BUDGET (0: 256 where the kernel has the option, its
 	// default of 32 elsewhere; negative: the kernel's default).
 	TXBudget int
-	// Spin is how long RecvWait busy-polls before it sleeps in poll(2)
-	// (0: fabric.DefaultSpin; negative: sleep at once).
+	// Spin is how long RecvWait busy-polls before it sleeps in the Go
+	// runtime's network poller (0: fabric.DefaultSpin; negative: sleep at
+	// once).
 	Spin time.Duration
 
 	// raw leaves frame management to the caller (the fabric endpoint):
@@ -471,7 +472,11 @@ func (q *Queue) Flush() (int, error) {
 
 // RecvWait is Recv that blocks until at least one packet arrived, ctx is
 // done or the port is closed. It busy-polls for the spin budget, then
-// sleeps in poll(2).
+// sleeps in the Go runtime's network poller (xsk.Socket.Poll), holding
+// no OS thread: Close wakes it at once with an error matching
+// os.ErrClosed, a cancelled ctx at once with ctx's error. It allocates
+// nothing, except when it sleeps with a ctx that can be cancelled and
+// the previous sleep used another (see xsk.Socket.Poll).
 func (q *Queue) RecvWait(ctx context.Context, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, nil

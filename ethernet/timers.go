@@ -17,8 +17,9 @@ import (
 const tickIdle = 20 * time.Millisecond
 
 // sleep waits up to d for the shared queue to hand this endpoint a
-// frame.
-func (e *Endpoint) sleep(d time.Duration) { e.in.sleep(d) }
+// frame, or until done (nil: never) is closed. The goroutine parks in the
+// runtime (a channel and a timer); no OS thread waits for it.
+func (e *Endpoint) sleep(done <-chan struct{}, d time.Duration) { e.in.sleep(done, d) }
 
 // run is the background goroutine: timers, acknowledgements, keepalives,
 // and for a connection a listener accepts, the end of its handshake.
@@ -124,6 +125,6 @@ func (e *Endpoint) linger(d time.Duration) {
 		if done || time.Now().After(deadline) {
 			return
 		}
-		e.sleep(time.Millisecond)
+		e.sleep(nil, time.Millisecond)
 	}
 }

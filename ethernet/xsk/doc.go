@@ -20,6 +20,13 @@
 // share its fill and completion rings, on other queues or devices they
 // get rings of their own.
 //
+// Socket.Poll and Socket.PollFor block a goroutine, not an OS thread:
+// it parks in the Go runtime's network poller, on an epoll instance in
+// which the socket is registered only while someone waits (a lasting
+// registration would cost the busy-polling paths a kernel wake-up per
+// flush), after the kicks poll(2) would make; Close wakes every waiter
+// at once.
+//
 // Steering frames to a socket needs an XDP program with an XSKMAP; see
 // ethernet.Program, or put Socket.FD into a map of your own.
 package xsk

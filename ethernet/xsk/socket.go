@@ -1,7 +1,6 @@
 package xsk
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -100,14 +99,22 @@ type Socket struct {
 	ownFill  FillRing
 	ownComp  CompletionRing
 	maps     [][]byte
-	evfd     int // eventfd that Close signals to wake Poll
+	// rd and wr are the waits for the RX ring (readable) and the TX
+	// ring (writable), each with an epoll instance in the Go runtime's
+	// network poller: Poll parks the goroutine there, not the thread in
+	// poll(2). Closing them wakes every waiter.
+	rd, wr waiter
+	// closing is closed by Close, waking the waiters that are not in
+	// the poller (see waiter).
+	closing  chan struct{}
 	closed   atomic.Bool
 	once     sync.Once
 	closeErr error
-	// refs counts system calls in progress on fd and evfd, plus
-	// closingBit once Close has started: Close closes the descriptors
-	// only when no call uses them, so a racing call never reaches a
-	// reused descriptor number.
+	// refs counts system calls and waits in progress on fd and file,
+	// plus closingBit once Close has started: Close closes the
+	// descriptors and retires the rings only when no call uses them, so
+	// a racing call never reaches a reused descriptor number or a ring
+	// being unmapped.
 	refs     atomic.Int64
 	txBudget int
 	// Kicks counts sendto/recvfrom wake-ups issued.
@@ -172,7 +179,7 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 	if !own {
 		needWake = u.needWake
 	}
-	s := &Socket{umem: u, ifindex: ifindex, queue: queue, fd: -1, evfd: -1, needWake: needWake}
+	s := &Socket{umem: u, ifindex: ifindex, queue: queue, fd: -1, needWake: needWake}
 	var err error
 	if own {
 		s.fd = u.fd
@@ -193,8 +200,10 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 				err = errors.Join(err, rerr)
 			}
 		}
-		if s.evfd >= 0 {
-			unix.Close(s.evfd)
+		for _, w := range []*waiter{&s.rd, &s.wr} {
+			if w.file != nil {
+				w.file.Close()
+			}
 		}
 		return nil, opErr(op, err)
 	}
@@ -289,8 +298,8 @@ func newSocket(u *UMEM, ifindex, queue int, c *Config) (*Socket, error) {
 	} else {
 		s.zc = c.Mode == ModeZeroCopy
 	}
-	if s.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		return fail("socket", os.NewSyscallError("eventfd", err))
+	if err := s.setupPoller(); err != nil {
+		return fail("socket", err)
 	}
 	if own {
 		u.bound, u.ifindex, u.queue, u.needWake, u.zc = true, ifindex, queue, s.needWake, s.zc
@@ -376,7 +385,9 @@ func (s *Socket) retireMaps() {
 	s.maps = nil
 }
 
-// FD returns the socket's file descriptor, to insert in an XSKMAP.
+// FD returns the socket's file descriptor, to insert in an XSKMAP or to
+// watch with epoll (Poll's own waits register it, in epoll instances of
+// their own, only while they wait). It is closed by Close.
 func (s *Socket) FD() int { return s.fd }
 
 // UMEM returns the socket's UMEM.
@@ -487,85 +498,6 @@ func (s *Socket) TXBudget() int { return s.txBudget }
 // BusyPolling reports whether busy polling is configured.
 func (s *Socket) BusyPolling() bool { return s.busy }
 
-// Poll waits with poll(2) until the socket is readable (want has
-// unix.POLLIN: the RX ring has descriptors) or writable (unix.POLLOUT:
-// the TX ring has room), ctx is done or the socket is closed. It returns
-// the events that occurred. With busy polling, poll(2) also drives the
-// device. Poll sleeps in slices of at most 100ms so that a ctx without
-// deadline is still noticed; Close wakes it at once.
-func (s *Socket) Poll(ctx context.Context, want int16) (int16, error) {
-	if !s.acquire() {
-		return 0, opErr("poll", fabric.ErrClosed)
-	}
-	defer s.release()
-	var fds [2]unix.PollFd
-	fds[0] = unix.PollFd{Fd: int32(s.fd), Events: want}
-	fds[1] = unix.PollFd{Fd: int32(s.evfd), Events: unix.POLLIN}
-	for {
-		if s.closed.Load() {
-			return 0, opErr("poll", fabric.ErrClosed)
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		ms := 100
-		if d, ok := ctx.Deadline(); ok {
-			left := time.Until(d)
-			if left <= 0 {
-				return 0, context.DeadlineExceeded
-			}
-			if l := int(left/time.Millisecond) + 1; l < ms {
-				ms = l
-			}
-		}
-		n, err := unix.Poll(fds[:], ms)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return 0, opErr("poll", os.NewSyscallError("poll", err))
-		}
-		if n == 0 {
-			continue
-		}
-		if fds[1].Revents != 0 || s.closed.Load() {
-			return 0, opErr("poll", fabric.ErrClosed)
-		}
-		if r := fds[0].Revents; r != 0 {
-			if r&(unix.POLLERR|unix.POLLNVAL) != 0 {
-				return r, opErr("poll", fmt.Errorf("socket error (revents %#x): %w", r, fabric.ErrPeerGone))
-			}
-			return r, nil
-		}
-	}
-}
-
-// PollFor is one poll(2) of at most timeout for want (unix.POLLIN,
-// unix.POLLOUT) on the socket, without a context: the building block of
-// allocation-free blocking loops. It returns 0 on timeout, and an error
-// matching os.ErrClosed once Close has run (Close wakes it).
-func (s *Socket) PollFor(want int16, timeout time.Duration) (int16, error) {
-	if !s.acquire() {
-		return 0, opErr("poll", fabric.ErrClosed)
-	}
-	defer s.release()
-	var fds [2]unix.PollFd
-	fds[0] = unix.PollFd{Fd: int32(s.fd), Events: want}
-	fds[1] = unix.PollFd{Fd: int32(s.evfd), Events: unix.POLLIN}
-	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
-	n, err := unix.Poll(fds[:], ms)
-	if err != nil && err != unix.EINTR {
-		return 0, opErr("poll", os.NewSyscallError("poll", err))
-	}
-	if n <= 0 {
-		return 0, nil
-	}
-	if fds[1].Revents != 0 || s.closed.Load() {
-		return 0, opErr("poll", fabric.ErrClosed)
-	}
-	return fds[0].Revents, nil
-}
-
 // Statistics are the kernel's counters of a socket (XDP_STATISTICS).
 type Statistics struct {
 	// RXDropped counts packets dropped for other reasons.
@@ -597,22 +529,33 @@ func (s *Socket) Statistics() (Statistics, error) {
 
 // Close unbinds and closes the socket and releases its rings; the UMEM's
 // own socket stays open until the UMEM is closed too. Close is
-// idempotent, wakes a blocked Poll, and is safe while another goroutine
+// idempotent, wakes every blocked Poll and PollFor at once (they return
+// an error matching os.ErrClosed), and is safe while another goroutine
 // is using the rings: their memory is replaced with empty pages (a ring
 // then reads as empty) and unmapped once the Socket is unreachable.
 func (s *Socket) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
-		var one = [8]byte{1}
-		unix.Write(s.evfd, one[:]) // wakes Poll, which holds a reference
+		var errs []error
+		// Wake the waiters: the followers on closing, the leaders in the
+		// poller by closing the epoll instances (which returns once they
+		// have left them). They hold references, which they drop on
+		// their way out.
+		close(s.closing)
+		for _, w := range []*waiter{&s.rd, &s.wr} {
+			if err := w.file.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		s.refs.Add(closingBit)
 		for s.refs.Load() != closingBit {
 			time.Sleep(20 * time.Microsecond)
 		}
+		s.rd.unwatch()
+		s.wr.unwatch()
 		s.retireMaps()
 		u := s.umem
 		u.mu.Lock()
-		var errs []error
 		if s.fd != u.fd {
 			if err := unix.Close(s.fd); err != nil {
 				errs = append(errs, os.NewSyscallError("close", err))
@@ -622,9 +565,6 @@ func (s *Socket) Close() error {
 		u.mu.Unlock()
 		if last {
 			errs = append(errs, u.release())
-		}
-		if err := unix.Close(s.evfd); err != nil {
-			errs = append(errs, os.NewSyscallError("close", err))
 		}
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = opErr("close", err)

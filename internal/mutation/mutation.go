@@ -115,6 +115,32 @@ var List = []Mutation{
 		Why: "forced zero-copy fails with ErrNotSupported where the driver has none, rather than binding in copy mode",
 	},
 	{
+		Name: "xsk-wait-holds-thread",
+		File: "ethernet/xsk/wait.go",
+		Old:  "\terr = w.rc.Read(w.ready)\n",
+		New: "\tfor !s.rxHas() && !s.closed.Load() && (ctx == nil || ctx.Err() == nil) {\n" +
+			"\t\tunix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}, 50)\n\t}\n" +
+			"\terr = w.rc.Read(w.ready)\n",
+		Pkg: "./ethernet/", Run: "^TestRecvWaitThreads$",
+		Why: "a goroutine blocked in RecvWait holds no OS thread (here it sleeps in poll(2) before the poller)",
+	},
+	{
+		Name: "xsk-wait-leader-leaves-followers",
+		File: "ethernet/xsk/wait.go",
+		Old:  "\t\tif w.gen != nil {\n\t\t\tclose(w.gen)\n",
+		New:  "\t\tif w.gen != nil && false {\n\t\t\tclose(w.gen)\n",
+		Pkg:  "./ethernet/", Run: "^TestPollWaiters$",
+		Why: "no wake-up is lost when several goroutines wait on one socket: the one in the poller wakes the others as it leaves",
+	},
+	{
+		Name: "xsk-wait-cancel-ignored",
+		File: "ethernet/xsk/wait.go",
+		Old:  "\t\t\t\tw.setDeadline(aLongTimeAgo)\n",
+		New:  "\t\t\t\t_ = aLongTimeAgo\n",
+		Pkg:  "./ethernet/", Run: "^TestPollWaiters$",
+		Why: "a cancelled context wakes the goroutine waiting in the poller at once",
+	},
+	{
 		Name: "batch-header-past-end",
 		File: "batch/header.go",
 		Old:  "h.Len < HeaderSize(h.Count) || h.Len > len(msg)",

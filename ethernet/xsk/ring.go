@@ -78,7 +78,13 @@ func (r *ring) free(want uint32) uint32 {
 		return n
 	}
 	r.cachedCons = r.consumer.Load() + r.size
-	return r.cachedCons - r.cachedProd
+	if n = r.cachedCons - r.cachedProd; n > r.size {
+		// Indices no kernel wrote: Close retired the ring (zero pages)
+		// under this goroutine. It reads as full.
+		r.cachedCons = r.cachedProd
+		return 0
+	}
+	return n
 }
 
 // avail returns how many entries a consumer can peek. It reloads the
@@ -90,7 +96,16 @@ func (r *ring) avail() uint32 {
 		return n
 	}
 	r.cachedProd = r.producer.Load()
-	return r.cachedProd - r.cachedCons
+	n := r.cachedProd - r.cachedCons
+	if n > r.size {
+		// Indices no kernel wrote: Close retired the ring (zero pages)
+		// under this goroutine. It reads as empty, not as 2^32 entries
+		// (a reap loop that runs while rings come back full would never
+		// end).
+		r.cachedProd = r.cachedCons
+		return 0
+	}
+	return n
 }
 
 func (r *ring) reserve(n uint32) (uint32, uint32) {

@@ -91,3 +91,34 @@ func TestNeedWakeup(t *testing.T) {
 	require.Equal(t, 2, tx.Pending())
 	require.Equal(t, uint32(2), *u32(mem, 0))
 }
+
+// TestRingRetired: a ring whose memory Close replaced with zero pages
+// under a goroutine still using it (retire) reads as empty, not as four
+// billion entries: a completion reap that looped while rings came back
+// full appended zero addresses until the process ran out of memory (24
+// GB, TestCloseRacesBursts under -race).
+func TestRingRetired(t *testing.T) {
+	const size = 8
+	mem, off := fakeRing(size, 8)
+	var c CompletionRing
+	c.setup(mem, off, size)
+	var f FillRing
+	fmem, foff := fakeRing(size, 8)
+	f.setup(fmem, foff, size)
+	// Some traffic first, so that the cached indices are not zero.
+	addrs := make([]uint64, size)
+	for round := 0; round < 5; round++ {
+		*u32(mem, 0) += 3 // the kernel completes three
+		require.Equal(t, 3, c.Get(addrs))
+		require.Equal(t, 3, f.Put(addrs[:3]))
+		*u32(fmem, 64) += 3 // and takes three fill slots
+	}
+	// Retired: every shared index reads zero.
+	clear(mem[:256])
+	clear(fmem[:256])
+	require.Zero(t, c.Get(addrs))
+	_, n := c.Peek(size)
+	require.Zero(t, n)
+	require.Zero(t, f.Free())
+	require.Zero(t, f.Put(addrs))
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -714,10 +716,12 @@ func testSlots(t *testing.T) {
 		checkPacket(t, pkts[i].Data, i, 50)
 	}
 	// Releases from another goroutine, while RecvWait waits for a slot.
-	full := s.Stats().Full
 	done := make(chan struct{})
 	go func() {
-		for s.Stats().Full == full { // until RecvWait has found every slot held
+		// Until RecvWait sleeps for a slot (its goroutine parked in the
+		// select that a Release must wake), so the wake-up, not a poll,
+		// is what the test checks.
+		for !parkedForSlot() {
 			time.Sleep(time.Millisecond)
 		}
 		s.Release(pkts[4:8])
@@ -743,6 +747,19 @@ func testSlots(t *testing.T) {
 		s.Release(pkts[:1])
 	}()
 	s.Release(make([]batch.Packet, 3)) // zero packets: ignored
+}
+
+// parkedForSlot reports whether a goroutine is parked in a Splitter's
+// RecvWait waiting for a free slot.
+func parkedForSlot() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "batch.(*Splitter).RecvWait(") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestSlotWaitClose: Close wakes a RecvWait that waits for a free slot,

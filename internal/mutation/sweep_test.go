@@ -1,0 +1,180 @@
+package mutation
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Swept is the packages that take input from a peer, the wire or a user:
+// the generator's scope (issue 29).
+var Swept = []string{
+	"./fabric/", "./fabric/sock/", "./fabric/rdm/",
+	"./roce/", "./roce/cm/", "./roce/wire/",
+	"./ntb/", "./ntb/pci/", "./ntb/hw/",
+	"./ethernet/", "./batch/", "./vnet/",
+	"./internal/addrparam/", "./internal/acceptq/",
+	"./examples/router/",
+}
+
+// TestGenerate checks the generator on every swept package: it parses
+// them all, each mutant changes its file, and IDs are unique.
+func TestGenerate(t *testing.T) {
+	root, err := ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, p := range Swept {
+		ms, err := Generate(root, p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if len(ms) == 0 {
+			t.Errorf("%s: no mutants", p)
+		}
+		ids := map[string]bool{}
+		for _, m := range ms {
+			if ids[m.ID] {
+				t.Errorf("two mutants %s", m.ID)
+			}
+			ids[m.ID] = true
+			if m.Old == m.New {
+				t.Errorf("%s changes nothing", m.ID)
+			}
+		}
+		total += len(ms)
+	}
+	t.Logf("%d mutants in %d packages", total, len(Swept))
+}
+
+// TestSweep runs generated mutants against their packages' own tests. It
+// runs when WEFT_SWEEP is set: to "all" for every swept package, or to a
+// comma-separated list of packages ("./roce/wire/,./batch/"), each with
+// an optional ":k" that samples it 1 in k ("./roce/:32").
+//
+//   - WEFT_SWEEP_SAMPLE=k runs the fixed 1-in-k sample (by ID hash).
+//   - WEFT_SWEEP_ONLY is a regular expression over mutant IDs.
+//   - WEFT_SWEEP_REPORT names a file for the table and the survivors.
+//
+// A survivor that survivors.txt does not accept fails the test: it is a
+// rule no test holds.
+func TestSweep(t *testing.T) {
+	sel := os.Getenv("WEFT_SWEEP")
+	if sel == "" {
+		t.Skip("set WEFT_SWEEP=all (or a list of packages) to run the generated mutants")
+	}
+	root, err := ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := Swept
+	if sel != "all" {
+		pkgs = strings.Split(sel, ",")
+	}
+	k := 1
+	if s := os.Getenv("WEFT_SWEEP_SAMPLE"); s != "" {
+		if k, err = strconv.Atoi(s); err != nil || k < 1 {
+			t.Fatalf("WEFT_SWEEP_SAMPLE=%q: want a positive integer", s)
+		}
+	}
+	only := regexp.MustCompile(os.Getenv("WEFT_SWEEP_ONLY"))
+	accepted, err := Accepted(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var report strings.Builder
+	fmt.Fprintf(&report, "| package | mutants | killed | survived | not reached | invalid | accepted | kill ratio |\n|---|---|---|---|---|---|---|---|\n")
+	var all Tally
+	var surv strings.Builder
+	for _, p := range pkgs {
+		k := k
+		if pk, ks, ok := strings.Cut(p, ":"); ok {
+			if k, err = strconv.Atoi(ks); err != nil || k < 1 {
+				t.Fatalf("WEFT_SWEEP: %q: want package:k with k a positive integer", p)
+			}
+			p = pk
+		}
+		ms, err := Generate(root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pick []Mutant
+		for _, m := range ms {
+			if m.Sampled(k) && only.MatchString(m.ID) {
+				pick = append(pick, m)
+			}
+		}
+		if len(pick) == 0 {
+			continue
+		}
+		start := time.Now()
+		cov, err := MeasureCoverage(ctx, root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: coverage of %d tests in %v; %d of %d mutants picked", p, len(cov.Took), time.Since(start).Round(time.Second), len(pick), len(ms))
+		tl := Tally{Pkg: p}
+		for _, m := range pick {
+			o, log, err := m.Run(ctx, root, cov)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.Mutants++
+			switch {
+			case o.Caught():
+				tl.Killed++
+			case o == Invalid:
+				tl.Invalid++
+				t.Logf("invalid: %s\n%s", m.ID, tail([]byte(log), 5))
+			default:
+				if o == NotReached {
+					tl.NotReached++
+				} else {
+					tl.Survived++
+				}
+				why, ok := accepted[m.ID]
+				if ok {
+					tl.Accepted++
+				} else {
+					t.Errorf("%s: %s:%d %s %q -> %q", o, m.File, m.Line, m.Op, oneLine(m.Old), oneLine(m.New))
+				}
+				fmt.Fprintf(&surv, "%s\t%s\t%s:%d\t%s\n", m.ID, o, m.File, m.Line, why)
+			}
+		}
+		fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %d | %d | %.0f%% |\n", p, tl.Mutants, tl.Killed, tl.Survived, tl.NotReached, tl.Invalid, tl.Accepted, 100*tl.Ratio())
+		all.Mutants += tl.Mutants
+		all.Killed += tl.Killed
+		all.Survived += tl.Survived
+		all.NotReached += tl.NotReached
+		all.Invalid += tl.Invalid
+		all.Accepted += tl.Accepted
+		t.Logf("%s: %d/%d killed in %v", p, tl.Killed, tl.Mutants-tl.Invalid, time.Since(start).Round(time.Second))
+	}
+	fmt.Fprintf(&report, "| all | %d | %d | %d | %d | %d | %d | %.0f%% |\n", all.Mutants, all.Killed, all.Survived, all.NotReached, all.Invalid, all.Accepted, 100*all.Ratio())
+	out := report.String() + "\nSurvivors (ID, outcome, place, accepted reason):\n" + surv.String()
+	t.Log("\n" + out)
+	if f := os.Getenv("WEFT_SWEEP_REPORT"); f != "" {
+		if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestGenerateCounts(t *testing.T) {
+	root, _ := ModuleRoot(".")
+	for _, p := range Swept {
+		ms, _ := Generate(root, p)
+		ops := map[string]int{}
+		for _, m := range ms {
+			ops[m.Op]++
+		}
+		t.Logf("%s %d %v", p, len(ms), ops)
+	}
+}

@@ -97,3 +97,18 @@ func TestAcceptContext(t *testing.T) {
 		t.Fatalf("Accept = %v", err)
 	}
 }
+
+// TestCounts: a malformed connect request and a refused one are counted
+// apart from the handshakes, and take no backlog slot.
+func TestCounts(t *testing.T) {
+	q := New("test", "x", 1)
+	q.Malformed()
+	q.Malformed()
+	q.Refuse()
+	if st := q.Stats(); st.Failed != 2 || st.Refused != 1 || st.Pending != 0 {
+		t.Fatalf("Stats = %+v, want 2 failed, 1 refused, 0 pending", st)
+	}
+	if !q.Reserve() {
+		t.Fatal("Malformed or Refuse took a backlog slot")
+	}
+}

@@ -3,6 +3,7 @@ package addrparam
 import (
 	"errors"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,6 +192,126 @@ func TestPatience(t *testing.T) {
 		got := p.Patience("r", 5*time.Second)
 		if err := p.Err(); (err != nil) != c.bad || (!c.bad && got != c.want) {
 			t.Errorf("%q: %v, %v; want %v (malformed %v)", c.q, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// TestBounds: every getter's bound is inclusive, tested at, one below and
+// one above each end.
+func TestBounds(t *testing.T) {
+	for _, c := range []struct {
+		q   string
+		get func(p *Params) any
+		ok  bool
+	}{
+		{"i=-3", func(p *Params) any { return p.Int("i", 7, -3, 100) }, true},
+		{"i=-4", func(p *Params) any { return p.Int("i", 7, -3, 100) }, false},
+		{"i=100", func(p *Params) any { return p.Int("i", 7, -3, 100) }, true},
+		{"i=101", func(p *Params) any { return p.Int("i", 7, -3, 100) }, false},
+		{"u=0xffff", func(p *Params) any { return p.Uint("u", 9, 0xffff) }, true},
+		{"u=0x10000", func(p *Params) any { return p.Uint("u", 9, 0xffff) }, false},
+		{"d=1m", func(p *Params) any { return p.Duration("d", time.Second, 0, time.Minute) }, true},
+		{"d=1m0.000000001s", func(p *Params) any { return p.Duration("d", time.Second, 0, time.Minute) }, false},
+		{"d=1ms", func(p *Params) any { return p.Duration("d", time.Second, time.Millisecond, time.Minute) }, true},
+		{"d=999us", func(p *Params) any { return p.Duration("d", time.Second, time.Millisecond, time.Minute) }, false},
+		{"s=1M", func(p *Params) any { return p.Size("s", 5, 1<<20) }, true},
+		{"s=1048576", func(p *Params) any { return p.Size("s", 5, 1<<20) }, true},
+		{"s=1048577", func(p *Params) any { return p.Size("s", 5, 1<<20) }, false},
+		{"s=1025K", func(p *Params) any { return p.Size("s", 5, 1<<20) }, false},
+	} {
+		p, err := ParseQuery(c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.get(p)
+		if (p.Err() == nil) != c.ok {
+			t.Errorf("%q: %v, err %v; want accepted %v", c.q, got, p.Err(), c.ok)
+		}
+	}
+}
+
+// TestQueryKeys: a key that does not unescape, or is empty, is refused,
+// and the error says which.
+func TestQueryKeys(t *testing.T) {
+	_, err := ParseQuery("%zz=1")
+	var esc url.EscapeError
+	if !errors.As(err, &esc) {
+		t.Errorf("%%zz=1: %v, want the unescape error", err)
+	}
+	for _, q := range []string{"=1", "=", "a=1&=2"} {
+		if _, err := ParseQuery(q); !errors.Is(err, fabric.ErrInvalid) || !strings.Contains(err.Error(), "no parameter name") {
+			t.Errorf("%q: %v, want ErrInvalid for no parameter name", q, err)
+		}
+	}
+}
+
+// TestSplitHost: the host grammar of roce, verbs and rdma_cm addresses.
+func TestSplitHost(t *testing.T) {
+	for _, c := range []struct {
+		addr, hostport string
+		listen         bool
+	}{
+		{"10.0.0.1", "10.0.0.1:4791", false},
+		{"10.0.0.1:7", "10.0.0.1:7", false},
+		{"listen:10.0.0.1:0", "10.0.0.1:0", true},
+		{"listen::65535", ":65535", true},
+		{"[fd00::1]", "[fd00::1]:4791", false},
+		{"[fd00::1]:9", "[fd00::1]:9", false},
+		{"host-a.example_1:12?x=1", "host-a.example_1:12", false},
+		{"example.com.", "example.com.:4791", false},
+	} {
+		listen, hp, p, err := SplitHost(c.addr, 4791)
+		if err != nil || hp != c.hostport || listen != c.listen || p == nil {
+			t.Errorf("SplitHost(%q) = %v, %q, %v, %v; want %v, %q", c.addr, listen, hp, p, err, c.listen, c.hostport)
+		}
+	}
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)
+	if len(long) != 253 {
+		t.Fatal(len(long))
+	}
+	if _, _, _, err := SplitHost(long, 1); err != nil {
+		t.Errorf("a 253-byte name: %v", err)
+	}
+	if _, _, _, err := SplitHost(long+".", 1); err != nil {
+		t.Errorf("a 253-byte name with its root dot: %v", err)
+	}
+	for _, c := range []struct{ addr, why string }{
+		{"", "empty"},
+		{"listen:", "empty"},
+		{"?x=1", "empty"},
+		{"h?%zz=1", "invalid URL escape"},
+		{"[fd00::1", "no closing"},
+		{"h:65536", "port"},
+		{"h:-1", "port"},
+		{"h:x", "port"},
+		{"a..b", "empty label"},
+		{".a", "empty label"},
+		{"a b", "not an IP address"},
+		{"a/b:1", "not an IP address"},
+		{"a@b", "not an IP address"},
+		{"a:b:c", "not an IP address"},
+		{long + "e", "longer"},
+		{"é", "not an IP address"},
+	} {
+		_, _, p, err := SplitHost(c.addr, 4791)
+		if !errors.Is(err, fabric.ErrInvalid) || !strings.Contains(err.Error(), c.why) || p != nil {
+			t.Errorf("SplitHost(%q) = %v, %v; want ErrInvalid saying %q", c.addr, p, err, c.why)
+		}
+	}
+}
+
+// TestCheckHost: each byte class at its edges; IP addresses with zones.
+func TestCheckHost(t *testing.T) {
+	for _, h := range []string{"", "a", "z", "A", "Z", "0", "9", "-", "_", "a.b", "fe80::1%eth0", "10.0.0.1", "az-AZ_09"} {
+		if err := CheckHost(h); err != nil {
+			t.Errorf("CheckHost(%q) = %v", h, err)
+		}
+	}
+	// The bytes just outside each range of letters and digits.
+	for _, c := range []byte{'a' - 1, 'z' + 1, 'A' - 1, 'Z' + 1, '0' - 1, '9' + 1, '-' - 1, '_' + 1, '_' - 1, ' ', 0, 0xff} {
+		h := "x" + string([]byte{c}) + "y"
+		if err := CheckHost(h); !errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("CheckHost(%q) = %v, want ErrInvalid", h, err)
 		}
 	}
 }

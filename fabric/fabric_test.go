@@ -204,3 +204,75 @@ func TestOpErrorQuotesAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestSGEBounds: an SGE is in bounds up to exactly its region's end; one
+// byte past, a negative offset or length, or no region gives nothing.
+func TestSGEBounds(t *testing.T) {
+	dom := &Domain{}
+	r := NewRegion(RegionConfig{Buf: make([]byte, 100), Domain: dom})
+	for _, c := range []struct {
+		s  SGE
+		ok bool
+	}{
+		{SGE{Region: r, Offset: 0, Length: 100}, true},
+		{SGE{Region: r, Offset: 99, Length: 1}, true},
+		{SGE{Region: r, Offset: 100, Length: 0}, true},
+		{SGE{Region: r, Offset: 100, Length: 1}, false},
+		{SGE{Region: r, Offset: 0, Length: 101}, false},
+		{SGE{Region: r, Offset: 1, Length: 100}, false},
+		{SGE{Region: r, Offset: -1, Length: 1}, false},
+		{SGE{Region: r, Offset: 0, Length: -1}, false},
+		{SGE{Offset: 0, Length: 0}, false},
+	} {
+		b := c.s.Bytes()
+		if (b != nil) != c.ok || (c.ok && len(b) != c.s.Length) {
+			t.Errorf("%+v: Bytes = %d bytes (nil %v), want ok %v", c.s, len(b), b == nil, c.ok)
+		}
+		_, err := CheckSGEs([]SGE{c.s}, dom, 0)
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: CheckSGEs = %v, want ok %v", c.s, err, c.ok)
+		}
+	}
+}
+
+// TestHostDomain: a domain that takes host memory accepts regions of
+// HostDomain; one that does not refuses them.
+func TestHostDomain(t *testing.T) {
+	host := NewRegion(RegionConfig{Buf: make([]byte, 8), Domain: HostDomain})
+	if _, err := CheckSGEs([]SGE{SGEOf(host)}, &Domain{HostMemory: true}, 0); err != nil {
+		t.Fatalf("a host-memory domain refused a host region: %v", err)
+	}
+	if _, err := CheckSGEs([]SGE{SGEOf(host)}, &Domain{}, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a device domain took a host region: %v", err)
+	}
+}
+
+// TestOptionDefaults: zero and negative select the default; any positive
+// value is taken as it is.
+func TestOptionDefaults(t *testing.T) {
+	for _, c := range []struct {
+		o       *Options
+		backlog int
+		hs      time.Duration
+	}{
+		{nil, DefaultBacklog, DefaultHandshakeTimeout},
+		{&Options{}, DefaultBacklog, DefaultHandshakeTimeout},
+		{&Options{Backlog: -1, HandshakeTimeout: -1}, DefaultBacklog, DefaultHandshakeTimeout},
+		{&Options{Backlog: 1, HandshakeTimeout: 1}, 1, 1},
+	} {
+		if b, h := c.o.BacklogSize(), c.o.HandshakeLimit(); b != c.backlog || h != c.hs {
+			t.Errorf("%+v: BacklogSize %d, HandshakeLimit %v; want %d, %v", c.o, b, h, c.backlog, c.hs)
+		}
+	}
+}
+
+// TestUnknownBackend: Open and Listen of a backend nobody registered say
+// so (ErrUnknownBackend), not that the backend cannot listen.
+func TestUnknownBackend(t *testing.T) {
+	if _, err := Listen(context.Background(), "no-such-backend", "x", nil); !errors.Is(err, ErrUnknownBackend) || errors.Is(err, ErrNotSupported) {
+		t.Errorf("Listen = %v, want ErrUnknownBackend", err)
+	}
+	if _, err := Open(context.Background(), "no-such-backend", "x", nil); !errors.Is(err, ErrUnknownBackend) {
+		t.Errorf("Open = %v, want ErrUnknownBackend", err)
+	}
+}

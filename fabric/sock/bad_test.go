@@ -1,10 +1,12 @@
 package sock
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +171,114 @@ func TestResetReported(t *testing.T) {
 			t.Fatalf("sender of the forged grant: %v, want ErrReset", err)
 		}
 	})
+}
+
+// TestBadPeerPair: the same violations against a Conn made by NewConn
+// over a connected pair (the dialing side's path, where no listener
+// handshake stands in front), and each bound exactly at, below and above
+// its limit: a frame at the limit is taken, one byte past it closes the
+// connection with a typed error.
+func TestBadPeerPair(t *testing.T) {
+	hello := rawHello(1, 64<<10)
+	const window = 8 << 10
+	cases := []struct {
+		name   string
+		frames [][]byte
+		want   error // nil: the frames are legal and "ok" arrives after them
+	}{
+		{"short", [][]byte{hello, {2, 0, 0}}, fabric.ErrMalformed},
+		{"unknown-type", [][]byte{hello, rawFrame(numFrameTypes, 0, nil)}, fabric.ErrMalformed},
+		{"type-zero", [][]byte{hello, rawFrame(0, 0, nil)}, fabric.ErrMalformed},
+		{"flags", [][]byte{hello, {2, 1, 0, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"reserved-2", [][]byte{hello, {2, 0, 1, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"reserved-3", [][]byte{hello, {2, 0, 0, 1, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"data-before-hello", [][]byte{rawFrame(frameData, 0, []byte("early"))}, fabric.ErrMalformed},
+		{"bad-version", [][]byte{rawHello(2, 64<<10)}, fabric.ErrMalformed},
+		{"bad-magic", [][]byte{append(rawFrame(frameHello, 0, []byte("WEFTSOCX")), make([]byte, 8)...)}, fabric.ErrMalformed},
+		{"hello-short", [][]byte{hello[:len(hello)-1]}, fabric.ErrMalformed},
+		{"hello-long", [][]byte{append(hello[:len(hello):len(hello)], 0)}, fabric.ErrMalformed},
+		{"window-min", [][]byte{rawHello(1, minWindow)}, nil},
+		{"window-below-min", [][]byte{rawHello(1, minWindow-1)}, fabric.ErrMalformed},
+		{"window-max", [][]byte{rawHello(1, maxWindow)}, nil},
+		{"window-above-max", [][]byte{rawHello(1, maxWindow+1)}, fabric.ErrMalformed},
+		{"second-hello", [][]byte{hello, hello}, fabric.ErrMalformed},
+		{"empty-data", [][]byte{hello, rawFrame(frameData, 0, nil)}, fabric.ErrMalformed},
+		{"credit-with-payload", [][]byte{hello, rawFrame(frameCredit, 0, []byte("x"))}, fabric.ErrMalformed},
+		{"rst-max", [][]byte{hello, rawFrame(frameRst, 0, make([]byte, maxRstLen))}, ErrReset},
+		{"rst-too-long", [][]byte{hello, rawFrame(frameRst, 0, make([]byte, maxRstLen+1))}, fabric.ErrMalformed},
+		{"data-after-fin", [][]byte{hello, rawFrame(frameFin, 0, nil), rawFrame(frameData, 0, []byte("late"))}, fabric.ErrMalformed},
+		// The peer's credit is this side's window: exactly the window is
+		// legal; one byte more is an overrun. ("ok" below then overruns
+		// in the first case, so it is sent only when a byte is left.)
+		{"credit-exact", [][]byte{hello, rawFrame(frameData, 0, make([]byte, window-2))}, nil},
+		{"credit-overrun", [][]byte{hello, rawFrame(frameData, 0, make([]byte, window+1))}, ErrCreditOverrun},
+		{"forged-credit", [][]byte{hello, rawFrame(frameCredit, 1, nil)}, fabric.ErrMalformed},
+	}
+	for _, be := range backends {
+		if be.pair == nil {
+			continue
+		}
+		t.Run(be.name, func(t *testing.T) {
+			for _, tc := range cases {
+				// The parser is the same on every backend; the whole
+				// table runs over the roce pair, whose set-up is the
+				// cheapest (ntb's costs half a second a pair), and the
+				// receive paths of the others (views, copies) get the
+				// bounds.
+				if be.name != "roce" && !strings.HasPrefix(tc.name, "credit-") && !strings.HasPrefix(tc.name, "window-") {
+					continue
+				}
+				t.Run(tc.name, func(t *testing.T) {
+					a, b := be.pair(t, nil)
+					c, err := NewConn(a, &Config{Window: window, KeepAlive: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					raw := rawPeerOn(t, b)
+					frames := tc.frames
+					if tc.want == nil {
+						frames = append(frames, rawFrame(frameData, 0, []byte("ok")))
+					}
+					data := 0
+					for _, f := range frames {
+						if f[0] == frameData {
+							data += len(f) - hdrLen
+						}
+						raw.send(f)
+					}
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					if tc.want == nil {
+						got := make([]byte, data)
+						if _, err := io.ReadFull(c, got); err != nil || !bytes.HasSuffix(got, []byte("ok")) {
+							t.Fatalf("legal frames: read %d bytes ending %q, %v; want %d ending \"ok\"", len(got), tail(got), err, data)
+						}
+						return
+					}
+					_, rerr := io.ReadAll(c)
+					var pe *ProtocolError
+					if !errors.Is(rerr, tc.want) || !errors.As(rerr, &pe) {
+						t.Fatalf("Read: %v, want a *ProtocolError matching %v", rerr, tc.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+func tail(b []byte) []byte {
+	if len(b) > 4 {
+		return b[len(b)-4:]
+	}
+	return b
+}
+
+// rawPeerOn is a rawPeer on an endpoint already connected.
+func rawPeerOn(t testing.TB, ep fabric.Endpoint) *rawPeer {
+	t.Helper()
+	reg, err := ep.Alloc(64<<10, fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawPeer{t: t, ep: ep, reg: reg}
 }

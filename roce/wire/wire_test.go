@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -697,5 +698,73 @@ func TestSplitIP(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Reason != c.reason || ip != nil || udp != nil {
 			t.Errorf("%s: %v, want %v", c.name, err, c.reason)
 		}
+	}
+}
+
+// TestICRCPartsBounds: the headers the ICRC masks must all be in hdr:
+// at exactly IP, UDP and BTH the split is accepted and agrees with the
+// whole packet's ICRC; one byte short is a ReasonIPHeader error, never a
+// panic or a CRC over missing bytes. An IPv4 header length below 20 is
+// refused.
+func TestICRCPartsBounds(t *testing.T) {
+	pkt := benchPacket(t, 100)
+	whole, err := ICRC(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := pkt[:len(pkt)-ICRCSize]
+	n := ipv4MinHeader + udpHeader + BTHSize
+	for _, cut := range []int{n, n + 1, len(body)} {
+		got, err := ICRCParts(body[:cut], body[cut:])
+		if err != nil || got != whole {
+			t.Errorf("split at %d: %#x, %v; want %#x", cut, got, err, whole)
+		}
+	}
+	for _, cut := range []int{n - 1, ipv4MinHeader, 1, 0} {
+		var pe *ParseError
+		if _, err := ICRCParts(body[:cut], body[cut:]); !errors.As(err, &pe) || pe.Reason != ReasonIPHeader {
+			t.Errorf("split at %d (short of the BTH): %v, want ReasonIPHeader", cut, err)
+		}
+	}
+	short := slices.Clone(body)
+	short[0] = 0x44 // IHL 4: 16 bytes
+	if _, err := ICRCParts(short, nil); err == nil {
+		t.Error("an IPv4 header length of 16 bytes was accepted")
+	}
+	if _, err := ICRC(pkt[:ICRCSize-1]); err == nil {
+		t.Error("ICRC of 3 bytes succeeded")
+	}
+}
+
+// TestExtSizeBounds: Size of every header kind, and 0 for values past
+// the last (never an index out of range).
+func TestExtSizeBounds(t *testing.T) {
+	for e := ExtHeader(0); e < 255; e++ {
+		s := e.Size()
+		if (e >= numExt || e == ExtNone) != (s == 0) {
+			t.Errorf("ExtHeader(%d).Size() = %d", e, s)
+		}
+	}
+}
+
+// TestBuildHeadersExact: a buffer of exactly the header length takes the
+// headers; one byte less is ErrShortBuffer. Build likewise at the packet
+// length.
+func TestBuildHeadersExact(t *testing.T) {
+	f := Fields{BTH: BTHFields{OpCode: OpRCWriteOnly, PKey: DefaultPKey, DestQP: 18, PSN: 1},
+		RETH: RETHFields{VA: 0x1000, RKey: 7, DMALength: 8}}
+	hl := OpRCWriteOnly.HeaderLen()
+	if n, err := BuildHeaders(make([]byte, hl), &f, 8); err != nil || n != hl {
+		t.Fatalf("BuildHeaders into %d bytes = %d, %v", hl, n, err)
+	}
+	if _, err := BuildHeaders(make([]byte, hl-1), &f, 8); !errors.Is(err, ErrShortBuffer) {
+		t.Fatalf("BuildHeaders into %d bytes = %v, want ErrShortBuffer", hl-1, err)
+	}
+	pl := PacketLen(OpRCWriteOnly, 8)
+	if n, err := Build(make([]byte, pl), &f, make([]byte, 8)); err != nil || n != pl {
+		t.Fatalf("Build into %d bytes = %d, %v", pl, n, err)
+	}
+	if _, err := Build(make([]byte, pl-1), &f, make([]byte, 8)); !errors.Is(err, ErrShortBuffer) {
+		t.Fatalf("Build into %d bytes = %v, want ErrShortBuffer", pl-1, err)
 	}
 }

@@ -500,6 +500,38 @@ var List = []Mutation{
 		Pkg:  "./internal/spin/", Run: "^TestOversubscribedNeverSpins$",
 		Why: "an adaptive spin under way stops at its next clock reading once more is runnable than there are processors",
 	},
+	{
+		Name: "waitset-remove-keeps-watch",
+		File: "fabric/waitset.go",
+		Old:  "\t\t\ts.ep.Unwatch(fd)\n",
+		New:  "",
+		Pkg:  "./fabric/", Run: "^TestWaitSetRemove$",
+		Why:  "a member removed from a WaitSet no longer wakes it (issue 29)",
+	},
+	{
+		Name: "wire-icrc-short-headers",
+		File: "roce/wire/icrc.go",
+		Old:  "if !ok || len(hdr) < n {",
+		New:  "if !ok {",
+		Pkg:  "./roce/wire/", Run: "^TestICRCPartsBounds$",
+		Why:  "an ICRC over headers cut short of the BTH is an error, not a panic (issue 29)",
+	},
+	{
+		Name: "sock-hello-window-max",
+		File: "fabric/sock/frame.go",
+		Old:  "window < minWindow || window > maxWindow",
+		New:  "window < minWindow || window >= maxWindow",
+		Pkg:  "./fabric/sock/", Run: "^TestBadPeerPair$",
+		Why:  "a HELLO window of exactly the largest is legal (issue 29)",
+	},
+	{
+		Name: "addrparam-host-253",
+		File: "internal/addrparam/addrparam.go",
+		Old:  "len(name) > 253",
+		New:  "len(name) >= 253",
+		Pkg:  "./internal/addrparam/", Run: "^TestSplitHost$",
+		Why:  "a DNS name of exactly 253 bytes is a host (issue 29)",
+	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

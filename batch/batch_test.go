@@ -1067,3 +1067,63 @@ func TestOptions(t *testing.T) {
 type oneSGE struct{ fabric.Endpoint }
 
 func (o oneSGE) Caps() fabric.Caps { c := o.Endpoint.Caps(); c.MaxSGEs = 1; return c }
+
+// TestBounds: each Coalescer limit at, below and above its edge. A batch
+// whose next 1-byte packet fits exactly stays open, and takes that
+// packet; MaxPackets 1 and the backend's own limit are legal, MaxBytes at
+// the message size and at the smallest batch; Reclaim with a short slice
+// returns no more than it holds.
+func TestBounds(t *testing.T) {
+	a, b := pair(t, ntb.Config{})
+	caps := a.Caps()
+	for _, o := range []batch.Options{{MaxPackets: 1}, {MaxPackets: caps.MaxSGEs - 1}, {MaxBytes: caps.MaxMsgSize},
+		{MaxBytes: batch.HeaderSize(1) + 1}, {Depth: 1}} {
+		if _, err := batch.NewCoalescer(a, &o); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	if _, err := batch.NewCoalescer(a, &batch.Options{MaxBytes: batch.HeaderSize(1)}); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("MaxBytes %d (no room for a byte): %v", batch.HeaderSize(1), err)
+	}
+	s := newSplitter(t, b, nil)
+	src, _ := a.Alloc(64<<10, 0)
+
+	// 12 (header) + 2+50: a 1-byte packet needs 3 more, exactly MaxBytes.
+	c := newCoalescer(t, a, &batch.Options{MaxBytes: batch.HeaderSize(1) + 50 + 3, Deadline: -1})
+	addPackets(t, c, src, 0, 1, 50)
+	if c.Open() != 1 {
+		t.Fatalf("a batch with room for exactly one more byte closed (open %d)", c.Open())
+	}
+	addPackets(t, c, src, 100, 1, 1) // at offset 100, clear of the first
+	got := recvN(t, s, 2)
+	checkPacket(t, got[0], 0, 50)
+	checkPacket(t, got[1], 100, 1)
+	if st := c.Stats(); st.Batches != 1 || st.Flushes[batch.FlushBytes] != 1 {
+		t.Fatalf("%d batches, flushes %v; want the two packets in one batch closed by bytes", st.Batches, st.Flushes)
+	}
+
+	// Reclaim hands back at most len(out) cookies a call.
+	c2 := newCoalescer(t, a, &batch.Options{Deadline: -1})
+	addPackets(t, c2, src, 200, 3, 8)
+	c2.Flush()
+	recvN(t, s, 3)
+	var cookies []uint64
+	out := make([]uint64, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(cookies) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 10s waiting for 3 reclaimed packets: have %v", cookies)
+		}
+		n := c2.Reclaim(out)
+		if n > len(out) {
+			t.Fatalf("Reclaim returned %d into a slice of %d", n, len(out))
+		}
+		cookies = append(cookies, out[:n]...)
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if cookies[0] != 200 || cookies[1] != 201 || cookies[2] != 202 {
+		t.Fatalf("reclaimed %v, want [200 201 202]", cookies)
+	}
+}

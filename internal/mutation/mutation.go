@@ -506,7 +506,7 @@ var List = []Mutation{
 		Old:  "\t\t\ts.ep.Unwatch(fd)\n",
 		New:  "",
 		Pkg:  "./fabric/", Run: "^TestWaitSetRemove$",
-		Why:  "a member removed from a WaitSet no longer wakes it (issue 29)",
+		Why: "a member removed from a WaitSet no longer wakes it (issue 29)",
 	},
 	{
 		Name: "wire-icrc-short-headers",
@@ -514,7 +514,7 @@ var List = []Mutation{
 		Old:  "if !ok || len(hdr) < n {",
 		New:  "if !ok {",
 		Pkg:  "./roce/wire/", Run: "^TestICRCPartsBounds$",
-		Why:  "an ICRC over headers cut short of the BTH is an error, not a panic (issue 29)",
+		Why: "an ICRC over headers cut short of the BTH is an error, not a panic (issue 29)",
 	},
 	{
 		Name: "sock-hello-window-max",
@@ -522,7 +522,7 @@ var List = []Mutation{
 		Old:  "window < minWindow || window > maxWindow",
 		New:  "window < minWindow || window >= maxWindow",
 		Pkg:  "./fabric/sock/", Run: "^TestBadPeerPair$",
-		Why:  "a HELLO window of exactly the largest is legal (issue 29)",
+		Why: "a HELLO window of exactly the largest is legal (issue 29)",
 	},
 	{
 		Name: "addrparam-host-253",
@@ -530,7 +530,7 @@ var List = []Mutation{
 		Old:  "len(name) > 253",
 		New:  "len(name) >= 253",
 		Pkg:  "./internal/addrparam/", Run: "^TestSplitHost$",
-		Why:  "a DNS name of exactly 253 bytes is a host (issue 29)",
+		Why: "a DNS name of exactly 253 bytes is a host (issue 29)",
 	},
 }
 

@@ -60,7 +60,10 @@ func TestGenerate(t *testing.T) {
 //
 //   - WEFT_SWEEP_SAMPLE=k runs the fixed 1-in-k sample (by ID hash).
 //   - WEFT_SWEEP_ONLY is a regular expression over mutant IDs.
-//   - WEFT_SWEEP_REPORT names a file for the table and the survivors.
+//   - WEFT_SWEEP_REPORT names a file for the table and the survivors;
+//     each outcome is also appended to that name plus ".progress" as it
+//     comes.
+//   - WEFT_SWEEP_LIST=1 lists the picked mutants' IDs and runs nothing.
 //
 // A survivor that survivors.txt does not accept fails the test: it is a
 // rule no test holds.
@@ -89,6 +92,15 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// Each outcome is appended to the progress file as it comes, so a run
+	// cut short (a timeout, the session's end) keeps what it learnt.
+	var progress *os.File
+	if f := os.Getenv("WEFT_SWEEP_REPORT"); f != "" {
+		if progress, err = os.Create(f + ".progress"); err != nil {
+			t.Fatal(err)
+		}
+		defer progress.Close()
+	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "| package | mutants | killed | survived | not reached | invalid | accepted | kill ratio |\n|---|---|---|---|---|---|---|---|\n")
 	var all Tally
@@ -114,6 +126,12 @@ func TestSweep(t *testing.T) {
 		if len(pick) == 0 {
 			continue
 		}
+		if os.Getenv("WEFT_SWEEP_LIST") != "" {
+			for _, m := range pick {
+				t.Logf("%s\t%s:%d", m.ID, m.File, m.Line)
+			}
+			continue
+		}
 		start := time.Now()
 		cov, err := MeasureCoverage(ctx, root, p)
 		if err != nil {
@@ -127,6 +145,9 @@ func TestSweep(t *testing.T) {
 				t.Fatal(err)
 			}
 			tl.Mutants++
+			if progress != nil {
+				fmt.Fprintf(progress, "%s\t%s\t%s:%d\t%s\t%q -> %q\n", o, m.ID, m.File, m.Line, m.Op, oneLine(m.Old), oneLine(m.New))
+			}
 			switch {
 			case o.Caught():
 				tl.Killed++
@@ -164,17 +185,5 @@ func TestSweep(t *testing.T) {
 		if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func TestGenerateCounts(t *testing.T) {
-	root, _ := ModuleRoot(".")
-	for _, p := range Swept {
-		ms, _ := Generate(root, p)
-		ops := map[string]int{}
-		for _, m := range ms {
-			ops[m.Op]++
-		}
-		t.Logf("%s %d %v", p, len(ms), ops)
 	}
 }

@@ -23,13 +23,15 @@ var Swept = []string{
 }
 
 // TestGenerate checks the generator on every swept package: it parses
-// them all, each mutant changes its file, and IDs are unique.
+// them all, each mutant changes its file, IDs are unique, and every ID
+// survivors.txt accepts is still generated.
 func TestGenerate(t *testing.T) {
 	root, err := ModuleRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0
+	all := map[string]bool{}
 	for _, p := range Swept {
 		ms, err := Generate(root, p)
 		if err != nil {
@@ -44,6 +46,7 @@ func TestGenerate(t *testing.T) {
 				t.Errorf("two mutants %s", m.ID)
 			}
 			ids[m.ID] = true
+			all[m.ID] = true
 			if m.Old == m.New {
 				t.Errorf("%s changes nothing", m.ID)
 			}
@@ -51,6 +54,17 @@ func TestGenerate(t *testing.T) {
 		total += len(ms)
 	}
 	t.Logf("%d mutants in %d packages", total, len(Swept))
+	// Every accepted survivor is still a mutant of the code: an entry the
+	// code has moved away from is stale and must go.
+	acc, err := Accepted(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range acc {
+		if !all[id] {
+			t.Errorf("survivors.txt: %s is no longer generated (the code changed): remove it", id)
+		}
+	}
 }
 
 // TestSweep runs generated mutants against their packages' own tests. It

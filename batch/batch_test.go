@@ -1127,3 +1127,33 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("reclaimed %v, want [200 201 202]", cookies)
 	}
 }
+
+// TestSlotSizeExact: a batch of exactly SlotSize bytes is delivered, one
+// byte longer is dropped as truncated and counted, in both receive modes.
+func TestSlotSizeExact(t *testing.T) { bothModes(t, testSlotSizeExact) }
+
+func testSlotSizeExact(t *testing.T) {
+	const slot = 512
+	a, b := pair(t, ntb.Config{})
+	s := newSplitter(t, b, &batch.SplitterOptions{SlotSize: slot})
+	src, _ := a.Alloc(64<<10, 0)
+	exact := newCoalescer(t, a, &batch.Options{MaxBytes: slot, Deadline: -1})
+	size := slot - batch.HeaderSize(1)
+	addPackets(t, exact, src, 0, 1, size)
+	exact.Flush()
+	checkPacket(t, recvN(t, s, 1)[0], 0, size)
+	over := newCoalescer(t, a, &batch.Options{MaxBytes: slot + 1, Deadline: -1})
+	addPackets(t, over, src, 0, 1, size+1)
+	over.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pkts := make([]batch.Packet, 4)
+	n, err := s.RecvWait(ctx, pkts)
+	s.Release(pkts[:n])
+	if n != 0 || !errors.Is(err, fabric.ErrMessageSize) {
+		t.Fatalf("a batch one byte over the slot: %d packets, %v; want ErrMessageSize", n, err)
+	}
+	if st := s.Stats(); st.Drops[batch.DropTruncated] != 1 {
+		t.Fatalf("drops %v: want the message one byte over the slot dropped as truncated", st.Drops)
+	}
+}

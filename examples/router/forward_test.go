@@ -121,6 +121,19 @@ func TestForwardFrame(t *testing.T) {
 		{"ihl-past-frame", func(b []byte) []byte { b[14] = 0x4f; return b[:50] }, Malformed},
 		{"total-len-long", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], 1000); return resum(b) }, Malformed},
 		{"total-len-short", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], 19); return resum(b) }, Malformed},
+		// Each bound exactly at its edge is legal.
+		{"min-frame", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], 20); return resum(b[:34]) }, Forward},
+		{"total-len-ihl", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], 20); return resum(b) }, Forward},
+		{"total-len-frame", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], uint16(len(b)-14)); return resum(b) }, Forward},
+		{"total-len-past-frame", func(b []byte) []byte { binary.BigEndian.PutUint16(b[16:], uint16(len(b)-13)); return resum(b) }, Malformed},
+		{"ihl-whole-frame", func(b []byte) []byte { // a 24-byte header with options, nothing after it
+			b[14] = 0x46
+			binary.BigEndian.PutUint16(b[16:], 24)
+			b = b[:38]
+			b[24], b[25] = 0, 0
+			binary.BigEndian.PutUint16(b[24:], checksum(b[14:38]))
+			return b
+		}, Forward},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -139,8 +152,8 @@ func TestForwardFrame(t *testing.T) {
 			if r != want {
 				t.Errorf("route %+v, want %+v", r, want)
 			}
-			if b[22] != before[22]-1 || checksum(b[14:34]) != 0 {
-				t.Errorf("TTL %d -> %d, checksum ok %v", before[22], b[22], checksum(b[14:34]) == 0)
+			if ihl := int(b[14]&0x0f) * 4; b[22] != before[22]-1 || checksum(b[14:14+ihl]) != 0 {
+				t.Errorf("TTL %d -> %d, checksum ok %v", before[22], b[22], checksum(b[14:14+int(b[14]&0x0f)*4]) == 0)
 			}
 		})
 	}

@@ -910,6 +910,13 @@ func testMalformed(t *testing.T) {
 	if s.Held() != 0 {
 		t.Fatalf("held %d", s.Held())
 	}
+	// A malformed batch ends a RecvWait for one packet at once with its
+	// error: the wait does not go on blocking for a good one.
+	copy(src.Bytes(), cases["magic"])
+	a.Send([]fabric.Message{{SGEs: []fabric.SGE{{Region: src, Length: len(cases["magic"])}}, Flags: fabric.FlagImm, Imm: batch.Imm}})
+	if n, err := s.RecvWait(ctx, pkts[:1]); n != 0 || !errors.Is(err, fabric.ErrMalformed) {
+		t.Fatalf("RecvWait for one packet after a malformed batch: %d, %v; want ErrMalformed at once", n, err)
+	}
 }
 
 // TestGroup routes packets to two next hops over two bridges.

@@ -1,0 +1,152 @@
+package rdm_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/rdm"
+	"github.com/weft-io/weft/internal/testenv"
+)
+
+// openRoce opens an endpoint over the user-space RoCE engine on loopback,
+// as a rank of roceMesh does.
+func openRoce(t *testing.T, cfg *rdm.Config) *rdm.Endpoint {
+	t.Helper()
+	e := roceMesh(t, "", 0, 1)
+	if cfg != nil {
+		e.Close()
+		var err error
+		if e, err = rdm.Open(context.Background(), "roce", "127.0.0.1:0?keepalive=50ms", cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestInsertRules: a peer name is 1 to 1024 bytes; Insert of a backend
+// that does not exist, Remove of a handle not in the vector and calls
+// after Close fail with the documented errors.
+func TestInsertRules(t *testing.T) {
+	e := openRoce(t, nil)
+	if _, err := e.Insert(strings.Repeat("x", 1024)); err != nil {
+		t.Errorf("a name of 1024 bytes: %v", err)
+	}
+	for _, name := range []string{"", strings.Repeat("x", 1025)} {
+		if _, err := e.Insert(name); !errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("Insert of a %d-byte name: %v, want ErrInvalid", len(name), err)
+		}
+	}
+	p1, err := e.Insert("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2, err := e.Insert("127.0.0.1:1"); err != nil || p2 != p1 {
+		t.Errorf("Insert twice: %v, %v; want the same handle %v", p2, err, p1)
+	}
+	if err := e.Remove(p1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Remove(p1); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("Remove of a removed peer: %v, want ErrInvalid", err)
+	}
+	if _, err := e.Send(rdm.Peer(9999), nil); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("Send to a peer not in the vector: %v, want ErrInvalid", err)
+	}
+	e.Close()
+	if _, err := e.Insert("127.0.0.1:2"); !errors.Is(err, fabric.ErrClosed) {
+		t.Errorf("Insert after Close: %v, want ErrClosed", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestBadHello: a peer that connects and sends a malformed hello, or none
+// within the handshake timeout, is dropped and counted; the endpoint goes
+// on serving good peers.
+func TestBadHello(t *testing.T) {
+	cfg := &rdm.Config{}
+	cfg.Options.HandshakeTimeout = 300 * time.Millisecond
+	srv := openRoce(t, cfg)
+	addr := srv.Addrs()[0] + "?keepalive=50ms"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, hello := range [][]byte{
+		[]byte("WEFTRDX\x01\x00\x00"),         // magic
+		[]byte("WEFTRDM\x02\x00\x00"),         // version
+		[]byte("WEFTRDM\x01\x05\x00abc"),      // name shorter than its length
+		[]byte("WEFTRDM\x01\x01\x04" + "abc"), // length above 1024
+		nil,                                   // nothing: the handshake times out
+	} {
+		ep, err := fabric.Open(ctx, "roce", addr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hello != nil {
+			reg, err := ep.Register(append([]byte(nil), hello...), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ep.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := uint64(i + 1)
+		if !testenv.Eventually(10*time.Second, func() bool { return srv.Stats().BadHellos >= want }) {
+			t.Fatalf("hello %d (%q): BadHellos %d after 10s, want %d", i, hello, srv.Stats().BadHellos, want)
+		}
+		ep.Close()
+	}
+	if st := srv.Stats(); st.Peers != 0 || st.Accepted != 0 {
+		t.Fatalf("bad hellos made peers: %+v", st)
+	}
+	// A good peer still gets through.
+	cli := openRoce(t, nil)
+	p, err := cli.Insert(srv.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Connect(ctx, p); err != nil {
+		t.Fatalf("a good peer after the bad hellos: %v", err)
+	}
+	if !testenv.Eventually(10*time.Second, func() bool { return srv.Stats().Accepted == 1 }) {
+		t.Fatalf("Accepted %d after 10s, want 1", srv.Stats().Accepted)
+	}
+}
+
+// TestPeerGoneCounted: a peer that closes is reported once, as an event
+// whose error matches fabric.ErrPeerGone, and counted; sends to it fail
+// with that error.
+func TestPeerGoneCounted(t *testing.T) {
+	a, b := openRoce(t, nil), openRoce(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := a.Insert(b.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Connect(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	select {
+	case ev := <-a.Events():
+		if ev.Kind != fabric.EventPeerGone || ev.Peer != p || !errors.Is(ev.Err, fabric.ErrPeerGone) {
+			t.Fatalf("event %+v, want EventPeerGone for %v matching ErrPeerGone", ev, p)
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out after 20s waiting for the peer-gone event of a closed peer")
+	}
+	if st := a.Stats(); st.PeersGone != 1 {
+		t.Fatalf("PeersGone = %d, want 1", st.PeersGone)
+	}
+	reg, _ := a.Alloc(8)
+	if _, err := a.Send(p, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}); !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("Send to a gone peer: %v, want ErrPeerGone", err)
+	}
+}

@@ -150,3 +150,27 @@ func TestPeerGoneCounted(t *testing.T) {
 		t.Fatalf("Send to a gone peer: %v, want ErrPeerGone", err)
 	}
 }
+
+// TestOneDial: an eager Insert, a Connect and sends while that dial is
+// under way make one connection, not one each.
+func TestOneDial(t *testing.T) {
+	a := openRoce(t, &rdm.Config{Eager: true})
+	b := openRoce(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := a.Insert(b.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := a.Alloc(8)
+	a.Send(p, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
+	if err := a.Connect(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SendWait(ctx, p, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.Dialed != 1 || st.Conns != 1 {
+		t.Fatalf("Dialed %d, Conns %d: want one connection", st.Dialed, st.Conns)
+	}
+}

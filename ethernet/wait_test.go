@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,22 +16,6 @@ import (
 	"github.com/weft-io/weft/internal/testenv"
 	"golang.org/x/sys/unix"
 )
-
-// threads returns the number of OS threads of the process.
-func threads(t testing.TB) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no Threads: in /proc/self/status")
-	return 0
-}
 
 // parked counts the goroutines whose stack passes through fn (a
 // function's qualified name) and that are blocked: not running or
@@ -91,7 +74,7 @@ func TestRecvWaitThreads(t *testing.T) {
 	port := openPort(t, p.A, p.NameA, &ethernet.Config{Queues: ids, Frames: 16, RingSize: 16, Spin: -1})
 	require.Len(t, port.Queues(), queues)
 
-	before := threads(t)
+	before := testenv.Threads(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errs := make([]chan error, queues)
@@ -109,7 +92,7 @@ func TestRecvWaitThreads(t *testing.T) {
 	const fn = "ethernet.(*Queue).RecvWait"
 	require.True(t, testenv.Eventually(time.Minute, func() bool { return parked(fn) >= queues }),
 		"%d of %d waiters blocked", parked(fn), queues)
-	after := threads(t)
+	after := testenv.Threads(t)
 	t.Logf("threads: %d before, %d with %d goroutines blocked in RecvWait", before, after, queues)
 	require.Less(t, after-before, 20, "blocked RecvWait calls hold OS threads")
 

@@ -22,6 +22,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // shmAddr returns a random loopback address for a ShmLink ring: rings are
@@ -389,26 +390,6 @@ func TestShmLinkNoBell(t *testing.T) {
 	}
 }
 
-// threads returns the number of this process's OS threads.
-func threads(t testing.TB) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(l)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads: in /proc/self/status")
-	return 0
-}
-
 // Links whose WaitRead sleeps hold no OS thread each: they park in the
 // netpoller, not in a system call.
 func TestShmLinkIdleThreads(t *testing.T) {
@@ -423,7 +404,7 @@ func TestShmLinkIdleThreads(t *testing.T) {
 		defer l.Close()
 		links[i] = l
 	}
-	before := threads(t)
+	before := testenv.Threads(t)
 	done := make(chan error, n)
 	for _, l := range links {
 		go func() { done <- l.WaitRead(context.Background(), time.Time{}) }()
@@ -433,7 +414,7 @@ func TestShmLinkIdleThreads(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	got := threads(t)
+	got := testenv.Threads(t)
 	t.Logf("%d sleeping links: %d threads, %d before", n, got, before)
 	if got > before+n/2 {
 		t.Errorf("%d sleeping links hold %d threads (%d before)", n, got, before)

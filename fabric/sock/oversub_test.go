@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // The Oversubscribed benchmarks measure Weft where it does not own the
@@ -320,7 +321,7 @@ func measureIdle(b *testing.B, open func(b *testing.B) (as, cs []net.Conn)) {
 	cpu0, wall0 := cpuTime(b), time.Now()
 	time.Sleep(idleWindow)
 	cpu, wall := cpuTime(b)-cpu0, time.Since(wall0)
-	threads := osThreads(b)
+	threads := testenv.Threads(b)
 	b.StopTimer()
 	if n := returned.Load(); n != 0 {
 		b.Fatalf("%d of %d idle Reads returned", n, len(as))
@@ -335,10 +336,10 @@ func measureIdle(b *testing.B, open func(b *testing.B) (as, cs []net.Conn)) {
 // back, a few at a time.
 func settleThreads(t testing.TB) {
 	const step = 50 * time.Millisecond
-	n, since := osThreads(t), time.Now()
+	n, since := testenv.Threads(t), time.Now()
 	for start := time.Now(); time.Since(since) < idleSettle && time.Since(start) < idleSettleMax; {
 		time.Sleep(step)
-		if m := osThreads(t); m != n {
+		if m := testenv.Threads(t); m != n {
 			n, since = m, time.Now()
 		}
 	}
@@ -351,23 +352,4 @@ func cpuTime(t testing.TB) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// osThreads returns the number of OS threads of the process.
-func osThreads(t testing.TB) int {
-	st, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(st)) {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads: in /proc/self/status")
-	return 0
 }

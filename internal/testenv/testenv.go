@@ -5,7 +5,11 @@
 // would hide a broken machine or a broken test and is therefore a failure
 // (SkipOrFail, Skip, SkipOn and the Require functions). Hardware no CI
 // machine has skips with SkipNoHardware. It also has the small helpers of
-// the network and leak tests: FDCount, Eventually, Goroutines.
+// the network and leak tests: FDCount, Threads, Eventually, Goroutines;
+// and the bound of every wait (wait.go): a test that waits gives the wait
+// a deadline, Timeout, through Context, Recv, Await or Deadline, so that a
+// hang fails that test within a minute with a message that names what it
+// waited for, instead of ending the whole package at go test's -timeout.
 package testenv
 
 import (
@@ -153,6 +157,28 @@ func FDCount(t testing.TB) int {
 		t.Fatalf("count fds: %v", err)
 	}
 	return len(ents)
+}
+
+// Threads returns the number of OS threads of the process, as
+// /proc/self/status counts them: the measure of a wait that parks a
+// thread instead of a goroutine.
+func Threads(t testing.TB) int {
+	t.Helper()
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatalf("count threads: %v", err)
+	}
+	for line := range strings.Lines(string(st)) {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("count threads: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("count threads: no Threads: line in /proc/self/status")
+	return 0
 }
 
 // Eventually polls cond every few milliseconds until it is true or d

@@ -7,28 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-func threads(t testing.TB) int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	t.Fatal("no Threads: in /proc/self/status")
-	return 0
-}
+	"github.com/weft-io/weft/internal/testenv"
+)
 
 // TestEventfd: a ring before the wait and a ring during it both end it,
 // and the condition is what decides.
@@ -68,7 +53,7 @@ func TestEventfd(t *testing.T) {
 // waiters hold no thousand threads.
 func TestClose(t *testing.T) {
 	const n = 1000
-	before := threads(t)
+	before := testenv.Threads(t)
 	ps := make([]*Parker, n)
 	var wg sync.WaitGroup
 	var started atomic.Int32
@@ -89,7 +74,7 @@ func TestClose(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond) // let them park (not needed for the check below to be valid)
-	if got := threads(t); got > before+20 {
+	if got := testenv.Threads(t); got > before+20 {
 		t.Errorf("%d waiters use %d threads (from %d)", n, got, before)
 	}
 	for _, p := range ps {

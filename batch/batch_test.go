@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/ntb"
 )
 
@@ -157,7 +158,7 @@ func testIntegrity(t *testing.T) {
 				}
 				s.Release(pkts[:n])
 			}
-			if err := <-errc; err != nil {
+			if err := testenv.Recv(t, errc, "the sender"); err != nil {
 				t.Fatal(err)
 			}
 			cs, ss := c.Stats(), s.Stats()
@@ -309,16 +310,17 @@ func TestDeadlineRun(t *testing.T) {
 		checkPacket(t, got[1], round*2+1, 64)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := testenv.Recv(t, done, "the Run a cancel ends"); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Flushes[batch.FlushDeadline] != 3 {
 		t.Fatalf("flushes %v", st.Flushes)
 	}
 	// Run returns when the coalescer closes.
-	go func() { done <- batch.Run(context.Background(), c) }()
+	bg := testenv.Context(t)
+	go func() { done <- batch.Run(bg, c) }()
 	c.Close()
-	if err := <-done; !errors.Is(err, os.ErrClosed) {
+	if err := testenv.Recv(t, done, "the Run a Close ends"); !errors.Is(err, os.ErrClosed) {
 		t.Fatal(err)
 	}
 }
@@ -399,7 +401,7 @@ func testBackpressure(t *testing.T) {
 		}
 		s.Release(pkts[:k])
 	}
-	if err := <-errc; err != nil {
+	if err := testenv.Recv(t, errc, "the sender"); err != nil {
 		t.Fatal(err)
 	}
 	expectNothing(t, s, 10*time.Millisecond)
@@ -613,12 +615,12 @@ func TestClose(t *testing.T) {
 	}
 	for _, f := range []func() (int, error){c.Poll, c.Flush, func() (int, error) { return c.Tick(time.Now()) },
 		func() (int, error) { return s.Recv(make([]batch.Packet, 1)) },
-		func() (int, error) { return s.RecvWait(context.Background(), make([]batch.Packet, 1)) }} {
+		func() (int, error) { return s.RecvWait(testenv.Context(t), make([]batch.Packet, 1)) }} {
 		if _, err := f(); !errors.Is(err, os.ErrClosed) {
 			t.Fatalf("after Close: %v", err)
 		}
 	}
-	if err := c.FlushWait(context.Background()); !errors.Is(err, os.ErrClosed) {
+	if err := c.FlushWait(testenv.Context(t)); !errors.Is(err, os.ErrClosed) {
 		t.Fatal(err)
 	}
 	if n := c.Reclaim(make([]uint64, 8)); n != 3 {
@@ -731,7 +733,7 @@ func testSlots(t *testing.T) {
 	if k, err := s.RecvWait(ctx, pkts[:4]); k != 4 || err != nil {
 		t.Fatalf("RecvWait for a slot: %d, %v", k, err)
 	}
-	<-done
+	testenv.Recv(t, done, "the Release of the goroutine that waits for RecvWait to park")
 	checkPacket(t, pkts[0].Data, 12, 50)
 	s.Release(pkts[:4])
 	s.Release(pkts[8:12])
@@ -783,11 +785,11 @@ func TestSlotWaitClose(t *testing.T) {
 	full := s.Stats().Full
 	done := make(chan error, 1)
 	go func() { _, err := s.RecvWait(ctx, pkts); done <- err }()
-	for s.Stats().Full == full { // until RecvWait has found the slot held
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return s.Stats().Full != full }) { // until RecvWait has found the slot held
+		t.Fatal("timed out waiting for RecvWait to find the slot held")
 	}
 	s.Close()
-	if err := <-done; !errors.Is(err, os.ErrClosed) {
+	if err := testenv.Recv(t, done, "the RecvWait a Close ends"); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("RecvWait after Close: %v, want os.ErrClosed", err)
 	}
 }
@@ -1038,10 +1040,10 @@ func testConcurrent(t *testing.T) {
 		work <- pkts[:n]
 	}
 	close(work)
-	workers.Wait()
-	wg.Wait()
+	testenv.Await(t, "the workers' Releases", workers.Wait)
+	testenv.Await(t, "the senders", wg.Wait)
 	stopRun()
-	<-runDone
+	testenv.Recv(t, runDone, "the Run a cancel ends")
 	if st := c.Stats(); st.Packets != senders*per {
 		t.Fatalf("stats %+v", st)
 	}

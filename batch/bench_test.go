@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/ntb"
 )
 
@@ -147,7 +148,7 @@ func BenchmarkStream(b *testing.B) {
 			if err := c.FlushWait(ctx); err != nil {
 				b.Fatal(err)
 			}
-			if err := <-done; err != nil {
+			if err := testenv.Recv(b, done, "the receiver of the packets"); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()

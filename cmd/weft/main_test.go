@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/ntb"
 	"github.com/weft-io/weft/observe"
 )
@@ -152,7 +153,9 @@ func startProgram(t *testing.T) *program {
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	p := &program{stdin: stdin, out: bufio.NewScanner(stdout)}
-	if !p.out.Scan() || !strings.HasPrefix(p.out.Text(), "URL ") {
+	var ok bool
+	testenv.Await(t, "the helper's URL", func() { ok = p.out.Scan() })
+	if !ok || !strings.HasPrefix(p.out.Text(), "URL ") {
 		t.Fatalf("helper did not start: %q", p.out.Text())
 	}
 	p.url = strings.TrimPrefix(p.out.Text(), "URL ")
@@ -162,7 +165,9 @@ func startProgram(t *testing.T) *program {
 func (p *program) do(t *testing.T, cmd string) {
 	t.Helper()
 	fmt.Fprintln(p.stdin, cmd)
-	if !p.out.Scan() || p.out.Text() != "done "+cmd+" <nil>" {
+	var ok bool
+	testenv.Await(t, "the helper's answer to "+cmd, func() { ok = p.out.Scan() })
+	if !ok || p.out.Text() != "done "+cmd+" <nil>" {
 		t.Fatalf("%s: helper said %q", cmd, p.out.Text())
 	}
 }
@@ -338,7 +343,7 @@ func TestPingPerf(t *testing.T) {
 			if err := c.fn(ctx, &out, append(c.args, path)); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-srvErr; err != nil {
+			if err := testenv.Recv(t, srvErr, "the server"); err != nil {
 				t.Fatalf("server: %v", err)
 			}
 			t.Logf("%s%s", out.String(), srvOut.String())

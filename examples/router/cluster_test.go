@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // freePort returns a TCP port of 127.0.0.1 that nobody listens at.
@@ -37,12 +39,13 @@ func machines(t *testing.T, n int) []*Machine {
 	}
 	ms := make([]*Machine, n)
 	errs := make(chan error, n)
+	ctx := testenv.Context(t)
 	for i := range ms {
 		ms[i] = &Machine{Rank: i, Addrs: addrs, port: port}
-		go func() { errs <- ms[i].connect(context.Background()) }()
+		go func() { errs <- ms[i].connect(ctx) }()
 	}
 	for range ms {
-		if err := <-errs; err != nil {
+		if err := testenv.Recv(t, errs, "the machines' connections"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,18 +59,19 @@ func machines(t *testing.T, n int) []*Machine {
 
 // meetAll has every machine meet at step with its row and failure, and
 // returns what each got.
-func meetAll(ms []*Machine, step string, rows []*Row, fails []error) ([][]Row, []error) {
+func meetAll(t testing.TB, ms []*Machine, step string, rows []*Row, fails []error) ([][]Row, []error) {
 	got := make([][]Row, len(ms))
 	errs := make([]error, len(ms))
 	done := make(chan int, len(ms))
+	ctx := testenv.Context(t)
 	for i, m := range ms {
 		go func() {
-			got[i], errs[i] = m.meet(context.Background(), step, rows[i], fails[i])
+			got[i], errs[i] = m.meet(ctx, step, rows[i], fails[i])
 			done <- i
 		}()
 	}
 	for range ms {
-		<-done
+		testenv.Recv(t, done, "the machines' meeting at "+step)
 	}
 	return got, errs
 }
@@ -78,7 +82,7 @@ func meetAll(ms []*Machine, step string, rows []*Row, fails []error) ([][]Row, [
 func TestMachineMeet(t *testing.T) {
 	ms := machines(t, 3)
 	none := make([]error, 3)
-	if _, errs := meetAll(ms, "ready", make([]*Row, 3), none); errors.Join(errs...) != nil {
+	if _, errs := meetAll(t, ms, "ready", make([]*Row, 3), none); errors.Join(errs...) != nil {
 		t.Fatal(errs)
 	}
 	parts := make([]*Row, 3)
@@ -88,7 +92,7 @@ func TestMachineMeet(t *testing.T) {
 			Sink:      SinkResult{Received: 990, Bytes: 990 * 64, PerPort: []uint64{990}, MedianUs: 7},
 			NodeStats: []NodeStats{{Rank: i}}}
 	}
-	got, errs := meetAll(ms, "row", parts, none)
+	got, errs := meetAll(t, ms, "row", parts, none)
 	if errors.Join(errs...) != nil {
 		t.Fatal(errs)
 	}
@@ -105,7 +109,7 @@ func TestMachineMeet(t *testing.T) {
 	}
 
 	boom := errors.New("node 2: no RDMA device")
-	_, errs = meetAll(ms, "sent", make([]*Row, 3), []error{nil, nil, boom})
+	_, errs = meetAll(t, ms, "sent", make([]*Row, 3), []error{nil, nil, boom})
 	for i, err := range errs {
 		if err == nil || (i != 2 && (!errors.Is(err, ErrMachine) || !strings.Contains(err.Error(), boom.Error()))) {
 			t.Errorf("machine %d: %v, want the failure of machine 2", i, err)
@@ -114,7 +118,7 @@ func TestMachineMeet(t *testing.T) {
 	if !errors.Is(errs[2], boom) && !errors.Is(errs[2], ErrMachine) {
 		t.Errorf("machine 2: %v", errs[2])
 	}
-	if _, err := ms[1].meet(context.Background(), "row", nil, nil); err == nil {
+	if _, err := ms[1].meet(testenv.Context(t), "row", nil, nil); err == nil {
 		t.Error("a meeting after a failure succeeded")
 	}
 }

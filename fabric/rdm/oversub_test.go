@@ -8,6 +8,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/fabric/rdm"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // BenchmarkOversubscribed measures 64-byte round trips with
@@ -75,7 +76,7 @@ func rdmPingPong(b *testing.B, tx *rdm.Endpoint, p rdm.Peer, rx *rdm.Endpoint) {
 			b.Fatal(err)
 		}
 	}
-	if err := <-done; err != nil {
+	if err := testenv.Recv(b, done, "the echoing receiver"); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -503,7 +503,7 @@ func allToAllProcesses(t *testing.T, m mesh) {
 	cmds[victim].Process.Signal(syscall.SIGKILL)
 	<-exited[victim]
 	for i := range cmds[:victim] {
-		if err := <-exited[i]; err != nil {
+		if err := testenv.Recv(t, exited[i], fmt.Sprintf("the exit of rank %d", i)); err != nil {
 			t.Errorf("rank %d: %v\n%s", i, err, outs[i].String())
 			continue
 		}

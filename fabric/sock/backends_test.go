@@ -11,6 +11,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
 )
@@ -95,7 +96,7 @@ func rocePair(t testing.TB, o *fabric.Options, query string) (fabric.Endpoint, f
 		ch <- res{ep, err}
 	}()
 	b, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&%s", port, query), o)
-	r := <-ch
+	r := testenv.Recv(t, ch, "the roce listener's Open")
 	if err != nil || r.err != nil {
 		for _, ep := range []fabric.Endpoint{b, r.ep} {
 			if ep != nil {
@@ -147,7 +148,7 @@ func connOn(t testing.TB, be backend, l *Listener, cfg *Config) (a, b *Conn) {
 		dialed <- err
 	}()
 	c, aerr := l.AcceptContext(ctx)
-	if berr := <-dialed; aerr != nil || berr != nil {
+	if berr := testenv.Recv(t, dialed, "the Dial"); aerr != nil || berr != nil {
 		t.Fatalf("accept: %v, dial: %v", aerr, berr)
 	}
 	a = c.(*Conn)

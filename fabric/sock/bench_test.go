@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/spin"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // benchConns are the connections the benchmarks compare: every backend
@@ -142,10 +143,14 @@ func TestNoAllocs(t *testing.T) {
 				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: time.Second}})
 				go echo(a, size)
 				buf := make([]byte, size)
-				for range 50 { // warm up
-					if err := roundTrip(c, buf); err != nil {
-						t.Fatal(err)
+				var err error
+				testenv.Await(t, "50 round trips to warm up", func() {
+					for i := 0; i < 50 && err == nil; i++ {
+						err = roundTrip(c, buf)
 					}
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
 				if n := testing.AllocsPerRun(100, func() { roundTrip(c, buf) }); n != 0 {
 					t.Errorf("%d-byte round trip: %v allocations", size, n)

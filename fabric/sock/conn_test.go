@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // pattern returns n bytes of a stream position-dependent pattern.
@@ -71,7 +73,7 @@ func TestStream(t *testing.T) {
 						}
 					}()
 				}
-				wg.Wait()
+				testenv.Await(t, "the writers and readers of both streams", wg.Wait)
 				close(errs)
 				for err := range errs {
 					t.Error(err)
@@ -109,7 +111,9 @@ func TestHalfClose(t *testing.T) {
 		if _, err := b.Write([]byte("x")); !errors.Is(err, ErrWriteClosed) {
 			t.Fatalf("Write after CloseWrite: %v, want ErrWriteClosed", err)
 		}
-		got, err := io.ReadAll(a)
+		var got []byte
+		var err error
+		testenv.Await(t, "the request and its EOF", func() { got, err = io.ReadAll(a) })
 		if err != nil || string(got) != "request" {
 			t.Fatalf("ReadAll = %q, %v", got, err)
 		}
@@ -120,7 +124,7 @@ func TestHalfClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Close()
-		got, err = io.ReadAll(b)
+		testenv.Await(t, "the answer and its EOF", func() { got, err = io.ReadAll(b) })
 		if err != nil || string(got) != "response" {
 			t.Fatalf("answer after half-close: %q, %v", got, err)
 		}
@@ -138,7 +142,9 @@ func TestPeerClose(t *testing.T) {
 			b.Write(data)
 			b.Close()
 		}()
-		got, err := io.ReadAll(a)
+		var got []byte
+		var err error
+		testenv.Await(t, "the data and the EOF of the peer's Close", func() { got, err = io.ReadAll(a) })
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("ReadAll after peer Close: %d bytes, %v", len(got), err)
 		}
@@ -167,7 +173,9 @@ func TestBoundedMemory(t *testing.T) {
 		const window = 64 << 10
 		a, b := connPair(t, be, &Config{Window: window})
 		b.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
-		n, err := b.Write(make([]byte, 1<<20))
+		var n int
+		var err error
+		testenv.Await(t, "a Write past the window to end at its 300ms deadline", func() { n, err = b.Write(make([]byte, 1<<20)) })
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("Write to a peer that does not read: %d, %v; want a timeout", n, err)
 		}
@@ -187,7 +195,8 @@ func TestBoundedMemory(t *testing.T) {
 		// Reading frees credit and the rest flows.
 		b.SetWriteDeadline(time.Time{})
 		go b.Write(make([]byte, 100<<10))
-		if _, err := io.ReadFull(a, make([]byte, window+100<<10)); err != nil {
+		testenv.Await(t, "the window and the 100 KiB written once it was read", func() { _, err = io.ReadFull(a, make([]byte, window+100<<10)) })
+		if err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestEpochAfterFunc: context.AfterFunc on a deadline's epoch runs the
@@ -22,11 +24,11 @@ func TestEpochAfterFunc(t *testing.T) {
 		t.Fatal("second stop reported true")
 	}
 	d.set(time.Now().Add(-time.Second)) // already past: fires now
-	if got := <-ran; got != 2 {
+	if got := testenv.Recv(t, ran, "the AfterFunc of a deadline that passed"); got != 2 {
 		t.Fatalf("ran %d, want the function that was not stopped", got)
 	}
 	context.AfterFunc(d.ctx(), func() { ran <- 3 }) // a fired epoch
-	if got := <-ran; got != 3 {
+	if got := testenv.Recv(t, ran, "the AfterFunc of a fired epoch"); got != 3 {
 		t.Fatalf("ran %d on a fired epoch", got)
 	}
 	select {

@@ -34,7 +34,7 @@ func ethernetPair(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endp
 		ch <- p.B.Do(func() (err error) { b, err = fabric.Open(ctx, "ethernet", p.NameB, o); return })
 	}()
 	aerr := p.A.Do(func() (err error) { a, err = fabric.Open(ctx, "ethernet", p.NameA, o); return })
-	berr := <-ch
+	berr := testenv.Recv(t, ch, "the Open of side B")
 	if aerr != nil || berr != nil {
 		for _, ep := range []fabric.Endpoint{a, b} {
 			if ep != nil {

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 var httpRequests = flag.Int("http.requests", 0, "requests of TestHTTP per backend (0: 1000, 250 under -race, 200 with -short, a tenth of that over roce; the issue's acceptance run is 10000)")
@@ -197,7 +199,7 @@ func TestHTTP(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		testenv.Await(t, "the clients' requests", wg.Wait)
 		close(errs)
 		for err := range errs {
 			t.Error(err)

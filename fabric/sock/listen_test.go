@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // listenBackends are the backends with a fabric listener.
@@ -40,7 +42,9 @@ func TestListenerClose(t *testing.T) {
 	listenBackends(t, func(t *testing.T, be backend) {
 		l := be.listen(t, nil)
 		c := dial(t, be, l)
-		s, err := l.Accept()
+		var s net.Conn
+		var err error
+		testenv.Await(t, "the Accept of a dialled connection", func() { s, err = l.Accept() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +78,8 @@ func TestListenerClose(t *testing.T) {
 		// The accepted connection outlives its listener.
 		go c.Write([]byte("still here"))
 		buf := make([]byte, 10)
-		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "still here" {
+		testenv.Await(t, "the write to a conn whose listener closed", func() { _, err = io.ReadFull(s, buf) })
+		if err != nil || string(buf) != "still here" {
 			t.Fatalf("accepted conn after listener Close: %q, %v", buf, err)
 		}
 	})
@@ -131,8 +136,8 @@ func TestListenerConcurrentAccept(t *testing.T) {
 				}
 			}()
 		}
-		cwg.Wait()
-		wg.Wait()
+		testenv.Await(t, "the clients' echoes", cwg.Wait)
+		testenv.Await(t, "the servers' Accepts and echoes", wg.Wait)
 		close(seen)
 		got := map[string]bool{}
 		for s := range seen {
@@ -155,7 +160,9 @@ func TestAddrs(t *testing.T) {
 			t.Fatalf("listener Addr %q %q", l.Addr().Network(), l.Addr())
 		}
 		c := dial(t, be, l)
-		s, err := l.Accept()
+		var s net.Conn
+		var err error
+		testenv.Await(t, "the Accept of a dialled connection", func() { s, err = l.Accept() })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // closer is an endpoint that only counts Close calls: the queue calls
@@ -39,7 +40,7 @@ func TestBacklog(t *testing.T) {
 	if !q.Reserve() {
 		t.Fatal("a failed handshake did not give its slot back")
 	}
-	ep, err := q.Accept(context.Background())
+	ep, err := q.Accept(testenv.Context(t))
 	if err != nil || ep != a {
 		t.Fatalf("Accept = %v, %v", ep, err)
 	}
@@ -49,22 +50,23 @@ func TestBacklog(t *testing.T) {
 }
 
 func TestCloseWakesAcceptAndClosesQueued(t *testing.T) {
+	ctx := testenv.Context(t)
 	q := New("test", "x", 4)
 	q.Reserve()
 	queued := &closer{}
 	q.Offer(queued)
 	q.Reserve() // a handshake still running when Close comes
 	// Drain the queued one first so Accept blocks.
-	if _, err := q.Accept(context.Background()); err != nil {
+	if _, err := q.Accept(ctx); err != nil {
 		t.Fatal(err)
 	}
 	q.Reserve()
 	q.Offer(queued)
 	done := make(chan error, 1)
 	go func() {
-		_, err := q.Accept(context.Background())
+		_, err := q.Accept(ctx)
 		for err == nil { // the queued endpoint may be taken first
-			_, err = q.Accept(context.Background())
+			_, err = q.Accept(ctx)
 		}
 		done <- err
 	}()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func TestQueue(t *testing.T) {
@@ -37,27 +38,28 @@ func TestQueue(t *testing.T) {
 	}
 	// A sleeping waiter is woken by Push, and by Close.
 	got := make(chan error, 1)
+	bg := testenv.Context(t)
 	go func() {
-		_, err := q.Wait(context.Background(), out)
+		_, err := q.Wait(bg, out)
 		got <- err
 	}()
-	for q.waiters.Load() == 0 { // until the waiter sleeps
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return q.waiters.Load() != 0 }) {
+		t.Fatal("timed out waiting for the waiter to sleep")
 	}
 	q.Push(fabric.Completion{Context: 9})
-	if err := <-got; err != nil {
+	if err := testenv.Recv(t, got, "the Wait a Push wakes"); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		_, err := q.Wait(context.Background(), out)
+		_, err := q.Wait(bg, out)
 		got <- err
 	}()
-	for q.waiters.Load() == 0 { // until the waiter sleeps
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return q.waiters.Load() != 0 }) {
+		t.Fatal("timed out waiting for the waiter to sleep")
 	}
 	q.Close()
 	q.Close()
-	if err := <-got; !errors.Is(err, os.ErrClosed) {
+	if err := testenv.Recv(t, got, "the Wait a Close wakes"); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("wait after Close = %v", err)
 	}
 	if n := testing.AllocsPerRun(100, func() { q.Push(fabric.Completion{}); q.Poll(out) }); n != 0 {

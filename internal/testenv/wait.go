@@ -54,7 +54,14 @@ func Recv[T any](t testing.TB, ch <-chan T, what string) T {
 
 func recvWithin[T any](t testing.TB, ch <-chan T, what string, d time.Duration) T {
 	t.Helper()
-	timer := time.NewTimer(d)
+	return recvTimer(t, ch, what, d, time.NewTimer(d))
+}
+
+// recvTimer is recvWithin with its timer made by the caller, before
+// whatever it waits for starts: Await's f may be measured by
+// testing.AllocsPerRun, which counts the allocations of every goroutine.
+func recvTimer[T any](t testing.TB, ch <-chan T, what string, d time.Duration, timer *time.Timer) T {
+	t.Helper()
 	defer timer.Stop()
 	select {
 	case v := <-ch:
@@ -86,11 +93,12 @@ func Await(t testing.TB, what string, f func()) {
 func awaitWithin(t testing.TB, what string, f func(), d time.Duration) {
 	t.Helper()
 	done := make(chan struct{})
+	timer := time.NewTimer(d)
 	go func() {
 		defer close(done)
 		f()
 	}()
-	recvWithin(t, done, what, d)
+	recvTimer(t, done, what, d, timer)
 }
 
 // Deadline returns a deadline for a wait on something that takes one

@@ -26,7 +26,8 @@ func TestEventfd(t *testing.T) {
 	var flag atomic.Bool
 	flag.Store(true)
 	p.Ring()
-	if err := p.Wait(flag.Load); err != nil {
+	testenv.Await(t, "a Wait whose ring came first", func() { err = p.Wait(flag.Load) })
+	if err != nil {
 		t.Fatal(err)
 	}
 	flag.Store(false)
@@ -41,10 +42,10 @@ func TestEventfd(t *testing.T) {
 			return flag.Load()
 		})
 	}()
-	<-parked
+	testenv.Recv(t, parked, "the waiter's second check of its condition")
 	flag.Store(true)
 	p.Ring()
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, "the Wait a ring ends"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -70,8 +71,8 @@ func TestClose(t *testing.T) {
 			errs <- p.Wait(func() bool { started.Add(1); return false })
 		}()
 	}
-	for started.Load() < n {
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return started.Load() >= n }) {
+		t.Fatalf("timed out waiting for %d waiters to start (%d did)", n, started.Load())
 	}
 	time.Sleep(20 * time.Millisecond) // let them park (not needed for the check below to be valid)
 	if got := testenv.Threads(t); got > before+20 {
@@ -85,7 +86,7 @@ func TestClose(t *testing.T) {
 			t.Fatal("second Close:", err)
 		}
 	}
-	wg.Wait()
+	testenv.Await(t, "the waiters Close wakes", wg.Wait)
 	close(errs)
 	for err := range errs {
 		if !errors.Is(err, os.ErrClosed) {
@@ -156,7 +157,7 @@ func TestEpoll(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- set.Wait(nil) }()
 	b.Ring()
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, "the set's Wait a member's ring ends"); err != nil {
 		t.Fatal(err)
 	}
 	if !set.Drain() {
@@ -220,11 +221,15 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 	woke := 0
 	var exited atomic.Bool
 	go func() { cmd.Wait(); exited.Store(true); p.Ring() }()
-	for !exited.Load() {
-		if err := p.Wait(nil); err != nil {
-			t.Fatal(err)
+	testenv.Await(t, "the child's rings and its exit", func() {
+		for !exited.Load() && err == nil {
+			if err = p.Wait(nil); err == nil {
+				woke++
+			}
 		}
-		woke++
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if cmd.ProcessState.ExitCode() != 0 {
 		t.Fatalf("child failed: %v", cmd.ProcessState)

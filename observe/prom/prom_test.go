@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/observe"
 	"github.com/weft-io/weft/observe/prom"
 
@@ -33,8 +34,8 @@ func TestHandler(t *testing.T) {
 	buf, _ := a.Alloc(4096, fabric.AccessLocalWrite)
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf, Length: 100}}}}
 	for range 7 {
-		if _, err := a.SendWait(context.Background(), msgs); err != nil {
-			t.Fatal(err)
+		if _, err := a.SendWait(testenv.Context(t), msgs); err != nil {
+			t.Fatalf("SendWait: %v", err)
 		}
 	}
 	srv := httptest.NewServer(prom.Handler(r))

@@ -196,7 +196,7 @@ func TestEndpointLeaks(t *testing.T) {
 			})
 		}()
 		require.NoError(t, p.A.Do(func() (err error) { a, err = fabric.Open(ctx, "ethernet", p.NameA, nil); return }))
-		require.NoError(t, <-ch)
+		require.NoError(t, testenv.Recv(t, ch, "the Open of side B"))
 		return a, b
 	}
 	a, b := open()
@@ -210,7 +210,7 @@ func TestEndpointLeaks(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		a, b := open()
 		reg, _ := a.Alloc(16, 0)
-		_, err := a.SendWait(context.Background(), []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
+		_, err := a.SendWait(testenv.Context(t), []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}})
 		require.NoError(t, err)
 		require.NoError(t, a.Close())
 		require.NoError(t, b.Close())

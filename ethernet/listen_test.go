@@ -181,7 +181,7 @@ func acceptOne(t *testing.T, l fabric.Listener, lt *listenTopo) (a, b fabric.End
 	}()
 	a, err := l.Accept(ctx)
 	require.NoError(t, err)
-	require.NoError(t, <-ch)
+	require.NoError(t, testenv.Recv(t, ch, "the dial"))
 	return a, b
 }
 
@@ -230,7 +230,7 @@ func TestListenersAndDialersShareQueues(t *testing.T) {
 	}()
 	a, err := lc.Accept(ctx)
 	require.NoError(t, err)
-	require.NoError(t, <-ch)
+	require.NoError(t, testenv.Recv(t, ch, "the dial"))
 	defer a.Close()
 	defer b.Close()
 	sendRecv(t, a, b, []byte("back"))
@@ -277,7 +277,7 @@ func TestCrossDial(t *testing.T) {
 	aA, err := la.Accept(ctx)
 	require.NoError(t, err)
 	defer aA.Close()
-	o := <-toA
+	o := testenv.Recv(t, toA, "B's dial to complete with A's listener")
 	require.NoError(t, o.err)
 	defer o.e.Close()
 	sendRecv(t, o.e, aA, []byte("to A"))
@@ -375,10 +375,10 @@ func dialChurn(t *testing.T, stops int) {
 		testenv.StopProcess(t, 3*limit)
 	}
 	close(stop)
-	dwg.Wait()
+	testenv.Await(t, "the dialers", dwg.Wait)
 	cancel()
 	l.Close()
-	wg.Wait()
+	testenv.Await(t, "the echoes of the accepted endpoints", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)

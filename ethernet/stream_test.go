@@ -10,6 +10,7 @@ import (
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestStreamStats streams small messages and checks every one arrives
@@ -68,7 +69,7 @@ func TestStreamStats(t *testing.T) {
 			copy(src.Bytes(), src.Bytes()[n*size:k*size])
 		}
 	}
-	require.NoError(t, <-done)
+	require.NoError(t, testenv.Recv(t, done, "the receiver"))
 	el := time.Since(start)
 	sa, sb := a.Stats(), b.Stats()
 	t.Logf("%d messages of %d B in %v: %.3f Mmsg/s", total, size, el, float64(total)/el.Seconds()/1e6)
@@ -115,7 +116,7 @@ func TestLossRecovery(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, <-done)
+	require.NoError(t, testenv.Recv(t, done, "the receiver"))
 	sa, sb := a.Stats(), b.Stats()
 	t.Logf("retransmits %d, receiver drops %v", sa.Retransmits, sb.Drops)
 	require.NotZero(t, sa.Retransmits)
@@ -133,7 +134,7 @@ func TestEndpointLinkDown(t *testing.T) {
 		ch <- p.B.Do(func() (err error) { b, err = fabric.Open(ctx, "ethernet", p.NameB, nil); return })
 	}()
 	require.NoError(t, p.A.Do(func() (err error) { a, err = fabric.Open(ctx, "ethernet", p.NameA, nil); return }))
-	require.NoError(t, <-ch)
+	require.NoError(t, testenv.Recv(t, ch, "the Open of side B"))
 	defer a.Close()
 	defer b.Close()
 	require.NoError(t, p.B.Down(p.NameB))

@@ -11,6 +11,7 @@ import (
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestQueueWaitSet: a receiving queue in a fabric.WaitSet wakes it for
@@ -74,7 +75,7 @@ func TestQueueWaitSet(t *testing.T) {
 			waits++
 		}
 	}
-	require.NoError(t, <-sent)
+	require.NoError(t, testenv.Recv(t, sent, "the sender"))
 	t.Logf("%d frames, %d waits", total, waits)
 	done := make(chan error, 1)
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func openPair(t *testing.T, c ShmConfig) (a, b *ShmDevice) {
@@ -151,7 +152,7 @@ func TestShmDoorbellsAndScratchpads(t *testing.T) {
 		t.Fatalf("DBWait on a masked bit = %#b, %v", got, err)
 	}
 	b.DBClearMask(0b10)
-	if got, err := b.DBWait(context.Background(), 0b10); got != 0b10 || err != nil {
+	if got, err := b.DBWait(testenv.Context(t), 0b10); got != 0b10 || err != nil {
 		t.Fatalf("DBWait after unmask = %#b, %v", got, err)
 	}
 	// A sleeping waiter is woken by the peer's doorbell.
@@ -166,8 +167,8 @@ func TestShmDoorbellsAndScratchpads(t *testing.T) {
 			}
 		}
 	}()
-	for shm.U32(b.my, sideDBWaiters).Load() == 0 { // until the waiter sleeps
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return shm.U32(b.my, sideDBWaiters).Load() != 0 }) { // until the waiter sleeps
+		t.Fatal("timed out waiting for the DBWait to sleep")
 	}
 	a.PeerDBSet(0b1000)
 	select {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func TestListener(t *testing.T) {
@@ -74,7 +75,7 @@ func TestListenerIdleAllocs(t *testing.T) {
 		ch <- res{tr, err}
 	}()
 	a, err := openBridge(ctx, path, ShmConfig{}, Config{}, true)
-	r := <-ch
+	r := testenv.Recv(t, ch, "the other side's openBridge")
 	if err != nil || r.err != nil {
 		t.Fatalf("openBridge: %v / %v", err, r.err)
 	}

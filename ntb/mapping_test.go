@@ -69,7 +69,7 @@ func TestMappingSidesBusyAndDeath(t *testing.T) {
 	}()
 	time.Sleep(5 * time.Millisecond)
 	a.PeerDBSet(4)
-	if bits := <-got; bits != 4 {
+	if bits := testenv.Recv(t, got, "the DBWait the peer's doorbell ends"); bits != 4 {
 		t.Fatalf("DBWait = %#x, want 4", bits)
 	}
 

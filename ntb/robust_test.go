@@ -13,6 +13,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 const helperEnv = "WEFT_NTB_HELPER_PATH"
@@ -420,7 +421,7 @@ func TestRecvWaitPeerDeath(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, fabric.ErrPeerGone) {
+	if err := testenv.Recv(t, done, "the RecvWait the peer's death ends"); !errors.Is(err, fabric.ErrPeerGone) {
 		t.Fatalf("RecvWait with the peer killed: %v, want ErrPeerGone", err)
 	}
 	cmd.Wait()
@@ -433,7 +434,7 @@ func TestRecvWaitPeerDeath(t *testing.T) {
 		done <- err
 	}()
 	b.Close()
-	if err := <-done; !errors.Is(err, os.ErrClosed) {
+	if err := testenv.Recv(t, done, "the RecvWait a Close ends"); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("RecvWait after Close: %v, want os.ErrClosed", err)
 	}
 }

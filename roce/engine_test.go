@@ -202,7 +202,7 @@ func TestLossySoak(t *testing.T) {
 		}
 		sent += m
 	}
-	if err := <-errc; err != nil {
+	if err := testenv.Recv(t, errc, "the receiver"); err != nil {
 		t.Fatal(err)
 	}
 	el := time.Since(start)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestGoBackNOnNAK streams messages over RC through links that drop 3% of
@@ -73,7 +74,7 @@ func TestGoBackNOnNAK(t *testing.T) {
 			t.Fatalf("after %d messages: %d rewinds on sequence NAKs, %d on timeouts", sent, r[retxNAK].rewinds, r[retxTimeout].rewinds)
 		}
 	}
-	if err := <-errc; err != nil {
+	if err := testenv.Recv(t, errc, "the receiver"); err != nil {
 		t.Fatal(err)
 	}
 	var dropped uint64

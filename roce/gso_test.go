@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestGSO streams messages of several sizes (one packet, several equal
@@ -66,7 +67,7 @@ func TestGSO(t *testing.T) {
 		sent += m
 		a.qp.drain(10 * time.Second)
 	}
-	if err := <-errc; err != nil {
+	if err := testenv.Recv(t, errc, "the receiver"); err != nil {
 		t.Fatal(err)
 	}
 	for _, ep := range []*Endpoint{a, b} {

@@ -266,7 +266,7 @@ func TestShmLinkHostileSender(t *testing.T) {
 // context ends or the link closes.
 func TestShmLinkWait(t *testing.T) {
 	a, b := shmPair(t, ShmConfig{})
-	ctx := context.Background()
+	ctx := testenv.Context(t)
 	start := time.Now()
 	if err := b.WaitRead(ctx, time.Now().Add(30*time.Millisecond)); err != nil || time.Since(start) < 30*time.Millisecond {
 		t.Fatalf("deadline: %v after %v", err, time.Since(start))
@@ -278,7 +278,7 @@ func TestShmLinkWait(t *testing.T) {
 		a.WriteBatch(shmPackets(b.LocalAddr(), 1, 64))
 	}()
 	if err := b.WaitRead(ctx, time.Time{}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("WaitRead for a datagram: %v", err)
 	}
 	if got, _ := b.ReadBatch(rxPackets(2)); got != 1 {
 		t.Fatalf("woken with %d to read", got)
@@ -290,8 +290,8 @@ func TestShmLinkWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- b.WaitRead(ctx, time.Time{}) }()
-	for b.r.sleep.Load() == 0 { // until WaitRead sleeps
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return b.r.sleep.Load() != 0 }) { // until WaitRead sleeps
+		t.Fatal("timed out waiting for WaitRead to sleep")
 	}
 	b.Close()
 	select {
@@ -336,7 +336,7 @@ func TestShmLinkNoBell(t *testing.T) {
 	if b.bell != nil {
 		t.Fatal("a bell over a directory")
 	}
-	ctx := context.Background()
+	ctx := testenv.Context(t)
 	in := rxPackets(4)
 	for i := range 3 {
 		done := make(chan error, 1)
@@ -348,7 +348,7 @@ func TestShmLinkNoBell(t *testing.T) {
 			t.Fatalf("WriteBatch: %d, %v", n, err)
 		}
 		b.r.sleep.Add(^uint32(0))
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, "the WaitRead a datagram ends"); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := b.ReadBatch(in); got != 1 {
@@ -362,12 +362,12 @@ func TestShmLinkNoBell(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- b.WaitRead(cctx, time.Time{}) }()
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := testenv.Recv(t, done, "the WaitRead a cancel ends"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 	go func() { done <- b.WaitRead(ctx, time.Time{}) }()
 	b.Close()
-	if err := <-done; !errors.Is(err, os.ErrClosed) {
+	if err := testenv.Recv(t, done, "the WaitRead a Close ends"); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("WaitRead across Close: %v", err)
 	}
 
@@ -375,14 +375,14 @@ func TestShmLinkNoBell(t *testing.T) {
 	c, d := shmPair(t, ShmConfig{Dir: t.TempDir()})
 	d.slice = 5 * time.Millisecond
 	go func() { done <- d.WaitRead(ctx, time.Time{}) }()
-	for d.r.sleep.Load() == 0 { // until WaitRead sleeps
-		time.Sleep(time.Millisecond)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return d.r.sleep.Load() != 0 }) { // until WaitRead sleeps
+		t.Fatal("timed out waiting for WaitRead to sleep")
 	}
 	pos, _ := claim(&d.r)
 	shm.Put32(d.r.slot(pos), slotOffLen, 64)
 	shm.Put32(d.r.slot(pos), slotOffPort, uint32(c.LocalAddr().Port()))
 	d.r.seq(pos).Store(pos + 1)
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, "the WaitRead an unannounced datagram ends"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := d.ReadBatch(in); got != 1 {
@@ -410,8 +410,8 @@ func TestShmLinkIdleThreads(t *testing.T) {
 		go func() { done <- l.WaitRead(context.Background(), time.Time{}) }()
 	}
 	for _, l := range links {
-		for l.r.sleep.Load() == 0 { // until its WaitRead sleeps
-			time.Sleep(time.Millisecond)
+		if !testenv.Eventually(testenv.Timeout, func() bool { return l.r.sleep.Load() != 0 }) { // until its WaitRead sleeps
+			t.Fatal("timed out waiting for a link's WaitRead to sleep")
 		}
 	}
 	got := testenv.Threads(t)
@@ -423,7 +423,7 @@ func TestShmLinkIdleThreads(t *testing.T) {
 		l.Close()
 	}
 	for range n {
-		if err := <-done; !errors.Is(err, os.ErrClosed) {
+		if err := testenv.Recv(t, done, "the WaitReads a Close ends"); !errors.Is(err, os.ErrClosed) {
 			t.Fatalf("WaitRead across Close: %v", err)
 		}
 	}
@@ -510,7 +510,7 @@ func TestShmLinkWakeProcesses(t *testing.T) {
 		}
 		recv(i)
 	}
-	<-exited
+	testenv.Recv(t, exited, "side B's exit")
 	if berr != nil {
 		t.Fatalf("side B: %v\n%s", berr, out.String())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -157,7 +158,7 @@ func pairOver(t *testing.T, l fabric.Listener, peer string) {
 		ch <- res{ep, err}
 	}()
 	a, err := l.Accept(ctx)
-	r := <-ch
+	r := testenv.Recv(t, ch, "the dial")
 	if err != nil || r.err != nil {
 		t.Fatalf("accept %v, dial %v", err, r.err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
 )
 
@@ -41,7 +42,7 @@ func cmFabricPair(t testing.TB, query string) (a, b fabric.Endpoint) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	r := <-ch
+	r := testenv.Recv(t, ch, "the listener's Open")
 	if err != nil || r.err != nil {
 		if z != nil {
 			z.Close()
@@ -119,7 +120,7 @@ func TestListenCM(t *testing.T) {
 		ep.Close()
 	}
 	for i := 0; i < n; i++ {
-		if err := <-errs; err != nil {
+		if err := testenv.Recv(t, errs, "the dials"); err != nil {
 			t.Error(err)
 		}
 	}

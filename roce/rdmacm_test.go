@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
 	"github.com/weft-io/weft/roce/wire"
 )
@@ -80,7 +81,7 @@ func TestCMConnectDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := <-accepted
+	cb := testenv.Recv(t, accepted, "the Accept")
 	if cb == nil {
 		t.FailNow()
 	}
@@ -210,7 +211,7 @@ func TestCMLossy(t *testing.T) {
 		if err != nil {
 			t.Fatal(i, err)
 		}
-		cb := <-accepted
+		cb := testenv.Recv(t, accepted, "the Accept")
 		if cb == nil {
 			t.FailNow()
 		}
@@ -218,7 +219,7 @@ func TestCMLossy(t *testing.T) {
 		if err := ca.Disconnect(ctx); err != nil {
 			t.Fatal(err)
 		}
-		<-cb.Done()
+		testenv.Recv(t, cb.Done(), "the accepted side's end after Disconnect")
 		ca.QP().Destroy()
 		cb.QP().Destroy()
 	}
@@ -302,7 +303,7 @@ func TestCMBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cb := <-accepted; cb == nil {
+	if cb := testenv.Recv(t, accepted, "the Accept"); cb == nil {
 		t.FailNow()
 	}
 	ca.Disconnect(ctx)
@@ -352,7 +353,7 @@ func TestCMConcurrent(t *testing.T) {
 			dialed <- c
 		}()
 	}
-	wg.Wait()
+	testenv.Await(t, "the dials and the accepts", wg.Wait)
 	close(dialed)
 	close(acc)
 	if len(dialed) != n || len(acc) != n {
@@ -363,7 +364,7 @@ func TestCMConcurrent(t *testing.T) {
 		c.QP().Destroy()
 	}
 	for c := range acc {
-		<-c.Done()
+		testenv.Recv(t, c.Done(), "the accepted side's end after Disconnect")
 		c.QP().Destroy()
 	}
 }
@@ -500,7 +501,7 @@ func TestCMStaleConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := <-accepted
+	cb := testenv.Recv(t, accepted, "the Accept")
 	if cb == nil {
 		t.FailNow()
 	}
@@ -593,7 +594,7 @@ func TestCMACKTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cb := <-accepted
+		cb := testenv.Recv(t, accepted, "the Accept")
 		if cb == nil {
 			t.FailNow()
 		}

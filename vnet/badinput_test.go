@@ -123,7 +123,7 @@ func TestAllocsPerFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, "the receiver of the stream"); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&m1)

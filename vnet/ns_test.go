@@ -197,11 +197,13 @@ func (tp *topo) dialTCP(t testing.TB, port int) (client, server net.Conn) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	server = <-acc
+	server = testenv.Recv(t, acc, "the Accept of the TCP connection")
 	if server == nil {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
+	client.SetDeadline(testenv.Deadline()) // a stalled stream fails its test: i/o timeout
+	server.SetDeadline(testenv.Deadline())
 	return client, server
 }
 
@@ -257,7 +259,7 @@ func (tp *topo) transfer(t testing.TB, port int, n int64) time.Duration {
 	if err := send(c, n); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, "the receiver of the stream"); err != nil {
 		t.Fatal(err)
 	}
 	return time.Since(start)

@@ -53,7 +53,7 @@ func TestDevicesNoRDMA(t *testing.T) {
 	if !errors.Is(err, ErrNoDevice) {
 		t.Errorf("Open (dialer): %v, want ErrNoDevice", err)
 	}
-	if err := <-errc; !errors.Is(err, ErrNoDevice) {
+	if err := testenv.Recv(t, errc, "the listener's Open"); !errors.Is(err, ErrNoDevice) {
 		t.Errorf("Open (listener): %v, want ErrNoDevice", err)
 	}
 	// rdma_cm: librdmacm finds no device either (no /dev/infiniband).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce"
 )
 
@@ -111,11 +112,11 @@ func TestListenMany(t *testing.T) {
 		}()
 	}
 	for range clients {
-		if out := <-outs; !strings.Contains(out, "\n4096 ") || strings.Contains(out, "exit:") {
+		if out := testenv.Recv(t, outs, "the clients' output"); !strings.Contains(out, "\n4096 ") || strings.Contains(out, "exit:") {
 			t.Errorf("client:\n%s", out)
 		}
 	}
-	<-drained // the server exited: its stderr ended
+	testenv.Recv(t, drained, "the end of the server's stderr (its exit)")
 	if err := srv.Wait(); err != nil {
 		t.Fatalf("server: %v", err)
 	}
@@ -221,6 +222,7 @@ func TestForeignPeer(t *testing.T) {
 			go func() { exited <- cmd.Wait() }()
 			var conn net.Conn
 			if role == "client" {
+				ln.(*net.TCPListener).SetDeadline(testenv.Deadline())
 				conn, err = ln.Accept()
 			} else {
 				d := net.Dialer{Timeout: time.Second}
@@ -237,8 +239,8 @@ func TestForeignPeer(t *testing.T) {
 				t.Fatalf("peer: %v\n%s", err, out.String())
 			}
 			qp.Destroy() // the program exits: nothing answers any more
-			if err := <-exited; err != nil {
-				t.Fatalf("weft-pingpong: %v (a hang ends at the test's 2 min)\n%s", err, out.String())
+			if err := testenv.Recv(t, exited, "weft-pingpong's exit"); err != nil {
+				t.Fatalf("weft-pingpong: %v\n%s", err, out.String())
 			}
 			if !strings.Contains(out.String(), "is not Weft") {
 				t.Errorf("weft-pingpong did not say the peer is not Weft:\n%s", out.String())

@@ -186,7 +186,7 @@ func TestDialClosedListener(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	start := time.Now()
-	_, err = fabric.Open(context.Background(), "roce", addr+"?dialretry=200ms", nil)
+	_, err = fabric.Open(testenv.Context(t), "roce", addr+"?dialretry=200ms", nil)
 	if !errors.Is(err, fabric.ErrRefused) {
 		t.Fatalf("dial of a closed port: %v, want ErrRefused", err)
 	}

@@ -1,10 +1,10 @@
 package roce
 
 import (
-	"context"
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 // TestRingGrowth checks the receive and inline rings, which start at
@@ -25,7 +25,7 @@ func TestRingGrowth(t *testing.T) {
 			t.Fatalf("new QP: receive ring %d, inline ring %d bytes; want %d", rq, il, initRing)
 		}
 	}
-	ctx := context.Background()
+	ctx := testenv.Context(t)
 	const slot = 40 << 10
 	src, _ := x.Alloc(100*slot, 0)
 	size := func(i int) int { return 1 + (i*7919)%slot }
@@ -48,7 +48,7 @@ func TestRingGrowth(t *testing.T) {
 		for len(got) < n {
 			k, err := y.RecvViewsWait(ctx, views[:min(len(views), n-len(got))])
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("RecvViewsWait after %d of %d views: %v", len(got), n, err)
 			}
 			got = append(got, views[:k]...)
 		}

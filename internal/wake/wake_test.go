@@ -267,12 +267,15 @@ func TestDrainLeavesPoller(t *testing.T) {
 		var flag atomic.Bool
 		done := make(chan error, 1)
 		go func() { done <- p.Wait(flag.Load) }()
-		for { // until the waiter polls the descriptor
+		for start := time.Now(); ; { // until the waiter polls the descriptor
 			p.mu.Lock()
 			polling := p.polling
 			p.mu.Unlock()
 			if polling {
 				break
+			}
+			if time.Since(start) > testenv.Timeout {
+				t.Fatalf("round %d: timed out after %gs waiting for the waiter to poll", i, testenv.Timeout.Seconds())
 			}
 			time.Sleep(10 * time.Microsecond)
 		}

@@ -105,7 +105,9 @@ func awaitWithin(t testing.TB, what string, f func(), d time.Duration) {
 // (a net.Conn's SetReadDeadline, an os.File's SetDeadline): Timeout from
 // now. A read cut short by it fails with os.ErrDeadlineExceeded, which
 // the test reports beside what it read (t.Fatalf("reading the reply: %v",
-// err)).
+// err)). It is for deadlines the test relies on, not ones it tests: a
+// wait on a fabric/sock Conn, whose deadlines are the code under test,
+// goes through Await, which a broken deadline cannot defeat.
 func Deadline() time.Time { return time.Now().Add(Timeout) }
 
 func timedOut(d time.Duration) string {

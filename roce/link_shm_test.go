@@ -445,8 +445,8 @@ func shmWakeRounds() int {
 
 // A ping-pong between two processes in which both sides sleep in
 // WaitRead whenever they wait, with no deadline and no slice: every
-// wake-up is a ring of the bell, and a lost one hangs the test (until
-// go test's -timeout ends it).
+// wake-up is a ring of the bell, and a lost one stalls the test until
+// its context's bound (testenv.Timeout) fails it.
 func TestShmLinkWakeProcesses(t *testing.T) {
 	if dir := os.Getenv(shmWakeEnv); dir != "" {
 		shmWakeChild(t, dir)
@@ -459,7 +459,7 @@ func TestShmLinkWakeProcesses(t *testing.T) {
 	}
 	defer a.Close()
 	a.slice = 0
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestShmLinkWakeProcesses$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), shmWakeEnv+"="+dir)

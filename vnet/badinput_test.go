@@ -117,6 +117,7 @@ func TestAllocsPerFrame(t *testing.T) {
 	}()
 	f0 := tp.bA.Stats().TxFrames + tp.bA.Stats().RxFrames + tp.bB.Stats().TxFrames + tp.bB.Stats().RxFrames
 	var m0, m1 runtime.MemStats
+	c.SetWriteDeadline(testenv.Deadline()) // 32 MiB take seconds; a stall fails: i/o timeout
 	runtime.ReadMemStats(&m0)
 	for sent := 0; sent < n; sent += len(sbuf) {
 		if _, err := c.Write(sbuf); err != nil {

@@ -202,8 +202,6 @@ func (tp *topo) dialTCP(t testing.TB, port int) (client, server net.Conn) {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
-	client.SetDeadline(testenv.Deadline()) // a stalled stream fails its test: i/o timeout
-	server.SetDeadline(testenv.Deadline())
 	return client, server
 }
 
@@ -222,6 +220,7 @@ func send(c net.Conn, n int64) error {
 	for off := int64(0); off < n; {
 		k := min(int64(len(buf)), n-off)
 		pattern(buf[:k], off)
+		c.SetWriteDeadline(testenv.Deadline()) // a stalled stream fails: i/o timeout
 		if _, err := c.Write(buf[:k]); err != nil {
 			return fmt.Errorf("write at %d: %w", off, err)
 		}
@@ -236,6 +235,7 @@ func receive(c net.Conn, n int64) error {
 	want := make([]byte, len(buf))
 	for off := int64(0); off < n; {
 		k := min(int64(len(buf)), n-off)
+		c.SetReadDeadline(testenv.Deadline())
 		if _, err := io.ReadFull(c, buf[:k]); err != nil {
 			return fmt.Errorf("read at %d of %d: %w", off, n, err)
 		}
@@ -281,6 +281,7 @@ func (tp *topo) rtt(t testing.TB, port, n int) time.Duration {
 		}
 	}()
 	b := make([]byte, 1)
+	c.SetDeadline(testenv.Deadline()) // 2000 round trips take seconds
 	ds := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		st := time.Now()

@@ -77,11 +77,12 @@ func TestBadHello(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, hello := range [][]byte{
-		[]byte("WEFTRDX\x01\x00\x00"),         // magic
-		[]byte("WEFTRDM\x02\x00\x00"),         // version
-		[]byte("WEFTRDM\x01\x05\x00abc"),      // name shorter than its length
-		[]byte("WEFTRDM\x01\x01\x04" + "abc"), // length above 1024
-		nil,                                   // nothing: the handshake times out
+		[]byte("WEFTRDX\x01\x00\x00"),                                // magic
+		[]byte("WEFTRDM\x02\x00\x00"),                                // version
+		[]byte("WEFTRDM\x01\x05\x00abc"),                             // name shorter than its length
+		[]byte("WEFTRDM\x01\x01\x04" + "abc"),                        // length above 1024
+		append([]byte("WEFTRDM\x01\xd0\x07"), make([]byte, 2000)...), // longer than the largest hello
+		nil, // nothing: the handshake times out
 	} {
 		ep, err := fabric.Open(ctx, "roce", addr, nil)
 		if err != nil {
@@ -172,5 +173,43 @@ func TestOneDial(t *testing.T) {
 	}
 	if st := a.Stats(); st.Dialed != 1 || st.Conns != 1 {
 		t.Fatalf("Dialed %d, Conns %d: want one connection", st.Dialed, st.Conns)
+	}
+}
+
+// TestNameBound: an endpoint's own name is at most 1024 bytes.
+func TestNameBound(t *testing.T) {
+	for n, ok := range map[int]bool{1024: true, 1025: false} {
+		e, err := rdm.Open(context.Background(), "roce", "127.0.0.1:0", &rdm.Config{Name: strings.Repeat("n", n)})
+		if (err == nil) != ok || (err != nil && !errors.Is(err, fabric.ErrInvalid)) {
+			t.Errorf("a name of %d bytes: %v; want accepted %v", n, err, ok)
+		}
+		if e != nil {
+			e.Close()
+		}
+	}
+}
+
+// TestEventsDropped: an event that finds the Events channel full is
+// dropped and counted, never blocking the endpoint.
+func TestEventsDropped(t *testing.T) {
+	a := openRoce(t, &rdm.Config{Events: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 2 {
+		b := openRoce(t, nil)
+		p, err := a.Insert(b.Addrs()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Connect(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+	if !testenv.Eventually(20*time.Second, func() bool { return a.Stats().PeersGone == 2 }) {
+		t.Fatalf("PeersGone %d after 20s, want 2", a.Stats().PeersGone)
+	}
+	if st := a.Stats(); st.EventsDropped != 1 || len(a.Events()) != 1 {
+		t.Fatalf("EventsDropped %d with %d queued: want the second of two events dropped", st.EventsDropped, len(a.Events()))
 	}
 }

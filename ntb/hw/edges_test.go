@@ -1,0 +1,190 @@
+package hw
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// Every bound this package owns, at each end, one below and one above:
+// an index a driver computes from what a device reports (a partition, a
+// port, a LUT entry, an array element) is refused before it becomes a
+// register offset, and every value inside is taken. The rules are the
+// package's own, so they are tested here, not only through package ntb's
+// driver (issue 29).
+
+// edge is one call at one value: want nil for a value the rule takes,
+// else the sentinel the refusal must match.
+type edge struct {
+	what string
+	call func() error
+	want error
+}
+
+func checkEdges(t *testing.T, es []edge) {
+	t.Helper()
+	for _, e := range es {
+		err := e.call()
+		switch {
+		case e.want == nil && err != nil:
+			t.Errorf("%s: %v, want it taken", e.what, err)
+		case e.want != nil && !errors.Is(err, e.want):
+			t.Errorf("%s: %v, want %v", e.what, err, e.want)
+		}
+	}
+}
+
+// errOf drops a result, keeping the error.
+func errOf[T any](_ T, err error) error { return err }
+
+func TestIndexBounds(t *testing.T) {
+	var es []edge
+	for _, c := range []struct {
+		name   string
+		f      func(int) (uint32, error)
+		lo, hi int // the first and last index taken
+	}{
+		{"SwitchtecCtrl", SwitchtecCtrl, 0, SwitchtecPartitions - 1},
+		{"SwitchtecDBMsg", SwitchtecDBMsg, 0, SwitchtecPartitions - 1},
+		{"IDTPortBase", IDTPortBase, 0, 23},
+		{"IDTMappingEntry", func(p int) (uint32, error) { return IDTMappingEntry(0x0100, p) }, 0, 7},
+		{"IDTLUTOffset(bar)", func(b int) (uint32, error) { return IDTLUTOffset(b, 5) }, 0, 7},
+		{"IDTLUTOffset(index)", func(i int) (uint32, error) { return IDTLUTOffset(3, i) }, 0, 31},
+	} {
+		f := c.f
+		for _, v := range []int{c.lo - 1, c.lo, c.lo + 1, c.hi - 1, c.hi, c.hi + 1} {
+			var want error
+			if v < c.lo || v > c.hi {
+				want = fabric.ErrInvalid
+			}
+			es = append(es, edge{fmt.Sprintf("%s(%d)", c.name, v), func() error { return errOf(f(v)) }, want})
+		}
+	}
+	checkEdges(t, es)
+
+	// The offsets inside the bounds are where the layout puts them.
+	for _, c := range []struct {
+		what string
+		got  func() (uint32, error)
+		want uint32
+	}{
+		{"SwitchtecCtrl(47)", func() (uint32, error) { return SwitchtecCtrl(47) }, 0x10000 + 0x4000 + 47*0x2000},
+		{"SwitchtecDBMsg(47)", func() (uint32, error) { return SwitchtecDBMsg(47) }, 0x10000 + 0x64000 + 47*0x4000},
+		{"IDTPortBase(23)", func() (uint32, error) { return IDTPortBase(23) }, 0x1000 + 23*0x2000},
+		{"IDTLUTOffset(7, 31)", func() (uint32, error) { return IDTLUTOffset(7, 31) }, 31 | 7<<8},
+		{"IDTLUTOffset(0, 0)", func() (uint32, error) { return IDTLUTOffset(0, 0) }, 0},
+		{"IDTMappingEntry(0xffff, 7)", func() (uint32, error) { return IDTMappingEntry(0xffff, 7) }, 1 | 0xffff<<1 | 7<<17},
+	} {
+		if v, err := c.got(); err != nil || v != c.want {
+			t.Errorf("%s = %#x, %v; want %#x", c.what, v, err, c.want)
+		}
+	}
+}
+
+// TestRegAt: an array register's elements are 0..Count-1; a plain
+// register (Count 0 or 1) has element 0 only.
+func TestRegAt(t *testing.T) {
+	a := Reg{Name: "A", Off: 0x100, Width: 4, Count: 16, Stride: 8}
+	for i, want := range map[int]uint32{0: 0x100, 1: 0x108, 15: 0x100 + 15*8} {
+		if off, err := a.At(i); err != nil || off != want {
+			t.Errorf("A.At(%d) = %#x, %v; want %#x", i, off, err, want)
+		}
+	}
+	for _, r := range []Reg{a, {Name: "P", Off: 0x40, Width: 4}, {Name: "One", Off: 0x40, Width: 4, Count: 1}} {
+		n := max(r.Count, 1)
+		for _, i := range []int{-1, n, n + 1} {
+			if _, err := r.At(i); !errors.Is(err, fabric.ErrInvalid) {
+				t.Errorf("%s.At(%d) of %d elements: %v, want ErrInvalid", r.Name, i, n, err)
+			}
+		}
+		if off, err := r.At(n - 1); err != nil || off != r.Off+uint32(n-1)*r.Stride {
+			t.Errorf("%s.At(%d), the last element: %#x, %v", r.Name, n-1, off, err)
+		}
+	}
+}
+
+// TestIDTBarSetupBounds: BARSETUP's size, mode and partition fields at
+// their edges.
+func TestIDTBarSetupBounds(t *testing.T) {
+	enc := func(s IDTBarSetup) func() error { return func() error { return errOf(s.Encode()) } }
+	checkEdges(t, []edge{
+		{"size 1 (2^0)", enc(IDTBarSetup{Size: 1}), nil},
+		{"size 2", enc(IDTBarSetup{Size: 2}), nil},
+		{"size 3", enc(IDTBarSetup{Size: 3}), fabric.ErrInvalid},
+		{"size 2^31+2^30", enc(IDTBarSetup{Size: 3 << 30}), fabric.ErrInvalid},
+		{"32-bit size 2^31", enc(IDTBarSetup{Size: 1 << 31}), nil},
+		{"32-bit size 2^32", enc(IDTBarSetup{Size: 1 << 32}), fabric.ErrInvalid},
+		{"64-bit size 2^32", enc(IDTBarSetup{Size: 1 << 32, Type64: true}), nil},
+		{"64-bit size 2^63", enc(IDTBarSetup{Size: 1 << 63, Type64: true}), nil},
+		{"size 0", enc(IDTBarSetup{}), fabric.ErrInvalid},
+		{"LUT24", enc(IDTBarSetup{Size: 4096, Trans: IDTTransLUT24}), nil},
+		{"mode 3", enc(IDTBarSetup{Size: 4096, Trans: IDTTransLUT24 + 1}), fabric.ErrInvalid},
+		{"partition 7", enc(IDTBarSetup{Size: 4096, TargetPartition: 7}), nil},
+		{"partition 8", enc(IDTBarSetup{Size: 4096, TargetPartition: 8}), fabric.ErrInvalid},
+		{"LUT24 partition 8", enc(IDTBarSetup{Size: 4096, Trans: IDTTransLUT24, TargetPartition: 8}), fabric.ErrInvalid},
+	})
+	// A value read from a device: a SIZE field of 0 means no size (not
+	// 2^0), 1 is 2 bytes, 63 is 2^63.
+	for fld, want := range map[uint32]uint64{0: 0, 1: 2, 31: 1 << 31, 63: 1 << 63} {
+		if got := DecodeIDTBarSetup(fld << IDTBarSetupSizeFld).Size; got != want {
+			t.Errorf("SIZE field %d decodes to %#x, want %#x", fld, got, want)
+		}
+	}
+}
+
+// TestCheckTranslationBounds: the window size exactly at its maximum is
+// taken, one alignment unit over is refused; alignments must be powers
+// of two.
+func TestCheckTranslationBounds(t *testing.T) {
+	const max = 1 << 20
+	ct := func(addr, size, aa, sa uint64) func() error {
+		return func() error { return CheckTranslation(addr, size, aa, sa, max) }
+	}
+	checkEdges(t, []edge{
+		{"size at the maximum", ct(0, max, 4096, 4096), nil},
+		{"size one unit below", ct(0, max-4096, 4096, 4096), nil},
+		{"size one unit above", ct(0, max+4096, 4096, 4096), fabric.ErrBounds},
+		{"size one sizeAlign", ct(0, 4096, 4096, 4096), nil},
+		{"address alignment 0", ct(0, 4096, 0, 4096), fabric.ErrInvalid},
+		{"address alignment 1", ct(4097, 4096, 1, 4096), nil},
+		{"address alignment 6", ct(0, 4096, 6, 4096), fabric.ErrInvalid},
+		{"size alignment 0", ct(0, 4096, 4096, 0), fabric.ErrInvalid},
+		{"size not a multiple", ct(0, 4096+1, 4096, 4096), fabric.ErrInvalid},
+		{"size 0", ct(0, 0, 4096, 4096), fabric.ErrInvalid},
+		{"ends at 2^64", ct(^uint64(0)&^4095, 4096, 4096, 4096), fabric.ErrBounds},
+		{"ends just below 2^64", ct(^uint64(0)&^8191, 4096, 4096, 4096), nil},
+	})
+}
+
+// TestRegBARSize: a map without a mirror needs its registers' extent,
+// rounded up to a power of two; one with a mirror needs the mirror too.
+func TestRegBARSize(t *testing.T) {
+	m := &Map{Regs: []Reg{r32("A", 0x10), r32("B", 0x1ffc)}}
+	if got := m.regsFit(); got != 0x2000 {
+		t.Errorf("no mirror: %#x, want 0x2000", got)
+	}
+	m.Regs = append(m.Regs, r32("C", 0x2000))
+	if got := m.regsFit(); got != 0x4000 {
+		t.Errorf("one byte past 8 KiB: %#x, want 0x4000", got)
+	}
+	m = &Map{Regs: []Reg{r32("A", 0x100), r32("Far", 0x3000)}, PeerOffset: 0x2000}
+	// A's mirror ends at 0x2104; Far (above the mirror offset) is not
+	// mirrored, and ends at 0x3004.
+	if got := m.regsFit(); got != 0x4000 {
+		t.Errorf("mirror: %#x, want 0x4000", got)
+	}
+	m = &Map{Regs: []Reg{r32("A", 0xff0)}, PeerOffset: 0x1000}
+	if got := m.regsFit(); got != 0x2000 {
+		t.Errorf("a mirrored register at 0xff0 + 0x1000: %#x, want 0x2000", got)
+	}
+	for _, m := range Maps() {
+		if r, ok := m.Reg(m.Ops.DB.Status); !ok || r.Name != m.Ops.DB.Status {
+			t.Errorf("%s %s: Reg(%q) = %+v, %v", m.Family, m.Gen, m.Ops.DB.Status, r, ok)
+		}
+		if _, ok := m.Reg("NO SUCH REGISTER"); ok {
+			t.Errorf("%s %s: found a register that is not there", m.Family, m.Gen)
+		}
+	}
+}

@@ -69,6 +69,17 @@ type VFIODevice struct {
 	irqs                 []*os.File
 }
 
+// The kernel's VFIO interface: where its device nodes are and the
+// ioctls that go to them. Tests put a fake VFIO driver here (a machine
+// without an IOMMU has no /dev/vfio), so what this package does with the
+// kernel's answers (region sizes and flags, vector counts) is tested
+// without one.
+var (
+	vfioDir      = "/dev/vfio"
+	vfioIoctlPtr = ioctlPtr
+	vfioIoctlVal = ioctlVal
+)
+
 func ioctlPtr(fd int, req uintptr, p unsafe.Pointer) error {
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(p))
 	if e != 0 {
@@ -101,20 +112,20 @@ func OpenVFIO(d Device) (*VFIODevice, error) {
 		return nil, fmt.Errorf("pci: vfio %s: %s: %w", d.Addr, what, err)
 	}
 	var err error
-	if v.container, err = unix.Open("/dev/vfio/vfio", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+	if v.container, err = unix.Open(vfioDir+"/vfio", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
 		return fail("open container", err)
 	}
-	if r, err := ioctlVal(v.container, vfioGetAPIVersion, 0); err != nil || r != vfioAPIVersion {
+	if r, err := vfioIoctlVal(v.container, vfioGetAPIVersion, 0); err != nil || r != vfioAPIVersion {
 		return fail("API version", errors.Join(err, fabric.ErrNotSupported))
 	}
 	// A group the kernel made for the no-IOMMU mode has a device node
 	// of its own name.
 	iommu := uintptr(vfioType1IOMMU)
-	gpath := "/dev/vfio/" + d.IOMMUGroup
-	if _, err := os.Stat("/dev/vfio/noiommu-" + d.IOMMUGroup); err == nil {
-		iommu, gpath = vfioNoIOMMU, "/dev/vfio/noiommu-"+d.IOMMUGroup
+	gpath := vfioDir + "/" + d.IOMMUGroup
+	if _, err := os.Stat(vfioDir + "/noiommu-" + d.IOMMUGroup); err == nil {
+		iommu, gpath = vfioNoIOMMU, vfioDir+"/noiommu-"+d.IOMMUGroup
 	}
-	if r, _ := ioctlVal(v.container, vfioCheckExtension, iommu); r == 0 {
+	if r, _ := vfioIoctlVal(v.container, vfioCheckExtension, iommu); r == 0 {
 		return fail("IOMMU", fmt.Errorf("the container offers no IOMMU type %d: %w", iommu, fabric.ErrNotSupported))
 	}
 	if v.group, err = unix.Open(gpath, unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
@@ -122,21 +133,21 @@ func OpenVFIO(d Device) (*VFIODevice, error) {
 	}
 	var status [2]uint32 // struct vfio_group_status {argsz, flags}
 	status[0] = 8
-	if err := ioctlPtr(v.group, vfioGroupGetStatus, unsafe.Pointer(&status)); err != nil {
+	if err := vfioIoctlPtr(v.group, vfioGroupGetStatus, unsafe.Pointer(&status)); err != nil {
 		return fail("group status", err)
 	}
 	if status[1]&vfioGroupViable == 0 {
 		return fail("group", fmt.Errorf("group %s is not viable (bind all its functions to vfio-pci): %w", d.IOMMUGroup, fabric.ErrNotSupported))
 	}
 	c := int32(v.container)
-	if err := ioctlPtr(v.group, vfioGroupSetContain, unsafe.Pointer(&c)); err != nil {
+	if err := vfioIoctlPtr(v.group, vfioGroupSetContain, unsafe.Pointer(&c)); err != nil {
 		return fail("set container", err)
 	}
-	if _, err := ioctlVal(v.container, vfioSetIOMMU, iommu); err != nil {
+	if _, err := vfioIoctlVal(v.container, vfioSetIOMMU, iommu); err != nil {
 		return fail("set IOMMU", err)
 	}
 	name := append([]byte(d.Addr), 0)
-	fd, err := ioctlVal(v.group, vfioGroupGetDeviceFD, uintptr(unsafe.Pointer(&name[0])))
+	fd, err := vfioIoctlVal(v.group, vfioGroupGetDeviceFD, uintptr(unsafe.Pointer(&name[0])))
 	if err != nil {
 		return fail("device fd", err)
 	}
@@ -148,7 +159,7 @@ func OpenVFIO(d Device) (*VFIODevice, error) {
 // are regions 0..5).
 func (v *VFIODevice) RegionInfo(i int) (size, offset uint64, flags uint32, err error) {
 	ri := regionInfo{Argsz: uint32(unsafe.Sizeof(regionInfo{})), Index: uint32(i)}
-	if err := ioctlPtr(v.fd, vfioDeviceGetRegion, unsafe.Pointer(&ri)); err != nil {
+	if err := vfioIoctlPtr(v.fd, vfioDeviceGetRegion, unsafe.Pointer(&ri)); err != nil {
 		return 0, 0, 0, fmt.Errorf("pci: vfio %s region %d: %w", v.dev.Addr, i, err)
 	}
 	return ri.Size, ri.Offset, ri.Flags, nil
@@ -177,7 +188,7 @@ func (v *VFIODevice) MapRegion(i int, off, size uint64) (*BAR, error) {
 // has, 0 when it cannot signal an eventfd.
 func (v *VFIODevice) IRQCount(idx int) (int, error) {
 	ii := irqInfo{Argsz: uint32(unsafe.Sizeof(irqInfo{})), Index: uint32(idx)}
-	if err := ioctlPtr(v.fd, vfioDeviceGetIRQInfo, unsafe.Pointer(&ii)); err != nil {
+	if err := vfioIoctlPtr(v.fd, vfioDeviceGetIRQInfo, unsafe.Pointer(&ii)); err != nil {
 		return 0, fmt.Errorf("pci: vfio %s irq info %d: %w", v.dev.Addr, idx, err)
 	}
 	if ii.Flags&vfioIRQEventfd == 0 {
@@ -224,7 +235,7 @@ func (v *VFIODevice) Interrupts(idx, n int) ([]*IRQ, error) {
 		irqs[i] = &IRQ{f: os.NewFile(uintptr(fd), fmt.Sprintf("vfio-irq-%s-%d-%d", v.dev.Addr, idx, i))}
 	}
 	set := irqSetEventfds(idx, fds)
-	if err := ioctlPtr(v.fd, vfioDeviceSetIRQs, unsafe.Pointer(&set[0])); err != nil {
+	if err := vfioIoctlPtr(v.fd, vfioDeviceSetIRQs, unsafe.Pointer(&set[0])); err != nil {
 		for _, q := range irqs {
 			q.f.Close()
 		}

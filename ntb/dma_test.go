@@ -224,3 +224,25 @@ func TestDMAAddress(t *testing.T) {
 		t.Fatalf("Recv = %d, %v (payload equal %v)", n, err, bytes.Equal(dst.Bytes(), src.Bytes()))
 	}
 }
+
+// TestTransportDMAChannels: a transport with DMAChannels 0 takes the
+// device's engine as configured; a positive count sets it.
+func TestTransportDMAChannels(t *testing.T) {
+	for _, c := range []struct{ dev, cfg, want int }{{3, 0, 3}, {3, 2, 2}, {0, 0, 1}} {
+		a, b := openPair(t, ShmConfig{})
+		if c.dev > 0 {
+			if err := a.ConfigureDMA(EmuDMAConfig{Channels: c.dev}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr, err := newTransport(a, Config{DMAThreshold: 1, DMAChannels: c.cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.dma.eng == nil || tr.dma.eng.Channels() != c.want {
+			t.Errorf("device set to %d channels, transport to %d: the engine has %v, want %d", c.dev, c.cfg, tr.dma.eng, c.want)
+		}
+		tr.Close()
+		b.Close()
+	}
+}

@@ -638,3 +638,28 @@ func TestOpenHardwareFake(t *testing.T) {
 		t.Errorf("the window's store did not reach resource4")
 	}
 }
+
+// TestHWLinkConfigWidth: a map whose link state is in configuration space
+// reads 1 to 8 bytes there; a width outside that (a broken table) reads
+// as down, never past its buffer.
+func TestHWLinkConfigWidth(t *testing.T) {
+	m, _ := hwmap.Lookup(0x8086, 0x3c0d) // gen1: the link status in configuration space
+	for _, c := range []struct {
+		width int
+		up    bool
+	}{{0, false}, {1, true}, {2, true}, {8, true}, {9, false}, {-1, false}} {
+		mm := *m
+		mm.Ops.Link.ConfigWidth, mm.Ops.Link.UpBits = c.width, 1
+		f := newHWFake(t, 0x8086, 0x3c0d)
+		f.m = &mm
+		for i := range 16 {
+			f.cfg[int(mm.Ops.Link.ConfigOff)+i] = 0xff
+		}
+		if err := f.open(); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.dev.LinkIsUp(); got != c.up {
+			t.Errorf("link status %d bytes wide: up %v, want %v", c.width, got, c.up)
+		}
+	}
+}

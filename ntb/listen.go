@@ -342,19 +342,23 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 		return nil, b.err
 	}
 
+	// The queues are those the session negotiated: the listener's side
+	// may have fewer than ours, and a queue past its count carries
+	// nothing.
+	n := b.t.Queues()
 	b.mu.Lock()
 	if queue < 0 {
-		for i := range b.t.eps {
+		for i := 0; i < n; i++ {
 			if !b.used[i] {
 				queue = i
 				break
 			}
 		}
 	}
-	if queue < 0 || queue >= len(b.t.eps) || b.used[queue] {
+	if queue < 0 || queue >= n || b.used[queue] {
 		b.mu.Unlock()
 		b.release()
-		return nil, opErr(fmt.Errorf("no free queue on the bridge (%d in use): %w", len(b.t.eps), fabric.ErrRefused))
+		return nil, opErr(fmt.Errorf("no free queue %d on the bridge (%d queues): %w", queue, n, fabric.ErrRefused))
 	}
 	b.used[queue] = true
 	b.mu.Unlock()

@@ -269,3 +269,112 @@ func TestPCIAddressErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMappingFreedSideTakenAtOnce: an attacher waiting for a side while
+// both are owned takes one the moment its owner closes cleanly (its
+// owner word back to 0), not after Dead, which is for owners that died.
+func TestMappingFreedSideTakenAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bar")
+	slow := fastMapping(-1)
+	slow.Dead = 5 * time.Second
+	a := openMapped(t, path, 0, 4<<20, slow)
+	openMapped(t, path, 0, 4<<20, slow)
+	type res struct {
+		d   *ShmDevice
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		m, err := MapFile(path, 0, 4<<20)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c := slow
+		c.Attach = 20 * time.Second
+		d, err := OpenMapping(path, m, c)
+		if err != nil {
+			m.Close()
+		}
+		ch <- res{d, err}
+	}()
+	// The attacher is, all but surely, past its first look for a free
+	// side and in its wait; if it were not, it would find a's side free
+	// at its first look, and the test would pass as well.
+	time.Sleep(100 * time.Millisecond)
+	side := a.Side()
+	closed := time.Now()
+	a.Close()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("the waiting attacher: %v", r.err)
+		}
+		defer r.d.Close()
+		if took := time.Since(closed); r.d.Side() != side || took >= slow.Dead {
+			t.Fatalf("took side %d %v after side %d was freed, want it before Dead (%v)", r.d.Side(), took, side, slow.Dead)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting attacher did not take the freed side within 20 s")
+	}
+}
+
+// TestMappingExactFit: a mapping that holds exactly the bridge its header
+// describes (header plus both sides' memory) opens; one page less does
+// not.
+func TestMappingExactFit(t *testing.T) {
+	const mem = 1 << 20
+	for _, c := range []struct {
+		size int64
+		ok   bool
+	}{
+		{shmHeaderSize + 2*mem, true},
+		{shmHeaderSize + 2*mem + 4096, true},
+		{shmHeaderSize + 2*mem - 4096, false},
+	} {
+		path := filepath.Join(t.TempDir(), "bar")
+		m, err := MapFile(path, 0, shmHeaderSize+2*mem+4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		formatHeader(m.Bytes(), ShmConfig{MemSize: mem, MWs: 2, Spads: 16, DoorbellBits: 16})
+		m.Close()
+		m, err = MapFile(path, 0, c.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := OpenMapping(path, m, fastMapping(-1))
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, fabric.ErrInvalid)) {
+			t.Errorf("a mapping of %d bytes for a bridge of %d: %v, want ok=%v", c.size, shmHeaderSize+2*mem, err, c.ok)
+		}
+		if err != nil {
+			m.Close()
+			continue
+		}
+		if len(d.Memory()) != mem {
+			t.Errorf("memory of %d bytes, the header says %d", len(d.Memory()), mem)
+		}
+		d.Close()
+	}
+}
+
+// TestMapFileNothingPastOffset: size 0 maps the rest of the file; with
+// nothing past the offset that is a typed error, not an mmap of 0 bytes.
+func TestMapFileNothingPastOffset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bar")
+	if err := os.WriteFile(path, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for off, ok := range map[int64]bool{0: true, 4096: true, 8192: false, 12288: false} {
+		m, err := MapFile(path, off, 0)
+		if ok != (err == nil) || (!ok && !errors.Is(err, fabric.ErrInvalid)) {
+			t.Errorf("MapFile(8 KiB file, %d, 0) = %v, want ok=%v", off, err, ok)
+		}
+		if err == nil {
+			if len(m.Bytes()) != int(8192-off) {
+				t.Errorf("MapFile(8 KiB file, %d, 0) mapped %d bytes", off, len(m.Bytes()))
+			}
+			m.Close()
+		}
+	}
+}

@@ -195,3 +195,62 @@ func TestShmDoorbellsAndScratchpads(t *testing.T) {
 		t.Fatal("PeerSpadWrite(-1)")
 	}
 }
+
+// nextLinkEvent waits for a's next link event.
+func nextLinkEvent(t *testing.T, d *ShmDevice, what string) LinkEvent {
+	t.Helper()
+	select {
+	case ev := <-d.LinkEvents():
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no link event within 10 s: waited for %s", what)
+		return LinkEvent{}
+	}
+}
+
+// TestShmLinkEvents: the first event is the peer coming up (no down edge
+// before it), its leaving is a down edge, and a restart between two polls
+// (a new incarnation with the link still up) is a down edge for the old
+// incarnation, then an up edge for the new one.
+func TestShmLinkEvents(t *testing.T) {
+	a, b := openPair(t, ShmConfig{MemSize: 1 << 20})
+	inc := shm.U32(b.my, sideIncarn)
+	if ev := nextLinkEvent(t, a, "the peer to come up"); !ev.Up || ev.PeerIncarnation != inc.Load() {
+		t.Fatalf("first event %+v, want up with incarnation %#x", ev, inc.Load())
+	}
+	if err := b.LinkDisable(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextLinkEvent(t, a, "the peer to go down"); ev.Up {
+		t.Fatalf("after the peer's LinkDisable: %+v, want down", ev)
+	}
+	b.LinkEnable()
+	if ev := nextLinkEvent(t, a, "the peer to come back"); !ev.Up {
+		t.Fatalf("after the peer's LinkEnable: %+v, want up", ev)
+	}
+	old := inc.Load()
+	inc.Store(old + 2)
+	if ev := nextLinkEvent(t, a, "the restart's down edge"); ev.Up || ev.PeerIncarnation != old {
+		t.Fatalf("after a restart between polls: %+v, want down for incarnation %#x", ev, old)
+	}
+	if ev := nextLinkEvent(t, a, "the restart's up edge"); !ev.Up || ev.PeerIncarnation != old+2 || a.PeerIncarnation() != old+2 {
+		t.Fatalf("after a restart between polls: %+v, want up for incarnation %#x", ev, old+2)
+	}
+	// The last scratchpad and the last doorbell bit are there; one past
+	// each is refused.
+	n := a.SpadCount()
+	if err := a.PeerSpadWrite(n-1, 7); err != nil {
+		t.Fatalf("PeerSpadWrite(%d), the last scratchpad: %v", n-1, err)
+	}
+	if v, err := b.SpadRead(n - 1); err != nil || v != 7 {
+		t.Fatalf("SpadRead(%d) = %d, %v", n-1, v, err)
+	}
+	for _, i := range []int{n, -1} {
+		if err := a.SpadWrite(i, 1); err == nil {
+			t.Errorf("SpadWrite(%d) of %d scratchpads", i, n)
+		}
+		if _, err := a.PeerSpadRead(i); err == nil {
+			t.Errorf("PeerSpadRead(%d) of %d scratchpads", i, n)
+		}
+	}
+}

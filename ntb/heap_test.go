@@ -49,3 +49,31 @@ func TestHeapRelease(t *testing.T) {
 		t.Fatalf("Alloc on a closed transport: %v, want ErrClosed", err)
 	}
 }
+
+// TestWindowFitsRings: the inbound window holds the control pages and
+// every ring: exactly that much is taken (with no RMA heap), a page less
+// is refused, and so is a window larger than the device's memory.
+func TestWindowFitsRings(t *testing.T) {
+	for _, c := range []struct {
+		win int
+		ok  bool
+	}{
+		{ringsOff + 2*8192, true},
+		{ringsOff + 2*8192 - 4096, false},
+		{ringsOff + 8192, false},
+		{1 << 20, true},
+		{1<<20 + 4096, false},
+	} {
+		a, _ := openPair(t, ShmConfig{MemSize: 1 << 20})
+		tr, err := newTransport(a, Config{Queues: 2, RingSize: 8192, MaxMsgSize: 4032, WindowSize: c.win})
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, fabric.ErrInvalid)) {
+			t.Errorf("a window of %d bytes for two 8 KiB rings: %v, want ok=%v", c.win, err, c.ok)
+		}
+		if err == nil {
+			if free := tr.heapFree(); free != c.win-ringsOff-2*8192 {
+				t.Errorf("a window of %d bytes has %d bytes of heap", c.win, free)
+			}
+			tr.Close()
+		}
+	}
+}

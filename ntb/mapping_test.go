@@ -378,3 +378,62 @@ func TestMapFileNothingPastOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderBounds: the geometry in a bridge's header is what the side
+// that formatted it wrote (across machines, the other machine): each
+// count is taken from 1 to its maximum and refused at 0 and one above,
+// before anything is laid out from it.
+func TestHeaderBounds(t *testing.T) {
+	const mem = 64 << 10
+	base := ShmConfig{MemSize: mem, MWs: 2, Spads: 16, DoorbellBits: 16}
+	for _, c := range []struct {
+		name string
+		edit func(*ShmConfig)
+		ok   bool
+	}{
+		{"AsIs", func(*ShmConfig) {}, true},
+		{"NoWindows", func(c *ShmConfig) { c.MWs = 0 }, false},
+		{"OneWindow", func(c *ShmConfig) { c.MWs = 1 }, true},
+		{"MaxWindows", func(c *ShmConfig) { c.MWs = maxMWs }, true},
+		{"WindowsAboveMax", func(c *ShmConfig) { c.MWs = maxMWs + 1 }, false},
+		{"NoScratchpads", func(c *ShmConfig) { c.Spads = 0 }, false},
+		{"OneScratchpad", func(c *ShmConfig) { c.Spads = 1 }, true},
+		{"MaxScratchpads", func(c *ShmConfig) { c.Spads = maxSpads }, true},
+		{"ScratchpadsAboveMax", func(c *ShmConfig) { c.Spads = maxSpads + 1 }, false},
+		{"NoDoorbells", func(c *ShmConfig) { c.DoorbellBits = 0 }, false},
+		{"OneDoorbell", func(c *ShmConfig) { c.DoorbellBits = 1 }, true},
+		{"AllDoorbells", func(c *ShmConfig) { c.DoorbellBits = 64 }, true},
+		{"NoMemory", func(c *ShmConfig) { c.MemSize = 0 }, false},
+		{"MemoryNotPages", func(c *ShmConfig) { c.MemSize = mem - 2048 }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := base
+			c.edit(&g)
+			path := filepath.Join(t.TempDir(), "bar")
+			m, err := MapFile(path, 0, shmHeaderSize+2*mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			formatHeader(m.Bytes(), g)
+			d, err := OpenMapping(path, m, fastMapping(-1))
+			if c.ok != (err == nil) || (!c.ok && !errors.Is(err, fabric.ErrInvalid)) {
+				t.Fatalf("header %+v: %v, want ok=%v", g, err, c.ok)
+			}
+			if err != nil {
+				m.Close()
+				return
+			}
+			defer d.Close()
+			if d.MWCount() != g.MWs || d.SpadCount() != g.Spads || bitsCount(d.DBValidMask()) != g.DoorbellBits {
+				t.Fatalf("opened with %d windows, %d scratchpads, %d doorbells; the header says %+v",
+					d.MWCount(), d.SpadCount(), bitsCount(d.DBValidMask()), g)
+			}
+			if err := d.PeerSpadWrite(g.Spads-1, 1); err != nil {
+				t.Fatalf("the last scratchpad: %v", err)
+			}
+			if err := d.PeerSpadWrite(g.Spads, 1); err == nil {
+				t.Fatalf("scratchpad %d of %d written", g.Spads, g.Spads)
+			}
+		})
+	}
+}

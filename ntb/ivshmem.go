@@ -17,9 +17,15 @@ const (
 	IvshmemBAR    = 2
 )
 
+// pciBus is the PCI bus that pci: addresses name: the machine's, or in
+// tests a fake sysfs tree, so that the refusal of a function that is not
+// shared memory is tested without a real device whose registers the
+// broken code would write into.
+var pciBus = pci.Bus{Root: pci.SysfsRoot}
+
 // mapPCI maps part of a BAR of the PCI function at addr.
 func mapPCI(addr string, bar int, wc bool, off, size uint64) (Mapping, error) {
-	d, err := pci.Lookup(addr)
+	d, err := pciBus.Lookup(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +49,7 @@ func mapPCI(addr string, bar int, wc bool, off, size uint64) (Mapping, error) {
 // are the two sides of a bridge. See OpenMapping for c.
 func OpenIvshmem(addr string, c MappingConfig) (*ShmDevice, error) {
 	if addr == "" {
-		ds, err := pci.Find(IvshmemVendor, IvshmemDevice)
+		ds, err := pciBus.Find(IvshmemVendor, IvshmemDevice)
 		if err != nil {
 			return nil, err
 		}

@@ -148,7 +148,7 @@ func TestDialerHostileListener(t *testing.T) {
 	}{
 		{"Accept", func(n uint64) [][]byte { return msgs(connMsg(connAcc, n)) }, nil},
 		{"StaleThenAccept", func(n uint64) [][]byte {
-			return msgs(connMsg(connAcc, n+1), connMsg(connRef, n-1), connMsg(connAcc, n))
+			return msgs(connMsg(connRef, n-1), connMsg(connAcc, n+1), connMsg(connAcc, n))
 		}, nil},
 		{"Refuse", func(n uint64) [][]byte { return msgs(connMsg(connRef, n)) }, fabric.ErrRefused},
 		{"RequestForAnswer", func(n uint64) [][]byte { return msgs(connMsg(connReq, n)) }, fabric.ErrMalformed},

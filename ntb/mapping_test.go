@@ -1,6 +1,7 @@
 package ntb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/shm"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/ntb/pci"
 )
 
 // fastMapping is a MappingConfig with short periods for tests on one host.
@@ -255,18 +257,42 @@ func TestPCIAddressErrors(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want %v", addr, err, want)
 		}
 	}
-	// Any present function that is not class 05h is refused, never mapped.
-	if ds, err := filepath.Glob("/sys/bus/pci/devices/*"); err == nil {
-		for _, d := range ds {
-			class, _ := os.ReadFile(filepath.Join(d, "class"))
-			if len(class) > 4 && string(class[:4]) != "0x05" {
-				addr := "pci:" + filepath.Base(d)
-				if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, fabric.ErrNotSupported) {
-					t.Errorf("Open(%q) of class %s = %v, want ErrNotSupported", addr, class[:8], err)
-				}
-				break
-			}
+	// A function that is not class 05h is refused, never mapped: on a
+	// fake bus, so a broken check writes into a file, not into a real
+	// device's registers.
+	root := t.TempDir()
+	fakeSysfsFunc(t, root, "0000:00:07.0", 0x8086, 0x201c, map[int]uint64{2: 1 << 20}) // class 0x068000
+	fakeSysfsFunc(t, root, "0000:00:05.0", IvshmemVendor, IvshmemDevice, map[int]uint64{0: 4096, 2: 1 << 20})
+	if err := os.WriteFile(filepath.Join(root, "devices/pci0000:00/0000:00:05.0/class"), []byte("0x050000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := pciBus
+	pciBus = pci.Bus{Root: root}
+	defer func() { pciBus = saved }()
+	for addr, want := range map[string]error{
+		"pci:0000:00:07.0":       fabric.ErrNotSupported, // an NTB function: registers, not shared memory
+		"pci:0000:00:05.0?bar=0": fabric.ErrInvalid,      // ivshmem's registers, not its memory
+	} {
+		if _, err := fabric.Open(ctx, "ntb", addr, nil); !errors.Is(err, want) {
+			t.Errorf("Open(%q) = %v, want %v", addr, err, want)
 		}
+	}
+	for _, f := range []string{"0000:00:07.0/resource2", "0000:00:05.0/resource0"} {
+		b, err := os.ReadFile(filepath.Join(root, "devices/pci0000:00", f))
+		if err != nil || !bytes.Equal(b, make([]byte, len(b))) {
+			t.Errorf("%s was written (%v)", f, err)
+		}
+	}
+	// Shared memory (class 05h) at BAR 2 opens, through the fake bus:
+	// the bridge's header lands in the resource file.
+	d, err := OpenIvshmem("", fastMapping(0))
+	if err != nil {
+		t.Fatalf("OpenIvshmem on the fake bus: %v", err)
+	}
+	d.Close()
+	b, _ := os.ReadFile(filepath.Join(root, "devices/pci0000:00/0000:00:05.0/resource2"))
+	if shm.Get32(b, hdrLayout) != shmLayout {
+		t.Fatal("no bridge header in the ivshmem function's BAR 2")
 	}
 }
 

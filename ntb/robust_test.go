@@ -438,3 +438,58 @@ func TestRecvWaitPeerDeath(t *testing.T) {
 		t.Fatalf("RecvWait after Close: %v, want os.ErrClosed", err)
 	}
 }
+
+// TestRegionTableEdges: the region table is the peer's word on what it
+// lets us reach; an RMA is checked against the entry and the entry
+// against the peer's window, each at its last byte and one past it.
+func TestRegionTableEdges(t *testing.T) {
+	a, b := pair(t, ShmConfig{}, Config{})
+	target, _ := b.Alloc(4096, fabric.AccessRemoteWrite|fabric.AccessRemoteRead)
+	src, _ := a.Alloc(64, 0)
+	copy(src.Bytes(), "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	win, bwin := a.t.win, b.t.win
+	e := mrOff + int(target.RemoteKey()&0xff)*mrEntrySize
+	write := func(what string, r fabric.RemoteIOV, want fabric.Status) {
+		t.Helper()
+		before := bytes.Clone(bwin)
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(src)}, Remote: r, Flags: fabric.FlagSignal}}
+		if n, err := a.Write(msgs); n != 1 || err != nil {
+			t.Fatalf("%s: Write = %d, %v", what, n, err)
+		}
+		out := make([]fabric.Completion, 1)
+		if n := a.CQ().Poll(out); n != 1 {
+			t.Fatalf("%s: no completion", what)
+		}
+		if out[0].Status != want {
+			t.Fatalf("%s: %v, want %v", what, out[0].Status, want)
+		}
+		if want != fabric.StatusOK && !bytes.Equal(before, bwin) {
+			t.Fatalf("%s: refused, but the peer's window changed", what)
+		}
+	}
+	base := target.Remote().Addr
+	key := target.RemoteKey()
+	write("the region's last 64 bytes", fabric.RemoteIOV{Addr: base + 4096 - 64, Len: 64, Key: key}, fabric.StatusOK)
+	write("64 bytes one past the region", fabric.RemoteIOV{Addr: base + 4096 - 63, Len: 64, Key: key}, fabric.StatusRemoteBounds)
+	write("one byte before the region", fabric.RemoteIOV{Addr: base - 1, Len: 64, Key: key}, fabric.StatusRemoteBounds)
+	write("another key", fabric.RemoteIOV{Addr: base, Len: 64, Key: key ^ 0x100}, fabric.StatusRemoteAccess)
+	// The peer's entry, forged: a region that ends exactly at the end of
+	// its window is taken; one byte longer is not.
+	end := uint64(len(bwin))
+	shm.U64(win, e+16).Store(end - 64)
+	shm.U64(win, e+24).Store(64)
+	write("an entry that ends at the window's end", fabric.RemoteIOV{Addr: end - 64, Len: 64, Key: key}, fabric.StatusOK)
+	if !bytes.Equal(bwin[end-64:], src.Bytes()) {
+		t.Fatal("the write to the window's last 64 bytes did not land there")
+	}
+	shm.U64(win, e+24).Store(65)
+	write("an entry one byte past the window", fabric.RemoteIOV{Addr: end - 64, Len: 64, Key: key}, fabric.StatusRemoteAccess)
+	shm.U64(win, e+16).Store(end + 4096)
+	shm.U64(win, e+24).Store(64)
+	write("an entry past the window", fabric.RemoteIOV{Addr: end + 4096, Len: 64, Key: key}, fabric.StatusRemoteAccess)
+	// An entry without write access.
+	shm.U64(win, e+16).Store(base)
+	shm.U64(win, e+24).Store(4096)
+	shm.U32(win, e+4).Store(uint32(fabric.AccessRemoteRead))
+	write("an entry without write access", fabric.RemoteIOV{Addr: base, Len: 64, Key: key}, fabric.StatusRemoteAccess)
+}

@@ -188,3 +188,49 @@ func recvViewsN(ep *Endpoint) (int, error) {
 	ep.ReleaseViews(n)
 	return len(views[0].Data), err
 }
+
+// TestSGELimit: a message of exactly Caps().MaxSGEs pieces is sent and
+// written; one more is refused with ErrMessageSize before anything moves.
+func TestSGELimit(t *testing.T) {
+	a, b := pair(t, ShmConfig{}, Config{})
+	max := a.Caps().MaxSGEs
+	src, _ := a.Alloc(max+1, 0)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i)
+	}
+	dst, _ := b.Alloc(4096, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+	sges := func(n int) []fabric.SGE {
+		s := make([]fabric.SGE, n)
+		for i := range s {
+			s[i] = fabric.SGE{Region: src, Offset: i, Length: 1}
+		}
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n, err := a.SendWait(ctx, []fabric.Message{{SGEs: sges(max)}}); n != 1 || err != nil {
+		t.Fatalf("Send of %d SGEs = %d, %v", max, n, err)
+	}
+	got, err := recvBytes(t, b)
+	if err != nil || len(got) != max || got[max-1] != byte(max-1) {
+		t.Fatalf("the message of %d SGEs arrived as %d bytes, %v", max, len(got), err)
+	}
+	if n, err := a.Send([]fabric.Message{{SGEs: sges(max + 1)}}); n != 0 || !errors.Is(err, fabric.ErrMessageSize) {
+		t.Fatalf("Send of %d SGEs = %d, %v; want ErrMessageSize", max+1, n, err)
+	}
+	w := []fabric.Message{{SGEs: sges(max), Remote: dst.Remote(), Flags: fabric.FlagSignal}}
+	if n, err := a.Write(w); n != 1 || err != nil {
+		t.Fatalf("Write of %d SGEs = %d, %v", max, n, err)
+	}
+	out := make([]fabric.Completion, 1)
+	if k, err := a.CQ().Wait(ctx, out); k != 1 || err != nil || out[0].Status != fabric.StatusOK {
+		t.Fatalf("the write of %d SGEs completed %d, %v, %+v", max, k, err, out[0])
+	}
+	if dst.Bytes()[max-1] != byte(max-1) {
+		t.Fatalf("the write of %d SGEs did not land", max)
+	}
+	w[0].SGEs = sges(max + 1)
+	if n, err := a.Write(w); n != 0 || !errors.Is(err, fabric.ErrMessageSize) {
+		t.Fatalf("Write of %d SGEs = %d, %v; want ErrMessageSize", max+1, n, err)
+	}
+}

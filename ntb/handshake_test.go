@@ -87,9 +87,9 @@ func (p *handPeer) outcome(tr *Transport) (bool, error) {
 	return false, nil
 }
 
-// small is side A's configuration in these tests: one 8 KiB ring, and
+// ring8K is side A's configuration in these tests: one 8 KiB ring, and
 // the largest message such a ring takes.
-var small = Config{RingSize: 8192, MaxMsgSize: 8192/2 - 4*recHdr}
+var ring8K = Config{RingSize: 8192, MaxMsgSize: 8192/2 - 4*recHdr}
 
 func TestHandshakeBounds(t *testing.T) {
 	const mm = 8192/2 - 4*recHdr
@@ -117,7 +117,7 @@ func TestHandshakeBounds(t *testing.T) {
 		{"WindowShortOfQueues", 2, 8192, mm, pages(2, 8192) - 1, protoVersion, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tr, p := handBridge(t, small, 1<<20)
+			tr, p := handBridge(t, ring8K, 1<<20)
 			p.announce(c.queues, c.ring, c.maxMsg, c.winPages)
 			p.spads[spadVersion] = c.version
 			ok, err := p.outcome(tr)
@@ -159,8 +159,8 @@ func (p *handPeer) ready(stale bool, d time.Duration, cond func() bool) bool {
 func TestHandshakeWindow(t *testing.T) {
 	const win = ringsOff + 2*8192
 	t.Run("Exact", func(t *testing.T) {
-		tr, p := handBridge(t, small, win)
-		p.announce(1, 8192, uint32(small.MaxMsgSize), win/4096)
+		tr, p := handBridge(t, ring8K, win)
+		p.announce(1, 8192, uint32(ring8K.MaxMsgSize), win/4096)
 		if ok, err := p.outcome(tr); !ok {
 			t.Fatalf("parameters refused: %v", err)
 		}
@@ -172,8 +172,8 @@ func TestHandshakeWindow(t *testing.T) {
 		}
 	})
 	t.Run("OnePageOver", func(t *testing.T) {
-		tr, p := handBridge(t, small, win)
-		p.announce(1, 8192, uint32(small.MaxMsgSize), win/4096+1)
+		tr, p := handBridge(t, ring8K, win)
+		p.announce(1, 8192, uint32(ring8K.MaxMsgSize), win/4096+1)
 		if ok, err := p.outcome(tr); !ok {
 			t.Fatalf("parameters refused before the window was looked at: %v", err)
 		}
@@ -193,8 +193,8 @@ func TestHandshakeWindow(t *testing.T) {
 		}
 	})
 	t.Run("StaleAck", func(t *testing.T) {
-		tr, p := handBridge(t, small, win)
-		p.announce(1, 8192, uint32(small.MaxMsgSize), win/4096)
+		tr, p := handBridge(t, ring8K, win)
+		p.announce(1, 8192, uint32(ring8K.MaxMsgSize), win/4096)
 		if ok, err := p.outcome(tr); !ok {
 			t.Fatalf("parameters refused: %v", err)
 		}
@@ -213,8 +213,8 @@ func TestHandshakeWindow(t *testing.T) {
 // the session.
 func TestPeerIncarnationEndsSession(t *testing.T) {
 	const win = ringsOff + 8192
-	tr, p := handBridge(t, small, win)
-	p.announce(1, 8192, uint32(small.MaxMsgSize), win/4096)
+	tr, p := handBridge(t, ring8K, win)
+	p.announce(1, 8192, uint32(ring8K.MaxMsgSize), win/4096)
 	if ok, err := p.outcome(tr); !ok {
 		t.Fatalf("parameters refused: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 // TestHeapRelease: regions freed in any order give the RMA heap back in
 // one piece (freed neighbours merge), including when the heap was full.
 func TestHeapRelease(t *testing.T) {
-	a, _ := pair(t, ShmConfig{}, small)
+	a, _ := pair(t, ShmConfig{}, ring8K)
 	tr := a.t
 	total := tr.heapFree()
 	q := total / 4 &^ (heapAlign - 1)

@@ -16,7 +16,7 @@ import (
 // of exactly the maximum size goes and one byte more does not; a record
 // that ends exactly at the ring's end is not padded; a record the peer
 // wrote that runs one byte past the end is dropped and counted, on the
-// copy path and the zero-copy one (issue 29). The sessions use small's
+// copy path and the zero-copy one (issue 29). The sessions use ring8K's
 // 8 KiB rings (handshake_test.go), whose largest message is 4032 bytes.
 
 // sendBytes sends one message of n bytes, each byte fill.
@@ -55,8 +55,8 @@ func recvBytes(t *testing.T, ep *Endpoint) ([]byte, error) {
 }
 
 func TestRingMaxMessage(t *testing.T) {
-	a, b := pair(t, ShmConfig{}, small)
-	max := small.MaxMsgSize
+	a, b := pair(t, ShmConfig{}, ring8K)
+	max := ring8K.MaxMsgSize
 	sendBytes(t, a, max, 0x5a)
 	got, err := recvBytes(t, b)
 	if err != nil || len(got) != max || got[0] != 0x5a || got[max-1] != 0x5a {
@@ -95,7 +95,7 @@ func advance(t *testing.T, a, b *Endpoint) {
 // sits there, not behind a padding record at the start; the zero-copy
 // view of it is the ring's memory, and its bytes are counted.
 func TestRingExactEnd(t *testing.T) {
-	a, b := pair(t, ShmConfig{}, small)
+	a, b := pair(t, ShmConfig{}, ring8K)
 	advance(t, a, b)
 	const n = 8192 - 6064 - recHdr
 	sendBytes(t, a, n, 0x33)
@@ -144,7 +144,7 @@ func TestRingPastEnd(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// A sends, B receives: A's send ring is in B's window.
-			a, b := pair(t, ShmConfig{}, small)
+			a, b := pair(t, ShmConfig{}, ring8K)
 			advance(t, a, b)
 			a.txMu.Lock()
 			shm.U32(a.txRing, 0).Store(0) // where the next record would start: nothing yet

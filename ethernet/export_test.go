@@ -40,12 +40,78 @@ func FilterMatches(f Filter, frame []byte) (bool, error) {
 // dialer's first packet: connection id session, nonce, no destination
 // id.
 func HelloFrame(dst, src net.HardwareAddr, session uint32, nonce uint64) []byte {
-	b := make([]byte, EthHdrLen+hdrLen+helloLen)
+	b := make([]byte, EthHdrLen, EthHdrLen+hdrLen+helloLen)
 	PutEthernet(b, dst, src, EtherTypeWeft)
-	putHdr(b[EthHdrLen:], &hdr{typ: ptHello, session: session, wnd: 16})
-	putHello(b[EthHdrLen+hdrLen:], nonce, 0)
-	return b
+	p := Packet{Type: PtHello, Session: session, Wnd: 16, Nonce: nonce}
+	return p.Append(b)
 }
+
+// Weft's packet types and flags, and its header and handshake body
+// lengths, for tests that speak the wire format by hand.
+const (
+	PtData, PtAck, PtHello, PtHelloAck, PtFin, PtRefuse = ptData, ptAck, ptHello, ptHelloAck, ptFin, ptRefuse
+	PfFirst, PfLast, PfImm, PfNak, PfListener           = pfFirst, pfLast, pfImm, pfNak, pfListener
+	HdrLen, HelloLen                                    = hdrLen, helloLen
+)
+
+// Packet is one Weft packet (header, handshake body, payload) as a test
+// peer writes or reads it.
+type Packet struct {
+	Type, Flags                      uint8
+	Session, PSN, Ack, Wnd, Imm, Dst uint32
+	Nonce, Echo                      uint64 // handshake packets only
+	Payload                          []byte
+	Magic, Version                   uint8 // 0: Weft's
+}
+
+// Handshake reports whether p is a hello, hello-ack or refusal (it
+// carries a nonce body).
+func (p *Packet) Handshake() bool {
+	return p.Type == ptHello || p.Type == ptHelloAck || p.Type == ptRefuse
+}
+
+// Append appends p's encoding (header, then the body of a handshake
+// packet, then the payload) to b.
+func (p *Packet) Append(b []byte) []byte {
+	n := len(b)
+	b = append(b, make([]byte, hdrLen)...)
+	putHdr(b[n:], &hdr{typ: p.Type, flags: p.Flags, session: p.Session, psn: p.PSN, ack: p.Ack, wnd: p.Wnd, imm: p.Imm, dst: p.Dst})
+	if p.Magic != 0 {
+		b[n] = p.Magic
+	}
+	if p.Version != 0 {
+		b[n+1] = p.Version
+	}
+	if p.Handshake() {
+		b = append(b, make([]byte, helloLen)...)
+		putHello(b[n+hdrLen:], p.Nonce, p.Echo)
+	}
+	return append(b, p.Payload...)
+}
+
+// ParsePacket decodes the Weft packet b (after the link headers).
+func ParsePacket(b []byte) (Packet, bool) {
+	var h hdr
+	if !getHdr(b, &h) {
+		return Packet{}, false
+	}
+	p := Packet{Type: h.typ, Flags: h.flags, Session: h.session, PSN: h.psn, Ack: h.ack, Wnd: h.wnd, Imm: h.imm, Dst: h.dst}
+	b = b[hdrLen:]
+	if p.Handshake() {
+		if len(b) < helloLen {
+			return Packet{}, false
+		}
+		body := helloBody(b)
+		p.Nonce, p.Echo = body.nonce(), body.echo()
+		b = b[helloLen:]
+	}
+	p.Payload = b
+	return p, true
+}
+
+// QueueDrops returns the frames e's shared queue dropped before they
+// reached any endpoint: for no connection, malformed, no buffer.
+func QueueDrops(e *Endpoint) (unknown, malformed, noBuffer uint64) { return e.m.drops() }
 
 // StallRX holds the RX ring of e's queue undrained, as a descheduled
 // drainer would, until release is called.

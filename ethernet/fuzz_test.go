@@ -29,9 +29,15 @@ func FuzzHandshake(f *testing.F) {
 	f.Add(handshakeSeed(ptHello, 1, 0, 0, 0))
 	f.Add(handshakeSeed(ptHello, 1, 0, 2, 0)[:hdrLen+3])
 	f.Add([]byte{hdrMagic, hdrVersion})
+	badVersion := handshakeSeed(ptHello, 1, 0, 2, 0)
+	badVersion[1] = hdrVersion + 1
+	f.Add(badVersion)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m handshakeMsg
 		err := parseHandshake(b, &m)
+		if err == nil && !header(b).IsValid() {
+			t.Fatalf("accepted %x, whose header is not valid", b)
+		}
 		if err != nil {
 			var he *HandshakeError
 			if !errors.As(err, &he) || !errors.Is(err, fabric.ErrMalformed) {

@@ -238,9 +238,19 @@ func TestForgedAcks(t *testing.T) {
 		rp.recv(fmt.Sprintf("psn %d", i), 2*time.Second, isData(i))
 	}
 	rp.send(rp.ackPkt(4, 64))
-	// A stale ACK (behind the one before) changes nothing.
+	// A stale ACK (behind the one before) changes nothing; nor does a
+	// stale NAK: nothing is outstanding, and acknowledged packets are
+	// never resent (their frames went back to the pool).
 	rp.send(rp.ackPkt(2, 64))
 	rp.barrier(ep)
+	rp.drain()
+	stale := rp.ackPkt(2, 64)
+	stale.Flags, stale.Imm = ethernet.PfNak, 2
+	rp.send(stale)
+	rp.barrier(ep)
+	if pk, ok := rp.next(100*time.Millisecond, isType(ethernet.PtData)); ok {
+		t.Fatalf("psn %d sent after a stale NAK, with nothing outstanding", pk.PSN)
+	}
 
 	// A NAK naming more packets than were sent resends only those sent.
 	for i := 4; i <= 6; i++ {
@@ -249,9 +259,16 @@ func TestForgedAcks(t *testing.T) {
 	for i := uint32(4); i <= 6; i++ {
 		rp.recv(fmt.Sprintf("psn %d", i), 2*time.Second, isData(i))
 	}
+	rp.drain()
+	retx := ep.Stats().Retransmits
 	nak := rp.ackPkt(4, 64)
 	nak.Flags, nak.Imm = ethernet.PfNak, 1000
 	rp.send(nak)
+	// The NAK is handled, its packets resent, before the barrier is;
+	// the retransmission timer may add a few more.
+	if n := rp.barrier(ep).Retransmits - retx; n < 3 || n > 64 {
+		t.Fatalf("%d packets resent for a NAK of 1000 with 3 outstanding", n)
+	}
 	seen := map[uint32]bool{}
 	end := time.Now().Add(300 * time.Millisecond)
 	for time.Now().Before(end) {
@@ -358,6 +375,27 @@ func TestHostileData(t *testing.T) {
 	rp.send(first)
 	rp.send(second)
 	require.Equal(t, []string{"head" + string(big)}, recvMsgs(t, ep, 1))
+
+	// A RecvWait with nothing to receive sleeps, and counts each
+	// wake-up, until the peer sends.
+	r, err := ep.Alloc(64, fabric.AccessLocalWrite)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	m := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(r)}}}
+	w0 := ep.Stats().Wakeups
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() { _, err := ep.RecvWait(ctx, m); got <- err }()
+	require.Eventually(t, func() bool { return ep.Stats().Wakeups > w0 }, 5*time.Second, time.Millisecond,
+		"a RecvWait with nothing to receive never counted a wake-up")
+	rp.send(rp.dataPkt(18, "late"))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		require.Equal(t, "late", string(r.Bytes()[:m[0].Len]))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting RecvWait never received the late message")
+	}
 }
 
 // TestHostileListenerHandshake: a listener refuses and counts hellos

@@ -33,6 +33,19 @@ func TestLinkInfo(t *testing.T) {
 
 	err := p.A.Do(func() error { _, err := ethernet.LinkByName("nosuch0"); return err })
 	require.Error(t, err)
+
+	// A link whose operational state is unknown (lo) runs when it is
+	// up (IFF_RUNNING), not otherwise.
+	for _, up := range []bool{false, true} {
+		if up {
+			require.NoError(t, p.A.Up("lo"))
+		} else {
+			require.NoError(t, p.A.Down("lo"))
+		}
+		require.NoError(t, p.A.Do(func() error { li, err = ethernet.LinkByName("lo"); return err }))
+		require.Equal(t, up, li.Up, "lo up")
+		require.Equal(t, up, li.Running, "lo running")
+	}
 }
 
 func TestLinkWatch(t *testing.T) {
@@ -47,10 +60,15 @@ func TestLinkWatch(t *testing.T) {
 		return err
 	}))
 	defer w.Close()
+	// Another interface going up and down is not reported; its events
+	// come before the one below.
+	require.NoError(t, p.A.Up("lo"))
+	require.NoError(t, p.A.Down("lo"))
 	// The peer going down takes our carrier away.
 	require.NoError(t, p.B.Down(p.NameB))
 	select {
 	case e := <-evs:
+		require.Equal(t, idx, e.Index, "an event of another interface: %+v", e)
 		require.False(t, e.Running)
 		require.True(t, e.Up)
 	case <-time.After(3 * time.Second):

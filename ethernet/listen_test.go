@@ -169,6 +169,27 @@ func TestListenerBadHellos(t *testing.T) {
 	require.Zero(t, b.Stats().Drops[fabric.DropMalformed])
 }
 
+// TestListenWindow: the window is a power of two from 16 to 16384;
+// one below, one above and one not a power of two are refused with
+// ErrInvalid.
+func TestListenWindow(t *testing.T) {
+	lt := newListenTopo(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		window int
+		ok     bool
+	}{{8, false}, {15, false}, {16, true}, {24, false}, {1 << 14, true}, {1<<14 + 1, false}, {1 << 15, false}} {
+		l, err := fabric.Listen(ctx, "ethernet", fmt.Sprintf("%s,window=%d", lt.listen, c.window), nil)
+		if !c.ok {
+			require.ErrorIs(t, err, fabric.ErrInvalid, "window %d", c.window)
+			continue
+		}
+		require.NoError(t, err, "window %d", c.window)
+		require.NoError(t, l.Close())
+	}
+}
+
 func acceptOne(t *testing.T, l fabric.Listener, lt *listenTopo) (a, b fabric.Endpoint) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

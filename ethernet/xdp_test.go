@@ -163,6 +163,45 @@ func TestParseUDP4(t *testing.T) {
 	require.False(t, ok)
 	_, ok = ethernet.ParseUDP4(f[:20], nil)
 	require.False(t, ok)
+
+	// Each header field at and past its bound, the checksum kept right.
+	for _, c := range []struct {
+		name string
+		mod  func(f []byte) []byte
+		ok   bool
+	}{
+		{"as built", func(f []byte) []byte { return f }, true},
+		{"IP version 6", func(f []byte) []byte { f[14] = 0x65; return f }, false},
+		{"IHL 4", func(f []byte) []byte { f[14] = 0x44; return f }, false},
+		{"not UDP", func(f []byte) []byte { f[23] = 6; return f }, false},
+		{"a later fragment", func(f []byte) []byte { f[21] = 1; return f }, false},
+		{"a first fragment", func(f []byte) []byte { f[20] |= 0x20; return f }, false},
+		{"total length = headers", func(f []byte) []byte { binary.BigEndian.PutUint16(f[16:], 28); f[38], f[39] = 0, 8; return f }, true},
+		{"total length < headers", func(f []byte) []byte { binary.BigEndian.PutUint16(f[16:], 27); return f }, false},
+		{"total length past the frame", func(f []byte) []byte { binary.BigEndian.PutUint16(f[16:], uint16(len(f)-13)); return f }, false},
+		{"total length = the frame", func(f []byte) []byte { binary.BigEndian.PutUint16(f[16:], uint16(len(f)-14)); return f }, true},
+		{"UDP length 7", func(f []byte) []byte { f[38], f[39] = 0, 7; return f }, false},
+		{"UDP length 8", func(f []byte) []byte { f[38], f[39] = 0, 8; return f }, true},
+		{"UDP length past IP", func(f []byte) []byte { f[38], f[39] = 0, 8+16+1; return f }, false},
+		{"frame one byte short of its headers", func(f []byte) []byte { return f[:ethernet.UDP4HdrLen-1] }, false},
+		{"not IPv4", func(f []byte) []byte { f[12], f[13] = 0x86, 0xdd; return f }, false},
+	} {
+		f := c.mod(udp4Frame(9000, 5, 0x4000))
+		if len(f) > 24 {
+			ip := f[14:34]
+			ip[10], ip[11] = 0, 0
+			var s uint32
+			for i := 0; i < 20; i += 2 {
+				s += uint32(ip[i])<<8 | uint32(ip[i+1])
+			}
+			for s > 0xffff {
+				s = s>>16 + s&0xffff
+			}
+			binary.BigEndian.PutUint16(ip[10:], ^uint16(s))
+		}
+		_, ok := ethernet.ParseUDP4(f, nil)
+		require.Equal(t, c.ok, ok, c.name)
+	}
 }
 
 // TestBadAddrs: every address that cannot be valid fails through

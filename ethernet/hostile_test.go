@@ -198,7 +198,7 @@ func TestForgedAcks(t *testing.T) {
 	// Registered first, the guard outlives the endpoint's cleanup: a
 	// sender that took the stale ACK below walks 2^32 packets back to it
 	// under its lock, and Close waits for that lock.
-	guardHeap(t, 512<<20, "a stale ACK")
+	guardHeap(t, 256<<20, "a stale ACK")
 	_, rp := newRawTopo(t, false)
 	ep := rp.dialRaw("&window=16&maxmsg=4096")
 	retransmitted := func(what string, psn uint32, payload string) {

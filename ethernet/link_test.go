@@ -1,13 +1,16 @@
 package ethernet_test
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/internal/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestLinkInfo(t *testing.T) {
@@ -83,4 +86,44 @@ func TestLinkWatch(t *testing.T) {
 	}
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())
+}
+
+// TestLinkOutOfDescriptors: with no file descriptor left for a netlink
+// socket, the link queries fail with an error, not a panic.
+func TestLinkOutOfDescriptors(t *testing.T) {
+	var lim unix.Rlimit
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	// Fill every free descriptor below a limit just above the ones
+	// open, then query.
+	low := lim
+	low.Cur = uint64(len(ents)) + 64
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &low))
+	defer func() { require.NoError(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)) }()
+	var fill []int
+	defer func() {
+		for _, fd := range fill {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EMFILE) {
+			break
+		}
+		require.NoError(t, err)
+		fill = append(fill, fd)
+		require.Less(t, len(fill), 1<<16, "never ran out of descriptors")
+	}
+	_, errName := ethernet.LinkByName("lo")
+	_, errIndex := ethernet.LinkByIndex(1)
+	_, errAddrs := ethernet.Addrs(1)
+	for _, fd := range fill {
+		unix.Close(fd)
+	}
+	fill = nil
+	require.Error(t, errName, "LinkByName with no descriptor left")
+	require.Error(t, errIndex, "LinkByIndex with no descriptor left")
+	require.Error(t, errAddrs, "Addrs with no descriptor left")
 }

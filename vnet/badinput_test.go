@@ -5,6 +5,7 @@ package vnet
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -70,27 +71,82 @@ func TestBadInput(t *testing.T) {
 	sendRaw(msg(FlagTUN, nil, 60))                                                         // BadFrame: an IP packet for a TAP
 	sendRaw([]byte{'W', 'V'})                                                              // Truncated: half a header
 	sendRaw(msg(FlagVnetHdr, vnetHdr(vnetFlagNeedsCsum, gsoTCPv4, 54, 1448, 34, 16), 200)) // BadVnetHdr: no offloads here
+	ethHdr := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 9, 0x88, 0xb5}
+	over := msg(0, nil, 1500+18+1) // one byte past the MTU, an Ethernet header and a VLAN tag
+	copy(over[HeaderLen:], ethHdr)
+	sendRaw(over)                 // Oversized
+	atMax := msg(0, nil, 1500+18) // exactly the largest frame
+	copy(atMax[HeaderLen:], ethHdr)
+	sendRaw(atMax)
 	good := msg(0, nil, 60)
-	copy(good[HeaderLen:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 9, 0x88, 0xb5})
+	copy(good[HeaderLen:], ethHdr)
 	sendRaw(good)
 
-	if !testenv.Eventually(10*time.Second, func() bool { return tp.bA.Stats().RxFrames == 1 }) {
-		t.Fatalf("the good frame did not arrive: %+v", tp.bA.Stats())
+	if !testenv.Eventually(10*time.Second, func() bool { return tp.bA.Stats().RxFrames == 2 }) {
+		t.Fatalf("the good frames did not arrive: %+v", tp.bA.Stats())
 	}
 	st := tp.bA.Stats()
-	want := Stats{RxFrames: 1, BadHeader: 1, Truncated: 3, Oversized: 1, BadFrame: 1, BadVnetHdr: 1}
+	want := Stats{RxFrames: 2, BadHeader: 1, Truncated: 3, Oversized: 2, BadFrame: 1, BadVnetHdr: 1}
 	if st.RxFrames != want.RxFrames || st.BadHeader != want.BadHeader || st.Truncated != want.Truncated ||
 		st.Oversized != want.Oversized || st.BadFrame != want.BadFrame || st.BadVnetHdr != want.BadVnetHdr {
 		t.Fatalf("stats %+v, want the drops of %+v", st, want)
 	}
-	if !testenv.Eventually(5*time.Second, func() bool { return rxPackets(t, tp) == before+1 }) {
-		t.Fatalf("kernel received %d packets, want exactly the good one", rxPackets(t, tp)-before)
+	if !testenv.Eventually(5*time.Second, func() bool { return rxPackets(t, tp) == before+2 }) {
+		t.Fatalf("kernel received %d packets, want exactly the two good ones", rxPackets(t, tp)-before)
 	}
 
 	// Delivering a frame to the device allocates nothing.
 	q := tp.bA.qs[0]
 	if n := testing.AllocsPerRun(200, func() { q.deliver(good) }); n != 0 {
 		t.Errorf("deliver allocates %.1f times per frame", n)
+	}
+}
+
+// TestConfigBounds: New refuses an MTU one below or one above its range
+// and a device name the kernel cannot take, with ErrInvalid, and takes
+// the MTUs at each end of the range, which the device then has.
+func TestConfigBounds(t *testing.T) {
+	a, _ := newNamespaces(t)
+	tA, _ := ntbTransports(t, 1)
+	ep := transportEndpoints(t, tA)[0]
+	for _, c := range []struct {
+		cfg Config
+		ok  bool
+	}{
+		{Config{Name: "weft0", MTU: 67}, false},
+		{Config{Name: "weft0", MTU: 68}, true},
+		{Config{Name: "weft0", MTU: MaxMTU}, true},
+		{Config{Name: "weft0", MTU: MaxMTU + 1}, false},
+		{Config{Name: "weft0", Kind: TUN, MTU: 65535}, true},
+		{Config{Name: "weft0", Kind: TUN, MTU: 65536}, false},
+		{Config{Name: "weft0123456789abc", MTU: 1500}, false},
+	} {
+		var b *Bridge
+		err := a.Do(func() error {
+			var err error
+			b, err = New(c.cfg, ep)
+			return err
+		})
+		if !c.ok {
+			if !errors.Is(err, fabric.ErrInvalid) {
+				t.Fatalf("New(%+v): %v, want ErrInvalid", c.cfg, err)
+			}
+			continue
+		}
+		if err != nil {
+			testenv.SkipOn(t, err, fabric.ErrNotSupported)
+			t.Fatalf("New(%+v): %v", c.cfg, err)
+		}
+		lm, err := a.Link("weft0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(lm.Attributes.MTU) != c.cfg.MTU {
+			t.Errorf("New(%+v): the device's MTU is %d", c.cfg, lm.Attributes.MTU)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -43,6 +43,8 @@ func TestParse(t *testing.T) {
 	binary.BigEndian.PutUint32(short[4:], 59) // says less than there is
 	v6 := msg(FlagTUN, nil, 40)
 	v6[HeaderLen] = 0x60
+	v6runt := msg(FlagTUN, nil, 39)
+	v6runt[HeaderLen] = 0x60
 	for _, c := range []struct {
 		name  string
 		msg   []byte
@@ -56,7 +58,12 @@ func TestParse(t *testing.T) {
 		{"vnet gso", msg(FlagVnetHdr, good, 9000), TAP, 0, nil, 9000},
 		{"ipv4", msg(FlagTUN, nil, 20), TUN, 0, nil, 20},
 		{"ipv6", v6, TUN, 0, nil, 40},
+		{"max frame", msg(0, nil, 1518), TAP, 1518, nil, 1518},
 		{"empty", nil, TAP, 0, ErrTruncated, 0},
+		{"header only, bad magic", badMagic[:HeaderLen], TAP, 0, ErrBadHeader, 0},
+		{"header only", msg(0, nil, 0), TAP, 0, ErrTruncated, 0},
+		{"runt ipv4", msg(FlagTUN, nil, 19), TUN, 0, ErrTruncated, 0},
+		{"runt ipv6", v6runt, TUN, 0, ErrTruncated, 0},
 		{"header only part", msg(0, nil, 60)[:5], TAP, 0, ErrTruncated, 0},
 		{"runt ethernet", msg(0, nil, 13), TAP, 0, ErrTruncated, 0},
 		{"bad magic", badMagic, TAP, 0, ErrBadHeader, 0},

@@ -54,6 +54,9 @@ func FuzzHandshake(f *testing.F) {
 		if m.typ != ptHello && m.echo == 0 {
 			t.Fatalf("accepted a %d without an echo", m.typ)
 		}
+		if m.typ == ptRefuse && m.dst == 0 {
+			t.Fatal("accepted a refusal that names no connection")
+		}
 		h := header(b)
 		re := make([]byte, hdrLen+helloLen)
 		putHdr(re, &hdr{typ: m.typ, flags: h.flags(), session: m.session, psn: h.psn(), ack: m.ack, wnd: m.wnd, imm: h.imm(), dst: m.dst})

@@ -124,10 +124,20 @@ func TestHostileDialHandshake(t *testing.T) {
 	rp.sendFrame(rp.frameFrom(strangerMAC, netip.Addr{}, 0, stranger))
 	flagged := ethernet.Packet{Type: ethernet.PtHello, Flags: ethernet.PfListener, Session: 0x7778, Nonce: 0x8889, Wnd: 64}
 	rp.send(flagged)
-	// A bad version: the queue counts it as malformed.
+	// A bad version, magic or type: the queue counts them as malformed.
 	pk = rp.pkt(ethernet.PtHelloAck)
 	pk.Version = 3
 	rp.send(pk)
+	pk = rp.pkt(ethernet.PtHelloAck)
+	pk.Magic = 'X'
+	rp.send(pk)
+	pk = rp.pkt(ethernet.PtHelloAck)
+	pk.Type = ethernet.PtRefuse + 1
+	rp.send(pk)
+	// A frame to another MAC address: for no connection of this queue.
+	f = rp.frame(rp.pkt(ethernet.PtHelloAck))
+	copy(f[0:6], strangerMAC)
+	rp.sendFrame(f)
 	require.False(t, d.done(), "the dial completed on a forged handshake")
 
 	// The honest hello-ack, exactly a header and a body long.
@@ -139,8 +149,8 @@ func TestHostileDialHandshake(t *testing.T) {
 	require.EqualValues(t, malformed, s.Drops[fabric.DropMalformed], "forged handshake packets counted as malformed")
 	require.EqualValues(t, 1, s.Drops[fabric.DropOther], "the hello-ack from another address")
 	unknown, qmal, _ := ethernet.QueueDrops(ep.(*ethernet.Endpoint))
-	require.EqualValues(t, 2, unknown, "hellos to id 0 not for the dialer (another address, flagged for a listener)")
-	require.EqualValues(t, 1, qmal, "the packet of an unknown version")
+	require.EqualValues(t, 3, unknown, "hellos to id 0 not for the dialer (another address, flagged for a listener), a frame to another MAC")
+	require.EqualValues(t, 3, qmal, "packets of an unknown version, magic or type")
 
 	// Up: a hello or hello-ack of another incarnation of the peer, or
 	// echoing a wrong nonce, and a late refusal, are refused too.
@@ -325,6 +335,17 @@ func TestPeerWindow(t *testing.T) {
 	rp.send(rp.ackPkt(4, 8))
 	rp.recv("psn 4 once the window opened", 2*time.Second, isData(4))
 	rp.recv("psn 5 once the window opened", 2*time.Second, isData(5))
+
+	// A closed window, with nothing in flight, holds the next packet
+	// until the peer's window update (with nothing in flight there is no
+	// retransmission timer to probe with: the peer's keepalive carries
+	// the update).
+	rp.send(rp.ackPkt(6, 0))
+	rp.barrier(ep)
+	sendMsg(t, ep, "held")
+	rp.send(rp.ackPkt(6, 1))
+	got := rp.recv("psn 6 once a closed window opened", 3*time.Second, isData(6))
+	require.Equal(t, "held", string(got.Payload))
 }
 
 // TestHostileData: the receiver buffers data up to the last slot of its
@@ -473,12 +494,21 @@ func TestHostileListenerHandshake(t *testing.T) {
 // fragment, IPv6), counting them.
 func TestHostileUDP(t *testing.T) {
 	p, rp := newRawTopo(t, true)
-	ep := rp.dialRaw("")
+	ipB, ipX := addr4(p.IPB), netip.MustParseAddr("10.11.0.99")
+	d := rp.startDial("")
+	rp.learn(d.hello(rp))
+	// Hellos to id 0 from another port or IP are not the peer's: a
+	// dialer that took one as a symmetric open would refuse the peer's
+	// hello-ack below.
+	stranger := ethernet.Packet{Type: ethernet.PtHello, Session: 0x7777, Nonce: 0x8888, Wnd: 64}
+	rp.sendFrame(rp.frameFrom(p.MACB, ipB, ethernet.DefaultUDPPort+1, stranger))
+	rp.sendFrame(rp.frameFrom(p.MACB, ipX, ethernet.DefaultUDPPort, stranger))
+	rp.send(rp.pkt(ethernet.PtHelloAck))
+	ep := d.wait(t)
 	// A hello from another connection id: refused as malformed if it
 	// got past the address checks.
 	pk := rp.pkt(ethernet.PtHello)
 	pk.Session ^= 0x100
-	ipB, ipX := addr4(p.IPB), netip.MustParseAddr("10.11.0.99")
 	rp.sendFrame(rp.frameFrom(p.MACB, ipB, ethernet.DefaultUDPPort+1, pk))
 	rp.sendFrame(rp.frameFrom(p.MACB, ipX, ethernet.DefaultUDPPort, pk))
 	rp.sendFrame(rp.frameFrom(strangerMAC, ipB, ethernet.DefaultUDPPort, pk))
@@ -493,7 +523,7 @@ func TestHostileUDP(t *testing.T) {
 	require.EqualValues(t, 3, s.Drops[fabric.DropOther], "packets from another port, IP or MAC")
 	require.Zero(t, s.Drops[fabric.DropMalformed], "a packet from another address reached the handshake")
 	unknown, _, _ := ethernet.QueueDrops(ep.(*ethernet.Endpoint))
-	require.EqualValues(t, 1, unknown, "the first fragment")
+	require.EqualValues(t, 3, unknown, "the hellos to id 0 from another port and IP, the first fragment")
 	require.Equal(t, []string{"options"}, recvMsgs(t, ep, 1))
 	sendMsg(t, ep, "reply")
 	got := rp.recv("data over UDP", 2*time.Second, isData(0))

@@ -3,9 +3,11 @@
 package vnet
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -109,6 +111,7 @@ func TestConfigBounds(t *testing.T) {
 	a, _ := newNamespaces(t)
 	tA, _ := ntbTransports(t, 1)
 	ep := transportEndpoints(t, tA)[0]
+	mac := net.HardwareAddr{2, 0x77, 0, 0, 0, 0x42}
 	for _, c := range []struct {
 		cfg Config
 		ok  bool
@@ -120,6 +123,8 @@ func TestConfigBounds(t *testing.T) {
 		{Config{Name: "weft0", Kind: TUN, MTU: 65535}, true},
 		{Config{Name: "weft0", Kind: TUN, MTU: 65536}, false},
 		{Config{Name: "weft0123456789abc", MTU: 1500}, false},
+		{Config{Name: "weft0", MTU: 1500, MAC: mac}, true},
+		{Config{Name: "weft0", Kind: TUN, MTU: 1500, MAC: mac}, true}, // a TUN device has no MAC: ignored
 	} {
 		var b *Bridge
 		err := a.Do(func() error {
@@ -143,6 +148,9 @@ func TestConfigBounds(t *testing.T) {
 		}
 		if int(lm.Attributes.MTU) != c.cfg.MTU {
 			t.Errorf("New(%+v): the device's MTU is %d", c.cfg, lm.Attributes.MTU)
+		}
+		if c.cfg.MAC != nil && c.cfg.Kind == TAP && !bytes.Equal(lm.Attributes.Address, c.cfg.MAC) {
+			t.Errorf("New(%+v): the device's MAC is %v", c.cfg, lm.Attributes.Address)
 		}
 		if err := b.Close(); err != nil {
 			t.Fatal(err)

@@ -199,3 +199,45 @@ func TestAllocsPerFrame(t *testing.T) {
 		t.Errorf("%.3f allocations per frame, want none on the data path", per)
 	}
 }
+
+// TestTxOversized: a frame the device hands over that is larger than a
+// message holds (its MTU raised behind the bridge's back) is dropped and
+// counted, not sent cut short.
+func TestTxOversized(t *testing.T) {
+	a, _ := newNamespaces(t)
+	tA, _ := ntbTransports(t, 1)
+	ep := transportEndpoints(t, tA)[0]
+	var b *Bridge
+	if err := a.Do(func() error {
+		var err error
+		b, err = New(Config{Name: "weft0", MTU: 1500}, ep)
+		return err
+	}); err != nil {
+		testenv.SkipOn(t, err, fabric.ErrNotSupported)
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, err := range []error{a.SetMTU("weft0", 4000), a.AddAddr("weft0", "10.99.0.1/24"),
+		a.AddNeigh("weft0", net.IPv4(10, 99, 0, 2), net.HardwareAddr{2, 0x77, 0, 0, 0, 2})} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Do(func() error {
+		c, err := net.Dial("udp4", "10.99.0.2:9")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(make([]byte, 3000))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Eventually(10*time.Second, func() bool { return b.Stats().TxDropped == 1 }) {
+		t.Fatalf("the 3042-byte frame was not dropped and counted: %+v", b.Stats())
+	}
+	if st := b.Stats(); st.TxFrames != 0 {
+		t.Fatalf("a frame was sent: %+v", st)
+	}
+}

@@ -42,6 +42,12 @@ type Mutant struct {
 	Func string
 	// Line is the line of the change.
 	Line int
+	// Entry is the line of the function's first statement: a test that
+	// covers it calls the function, and only such a test can catch the
+	// mutant. (The line of a condition is not enough: cover counts an
+	// if's or a for's condition in the block after it, so a test that
+	// takes the other branch would not be chosen.)
+	Entry int
 	// Op is the operator: bound, negate, drop-check, drop-term,
 	// off-by-one or drop-count.
 	Op string
@@ -126,6 +132,10 @@ func generateFile(rel string, src []byte) ([]Mutant, error) {
 			continue
 		}
 		name := funcName(fn)
+		entry := fset.Position(fn.Body.Lbrace).Line
+		if len(fn.Body.List) > 0 {
+			entry = fset.Position(fn.Body.List[0].Pos()).Line
+		}
 		add := func(op string, from, to token.Pos, repl string) {
 			o, e := off(from), off(to)
 			old := string(src[o:e])
@@ -134,7 +144,7 @@ func generateFile(rel string, src []byte) ([]Mutant, error) {
 			seen[key]++
 			out = append(out, Mutant{
 				ID:   fmt.Sprintf("%s:%s#%d", rel, key, k),
-				File: rel, Func: name, Line: fset.Position(from).Line,
+				File: rel, Func: name, Line: fset.Position(from).Line, Entry: entry,
 				Op: op, Off: o, End: e, Old: old, New: repl,
 			})
 		}

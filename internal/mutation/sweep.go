@@ -19,7 +19,7 @@ import (
 // The sweep runs generated mutants the way a mutation tester does, on
 // Weft's terms: the tests that guard a package are its own (a rule tested
 // only through another package does not count), each mutant runs only the
-// tests that reach its line, and the mutated file goes to the compiler
+// tests that call its function, and the mutated file goes to the compiler
 // through go build's -overlay, so no copy of the module is made and the
 // tree is never touched.
 
@@ -124,9 +124,10 @@ func (c *Coverage) addProfile(path, mod, test string) error {
 	return sc.Err()
 }
 
-// Tests returns the tests that reach the mutant's line.
+// Tests returns the tests that call the mutant's function: those that
+// cover its first statement.
 func (c *Coverage) Tests(m Mutant) []string {
-	return c.Lines[m.File+":"+strconv.Itoa(m.Line)]
+	return c.Lines[m.File+":"+strconv.Itoa(m.Entry)]
 }
 
 // Outcome is what a mutant's run came to.
@@ -145,7 +146,7 @@ const (
 // Caught reports whether a test failed on the mutant.
 func (o Outcome) Caught() bool { return o == Killed || o == TimedOut }
 
-// Run applies m through an overlay and runs the tests that reach it.
+// Run applies m through an overlay and runs the tests that call its function.
 // The log is go test's output.
 func (m Mutant) Run(ctx context.Context, root string, c *Coverage) (Outcome, string, error) {
 	tests := c.Tests(m)
@@ -248,12 +249,23 @@ func tail(b []byte, n int) string {
 type Tally struct {
 	Pkg                                            string
 	Mutants, Killed, Survived, NotReached, Invalid int
-	Accepted                                       int
-	survivors                                      []string
+	// Accepted survivors are in survivors.txt; Equivalent ones (their
+	// reason says "equivalent") change nothing a test could see.
+	Accepted, Equivalent int
 }
 
-// Ratio is the share of valid mutants a test caught.
+// Ratio is the share of the mutants a test could catch (valid and not
+// equivalent) that a test caught: the usual mutation score.
 func (t Tally) Ratio() float64 {
+	n := t.Mutants - t.Invalid - t.Equivalent
+	if n == 0 {
+		return 1
+	}
+	return float64(t.Killed) / float64(n)
+}
+
+// RawRatio is the share of all valid mutants a test caught.
+func (t Tally) RawRatio() float64 {
 	n := t.Mutants - t.Invalid
 	if n == 0 {
 		return 1

@@ -116,7 +116,7 @@ func TestSweep(t *testing.T) {
 		defer progress.Close()
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "| package | mutants | killed | survived | not reached | invalid | accepted | kill ratio |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&report, "| package | mutants | killed | survived | not reached | invalid | accepted (equivalent) | kill ratio (of all valid) |\n|---|---|---|---|---|---|---|---|\n")
 	var all Tally
 	var surv strings.Builder
 	for _, p := range pkgs {
@@ -177,22 +177,26 @@ func TestSweep(t *testing.T) {
 				why, ok := accepted[m.ID]
 				if ok {
 					tl.Accepted++
+					if strings.HasPrefix(why, "equivalent") {
+						tl.Equivalent++
+					}
 				} else {
 					t.Errorf("%s: %s:%d %s %q -> %q", o, m.File, m.Line, m.Op, oneLine(m.Old), oneLine(m.New))
 				}
 				fmt.Fprintf(&surv, "%s\t%s\t%s:%d\t%s\n", m.ID, o, m.File, m.Line, why)
 			}
 		}
-		fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %d | %d | %.0f%% |\n", p, tl.Mutants, tl.Killed, tl.Survived, tl.NotReached, tl.Invalid, tl.Accepted, 100*tl.Ratio())
+		fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %d | %d (%d) | %.0f%% (%.0f%%) |\n", p, tl.Mutants, tl.Killed, tl.Survived, tl.NotReached, tl.Invalid, tl.Accepted, tl.Equivalent, 100*tl.Ratio(), 100*tl.RawRatio())
 		all.Mutants += tl.Mutants
 		all.Killed += tl.Killed
 		all.Survived += tl.Survived
 		all.NotReached += tl.NotReached
 		all.Invalid += tl.Invalid
 		all.Accepted += tl.Accepted
+		all.Equivalent += tl.Equivalent
 		t.Logf("%s: %d/%d killed in %v", p, tl.Killed, tl.Mutants-tl.Invalid, time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(&report, "| all | %d | %d | %d | %d | %d | %d | %.0f%% |\n", all.Mutants, all.Killed, all.Survived, all.NotReached, all.Invalid, all.Accepted, 100*all.Ratio())
+	fmt.Fprintf(&report, "| all | %d | %d | %d | %d | %d | %d (%d) | %.0f%% (%.0f%%) |\n", all.Mutants, all.Killed, all.Survived, all.NotReached, all.Invalid, all.Accepted, all.Equivalent, 100*all.Ratio(), 100*all.RawRatio())
 	out := report.String() + "\nSurvivors (ID, outcome, place, accepted reason):\n" + surv.String()
 	t.Log("\n" + out)
 	if f := os.Getenv("WEFT_SWEEP_REPORT"); f != "" {

@@ -225,22 +225,6 @@ func TestCMLossy(t *testing.T) {
 	}
 }
 
-// inject hands e a datagram for QP 1 from src carrying payload, as its
-// link would.
-func inject(e *Engine, src netip.Addr, payload []byte) {
-	b := make([]byte, wire.BTHSize+wire.DETHSize+len(payload)+3+wire.ICRCSize)
-	n, err := wire.Build(b, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: 1},
-		QKey: cm.GSIQKey, SrcQP: 1}, payload)
-	if err != nil {
-		panic(err)
-	}
-	b = b[:n]
-	e.sealICRCFrom(b, src, udSrcPort(1))
-	e.pollMu.Lock()
-	e.input(&Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(src, 55410), SrcPort: 55410})
-	e.pollMu.Unlock()
-}
-
 // TestCMBadInput feeds the listener's CM malformed MADs, forged messages
 // and a flood of random REQs; all are dropped or answered and counted,
 // and a legitimate connection still goes through.

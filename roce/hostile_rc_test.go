@@ -237,3 +237,58 @@ func mustReg(t testing.TB, qp *QP, b []byte) *fabric.Region {
 	}
 	return r
 }
+
+// TestAckReqPlacement: the requester asks for an acknowledgement (AckReq)
+// on the last packet of a burst and of a signaled message, and not on
+// the others: a peer acknowledges cumulatively, and an unasked ACK costs
+// it a packet.
+func TestAckReqPlacement(t *testing.T) {
+	p := newPeer(t)
+	qp, pd := p.rcQP(QPConfig{}, QPAttr{})
+	mr, _ := pd.RegMR(make([]byte, 600), 0)
+	msg := func(n int, flags fabric.MsgFlags) fabric.Message {
+		return fabric.Message{SGEs: []fabric.SGE{{Region: mr, Length: n}}, Flags: flags}
+	}
+	post := func(ms ...fabric.Message) {
+		if n, err := qp.Send(ms); n != len(ms) || err != nil {
+			t.Fatalf("Send: %d of %d, %v", n, len(ms), err)
+		}
+	}
+	post(msg(8, 0), msg(8, 0))                                 // PSNs 500, 501
+	post(msg(8, fabric.FlagSignal), msg(600, 0))               // 502; 503-505
+	post(msg(8, fabric.FlagSignal), msg(8, fabric.FlagSignal)) // 506, 507
+	want := []bool{false, true, true, false, false, true, true, true}
+	for i, w := range want {
+		pk := p.expect("request PSN "+itoa(500+i), func(pk *wire.Packet) bool { return pk.BTH.PSN() == qpSQPSN.Add(i) })
+		if pk.BTH.AckReq() != w {
+			t.Errorf("PSN %d (%v): AckReq %v, want %v", 500+i, pk.OpCode(), pk.BTH.AckReq(), w)
+		}
+	}
+}
+
+// TestReleaseViewsBounds: ReleaseViews takes 0 to the number of views
+// outstanding.
+func TestReleaseViewsBounds(t *testing.T) {
+	p := newPeer(t)
+	qp, _ := p.rcQP(QPConfig{}, QPAttr{})
+	p.request(qp, wire.OpRCSendOnly, qpRQPSN, wire.Fields{}, []byte("one"))
+	p.request(qp, wire.OpRCSendOnly, qpRQPSN+1, wire.Fields{}, []byte("two"))
+	views := make([]fabric.View, 4)
+	if n, err := qp.RecvViews(views); n != 2 || err != nil {
+		t.Fatalf("RecvViews: %d, %v; want 2", n, err)
+	}
+	for _, n := range []int{-1, 3} {
+		if err := qp.ReleaseViews(n); !errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("ReleaseViews(%d) with 2 outstanding: %v, want ErrInvalid", n, err)
+		}
+	}
+	if err := qp.ReleaseViews(0); err != nil || qp.OutstandingViews() != 2 {
+		t.Fatalf("ReleaseViews(0): %v, %d outstanding", err, qp.OutstandingViews())
+	}
+	if err := qp.ReleaseViews(2); err != nil || qp.OutstandingViews() != 0 {
+		t.Fatalf("ReleaseViews(2): %v, %d outstanding", err, qp.OutstandingViews())
+	}
+	if err := qp.ReleaseViews(1); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("ReleaseViews(1) with none outstanding: %v", err)
+	}
+}

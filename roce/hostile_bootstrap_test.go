@@ -1,0 +1,148 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// The pingpong exchange against a hostile client or server (issue 29):
+// each field of the address message, and each step a peer can skip.
+
+// TestParsePingpongFields: each of the four fields at its limit and past
+// it, and each with a character its base does not have.
+func TestParsePingpongFields(t *testing.T) {
+	gid := strings.Repeat("0", 20) + "ffff0a010203"
+	for _, c := range []struct {
+		msg string
+		ok  bool
+	}{
+		{"0000:000002:000000:" + gid, true},
+		{"ffff:ffffff:ffffff:" + gid, true},
+		{"10000:000002:000000:" + gid, false}, // LID past 16 bits
+		{"0000:1000000:000000:" + gid, false}, // QPN past 24 bits
+		{"0000:000002:1000000:" + gid, false}, // PSN past 24 bits
+		{"000g:000002:000000:" + gid, false},
+		{"0000:00000g:000000:" + gid, false},
+		{"0000:000002:00000g:" + gid, false},
+		{"0000:000002:000000:" + gid[:31] + "g", false}, // the GID is not hex
+		{"0000:000002:000000:" + gid[:31], false},       // 31 digits
+		{"0000:000002:000000:" + gid + "0", false},      // 33 digits
+		{"0000:000002:000000", false},
+		{"0000:000002:000000:" + gid + ":0", false},
+	} {
+		d, err := ParsePingpong([]byte(c.msg + "\x00"))
+		if (err == nil) != c.ok {
+			t.Errorf("%q: %v, want ok %v", c.msg, err, c.ok)
+			continue
+		}
+		if err != nil && !errors.Is(err, fabric.ErrMalformed) {
+			t.Errorf("%q: %v does not match ErrMalformed", c.msg, err)
+		}
+		if err == nil && d.GID.Addr() != netip.MustParseAddr("10.1.2.3") {
+			t.Errorf("%q: GID %v", c.msg, d.GID.Addr())
+		}
+	}
+}
+
+// TestExchangeServerHostile: a server never calls connect for a client
+// message it cannot parse, and fails when the client does not say
+// "done".
+func TestExchangeServerHostile(t *testing.T) {
+	local := Dest{QPN: 0x100, PSN: 5, GID: wire.GIDFromAddr(engineAddr)}
+	client := Dest{QPN: 0x200, PSN: 6, GID: wire.GIDFromAddr(peerAddr)}
+	for _, c := range []struct {
+		name    string
+		play    func(conn net.Conn) // the client's side
+		connect bool                // the server calls connect
+		want    error               // what the error matches
+	}{
+		{"garbage", func(conn net.Conn) {
+			var b [PingpongMsgSize]byte
+			copy(b[:], "hello, server")
+			conn.Write(b[:])
+		}, false, fabric.ErrMalformed},
+		{"a short message", func(conn net.Conn) {
+			m := client.MarshalPingpong()
+			conn.Write(m[:PingpongMsgSize-1])
+			conn.Close()
+		}, false, fabric.ErrMalformed},
+		{"no done", func(conn net.Conn) {
+			m := client.MarshalPingpong()
+			conn.Write(m[:])
+			var in [PingpongMsgSize]byte
+			io.ReadFull(conn, in[:])
+			conn.Close()
+		}, true, io.EOF},
+		{"not done", func(conn net.Conn) {
+			m := client.MarshalPingpong()
+			conn.Write(m[:])
+			var in [PingpongMsgSize]byte
+			io.ReadFull(conn, in[:])
+			conn.Write([]byte("nope\x00"))
+		}, true, fabric.ErrMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, cli := net.Pipe()
+			defer srv.Close()
+			defer cli.Close()
+			go c.play(cli)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			called := false
+			_, err := ExchangeServer(ctx, srv, local, func(d Dest) error {
+				called = true
+				if d != client {
+					t.Errorf("connect to %+v, want %+v", d, client)
+				}
+				return nil
+			})
+			if !errors.Is(err, c.want) || ctx.Err() != nil {
+				t.Fatalf("ExchangeServer: %v (context %v), want %v", err, ctx.Err(), c.want)
+			}
+			if called != c.connect {
+				t.Fatalf("connect called %v, want %v", called, c.connect)
+			}
+		})
+	}
+}
+
+// TestExchangeClientHostile: a client never calls connect for a server
+// message it cannot parse.
+func TestExchangeClientHostile(t *testing.T) {
+	local := Dest{QPN: 0x100, PSN: 5, GID: wire.GIDFromAddr(engineAddr)}
+	for _, reply := range []string{"garbage", "short"} {
+		srv, cli := net.Pipe()
+		go func() {
+			var in [PingpongMsgSize]byte
+			io.ReadFull(srv, in[:])
+			var b [PingpongMsgSize]byte
+			copy(b[:], "0000:000002:000000:zz")
+			if reply == "short" {
+				srv.Write(b[:10])
+				srv.Close()
+				return
+			}
+			srv.Write(b[:])
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := ExchangeClient(ctx, cli, local, func(Dest) error {
+			t.Errorf("%s: connect called", reply)
+			return nil
+		})
+		cancel()
+		if err == nil {
+			t.Errorf("%s: ExchangeClient took the server's reply", reply)
+		}
+		cli.Close()
+		srv.Close()
+	}
+}

@@ -422,3 +422,87 @@ func TestCMPassiveRefuses(t *testing.T) {
 		t.Errorf("Reject: REJ %v to %#x", got.Reason(), got.RemoteCommID())
 	}
 }
+
+// TestSIDRForged: while ResolveUD waits, SIDR_REPs for another request,
+// from another address or for another service are counted unmatched;
+// the real one resolves the service. A SIDR_REQ the listener cannot take
+// is answered with its status.
+func TestSIDRForged(t *testing.T) {
+	p := newPeer(t)
+	res := make(chan error, 1)
+	var svc *UDService
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := p.e.CM().ResolveUD(ctx, p.e.AllocPD(), netip.AddrPortFrom(p.addr, 7174), &ConnConfig{ResponseTimeout: 20})
+		svc = s
+		res <- err
+	}()
+	req := p.expectMAD(cm.AttrSIDRReq)
+	id := cm.SIDRReq(req.Data()).RequestID()
+	sid := cm.RDMACMServiceID(cm.PortSpaceUDP, 7174)
+	sidrRep := func(id uint32, sid cm.ServiceID) []byte {
+		return cmMAD(cm.AttrSIDRRep, req.TID(), func(d []byte) {
+			r := cm.SIDRRep(d)
+			r.SetRequestID(id)
+			r.SetServiceID(sid)
+			r.SetQPN(peerQPN)
+			r.SetQKey(RDMACMUDPQKey)
+		})
+	}
+	p.forged("a SIDR_REP for another request", p.addr, sidrRep(id+1, sid))
+	p.forged("a SIDR_REP from another address", strayAddr, sidrRep(id, sid))
+	p.forged("a SIDR_REP for another service", p.addr, sidrRep(id, sid+1))
+	select {
+	case err := <-res:
+		t.Fatalf("ResolveUD returned (%v) on forged SIDR_REPs", err)
+	default:
+	}
+	p.injectMAD(p.addr, sidrRep(id, sid))
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ResolveUD did not return within 20 s of the SIDR_REP")
+	}
+	defer svc.QP().Destroy()
+	if svc.RemoteQPN() != peerQPN || svc.QKey() != RDMACMUDPQKey {
+		t.Fatalf("resolved QPN %#x Q_Key %#x", svc.RemoteQPN(), svc.QKey())
+	}
+	p.forged("the SIDR_REP again", p.addr, sidrRep(id, sid))
+
+	// The listening side.
+	l, err := p.e.CM().ListenUD(7174, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sidrReq := func(id uint32, port uint16, f func(r cm.SIDRReq)) []byte {
+		return cmMAD(cm.AttrSIDRReq, 9, func(d []byte) {
+			r := cm.SIDRReq(d)
+			r.SetRequestID(id)
+			r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceUDP, port))
+			cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(peerAddr, 40001), engineAddr)
+			if f != nil {
+				f(r)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		req  []byte
+		want cm.SIDRStatus
+	}{
+		{"another port", sidrReq(1, 7175, nil), cm.SIDRUnsupported},
+		{"the TCP port space", sidrReq(2, 7174, func(r cm.SIDRReq) { r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceTCP, 7174)) }), cm.SIDRUnsupported},
+		{"a bad rdma_cm header", sidrReq(3, 7174, func(r cm.SIDRReq) { r.PrivateData()[1] = 0x50 }), cm.SIDRReject},
+	} {
+		p.injectMAD(p.addr, c.req)
+		r := cm.SIDRRep(p.expectMAD(cm.AttrSIDRRep).Data())
+		if r.Status() != c.want || r.RequestID() != cm.SIDRReq(cm.MAD(c.req).Data()).RequestID() {
+			t.Errorf("%s: SIDR_REP %v for request %d, want %v", c.name, r.Status(), r.RequestID(), c.want)
+		}
+	}
+}

@@ -292,3 +292,78 @@ func TestReleaseViewsBounds(t *testing.T) {
 		t.Errorf("ReleaseViews(1) with none outstanding: %v", err)
 	}
 }
+
+// TestPostBounds: what a post takes, at and one past each limit: SGEs per
+// message, the UD message size (the MTU), the RC message size
+// (MaxMsgSize).
+func TestPostBounds(t *testing.T) {
+	p := newPeer(t)
+	qp, pd := p.rcQP(QPConfig{MaxMsgSize: 1000}, QPAttr{})
+	mr, _ := pd.RegMR(make([]byte, 2048), 0)
+	sges := func(n, each int) []fabric.SGE {
+		s := make([]fabric.SGE, n)
+		for i := range s {
+			s[i] = fabric.SGE{Region: mr, Offset: i * each, Length: each}
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		sges []fabric.SGE
+		err  error
+	}{
+		{"32 SGEs", sges(maxSGE, 1), nil},
+		{"33 SGEs", sges(maxSGE+1, 1), fabric.ErrMessageSize},
+		{"MaxMsgSize", sges(1, 1000), nil},
+		{"MaxMsgSize+1", sges(1, 1001), fabric.ErrMessageSize},
+	} {
+		n, err := qp.Send([]fabric.Message{{SGEs: c.sges}})
+		if c.err == nil && (n != 1 || err != nil) || c.err != nil && (n != 0 || !errors.Is(err, c.err)) {
+			t.Errorf("RC send of %s: %d posted, %v; want error %v", c.name, n, err, c.err)
+		}
+	}
+	ud, err := pd.CreateQP(QPConfig{Type: UD})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ud.Destroy()
+	if err := ud.Connect(&QPAttr{PathMTU: 512, Dest: p.addr, DestQPN: peerQPN, QKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{512, true}, {513, false}} {
+		n, err := ud.Send([]fabric.Message{{SGEs: sges(1, c.n)}})
+		if c.ok && (n != 1 || err != nil) || !c.ok && !errors.Is(err, fabric.ErrMessageSize) {
+			t.Errorf("UD send of %d bytes at MTU 512: %d posted, %v", c.n, n, err)
+		}
+	}
+}
+
+// TestInlineBound: a SEND of at most InlineSize bytes is copied when it is
+// posted (a retransmission carries what was posted, whatever the buffer
+// holds since); one byte more is read from the buffer when sent.
+func TestInlineBound(t *testing.T) {
+	const inline = 64
+	for _, c := range []struct {
+		n    int
+		want byte // what the retransmission carries
+	}{{inline - 1, 'a'}, {inline, 'a'}, {inline + 1, 'b'}} {
+		p := newPeer(t)
+		qp, pd := p.rcQP(QPConfig{InlineSize: inline}, QPAttr{}) // no timer: the NAK below resends
+		mr := postSend(t, qp, pd, c.n, 'a', 1)
+		if first := p.expect("the send", isOpPSN(wire.OpRCSendOnly, qpSQPSN)); first.Payload[0] != 'a' {
+			t.Fatalf("%d bytes: sent %q", c.n, first.Payload[0])
+		}
+		for i := range mr.Bytes() {
+			mr.Bytes()[i] = 'b'
+		}
+		p.ack(qp, qpSQPSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
+		retry := p.expect("the send again", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
+		if retry.Payload[0] != c.want || retry.Payload[c.n-1] != c.want {
+			t.Errorf("%d bytes, InlineSize %d: the retransmission carries %q...%q, want %q", c.n, inline,
+				retry.Payload[0], retry.Payload[c.n-1], c.want)
+		}
+	}
+}

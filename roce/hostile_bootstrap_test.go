@@ -146,3 +146,59 @@ func TestExchangeClientHostile(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestPerftestPreambleHostile: the perftest preamble against a peer that
+// proposes each MTU code, from one below the smallest to one above the
+// largest, and versions at and below the oldest taken.
+func TestPerftestPreambleHostile(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		mtuCode byte
+		want    int // the agreed MTU; 0: the preamble fails
+	}{
+		{"5.70", '0', 1024},
+		{"5.70", '1', 256},
+		{"5.70", '2', 512},
+		{"5.70", '3', 1024},
+		{"5.70", '4', 1024},
+		{"5.70", '5', 1024},
+		{"5.70", '6', 1024},
+		{"6.10", '2', 512},
+		{"5.69", '3', 0},
+		{"perftest", '3', 0},
+	} {
+		srv, cli := net.Pipe()
+		go func() {
+			defer srv.Close()
+			var v [16]byte
+			if _, err := io.ReadFull(srv, v[:]); err != nil {
+				return
+			}
+			copy(v[:], c.version+"\x00\x00\x00\x00")
+			srv.Write(v[:])
+			for _, n := range []int{4, 4} {
+				b := make([]byte, n)
+				if _, err := io.ReadFull(srv, b); err != nil {
+					return
+				}
+				srv.Write(b)
+			}
+			var m [2]byte
+			if _, err := io.ReadFull(srv, m[:]); err != nil {
+				return
+			}
+			srv.Write([]byte{c.mtuCode, 0})
+		}()
+		pc := NewPerftestConn(cli, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := pc.Preamble(ctx, 1024)
+		cancel()
+		cli.Close()
+		switch {
+		case c.want == 0 && err == nil:
+			t.Errorf("peer version %q taken", c.version)
+		case c.want != 0 && (err != nil || pc.MTU != c.want):
+			t.Errorf("version %q, MTU code %c: %v, MTU %d; want %d", c.version, c.mtuCode, err, pc.MTU, c.want)
+		}
+	}
+}

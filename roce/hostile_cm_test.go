@@ -506,3 +506,15 @@ func TestSIDRForged(t *testing.T) {
 		}
 	}
 }
+
+// TestListenCMBadAddress: a listener on an address this host does not
+// have fails with an error (the engine cannot bind it).
+func TestListenCMBadAddress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := ListenCM(ctx, "rdmacm://192.0.2.1:7471", fabric.Options{})
+	if err == nil {
+		l.Close()
+		t.Fatal("ListenCM on 192.0.2.1 (TEST-NET-1, not this host's) succeeded")
+	}
+}

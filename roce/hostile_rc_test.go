@@ -61,6 +61,14 @@ func TestForgedACKs(t *testing.T) {
 	if c := completion(t, qp, "the send"); c.Status != fabric.StatusOK || c.Context != 1 {
 		t.Fatalf("completion %+v, want context 1 ok", c)
 	}
+	// Nothing is outstanding: no retransmission timer runs (one would
+	// spend the retries of an idle QP).
+	qp.mu.Lock()
+	armed := !qp.deadline.IsZero()
+	qp.mu.Unlock()
+	if armed {
+		t.Fatal("the retransmission timer runs with nothing outstanding")
+	}
 }
 
 // TestForgedNAKs: a sequence NAK the requester must not act on (stale,

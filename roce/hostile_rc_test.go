@@ -17,7 +17,9 @@ import (
 // nothing; the real one then completes the send.
 func TestForgedACKs(t *testing.T) {
 	p := newPeer(t)
-	qp, pd := p.rcQP(QPConfig{}, QPAttr{})
+	// (A timer that would fail the QP only after seconds: it must stop
+	// once nothing is outstanding.)
+	qp, pd := p.rcQP(QPConfig{}, QPAttr{Timeout: 14, RetryCnt: 7})
 	postSend(t, qp, pd, 300, 'a', 1) // two packets at MTU 256: PSNs 500 and 501
 	p.expect("the send's last packet", isOpPSN(wire.OpRCSendLast, qpSQPSN+1))
 
@@ -151,6 +153,15 @@ func TestRetryCountRunsOut(t *testing.T) {
 func TestRetryCountRestartsOnProgress(t *testing.T) {
 	p := newPeer(t)
 	qp, pd := p.rcQP(QPConfig{}, QPAttr{Timeout: 1, RetryCnt: 1})
+	// The timers stop once the retry is out, so that the ACK below comes
+	// before the retry count runs out, however slow the host.
+	sent := 0
+	p.link.freezeAfter(func(pk *wire.Packet) bool {
+		if pk.OpCode() == wire.OpRCSendOnly && pk.BTH.PSN() == qpSQPSN {
+			sent++
+		}
+		return sent == 2
+	})
 	postSend(t, qp, pd, 8, 'a', 1)
 	p.expect("the first send", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
 	p.expect("the first send again", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
@@ -158,6 +169,7 @@ func TestRetryCountRestartsOnProgress(t *testing.T) {
 	if c := completion(t, qp, "the first send"); c.Status != fabric.StatusOK {
 		t.Fatalf("first send: %+v", c)
 	}
+	p.link.thaw()
 	postSend(t, qp, pd, 8, 'b', 2)
 	c := completion(t, qp, "the second send")
 	if c.Status != fabric.StatusRetryExceeded {

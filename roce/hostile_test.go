@@ -3,6 +3,7 @@ package roce
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"sync"
@@ -30,6 +31,10 @@ type capLink struct {
 	wrote  chan struct{} // signalled on every write
 	closed chan struct{}
 	once   sync.Once
+	// freezeOn, if set, freezes the link's clock once a datagram it
+	// matches is written (see freeze).
+	freezeOn func(*wire.Packet) bool
+	frozen   bool
 }
 
 type capSent struct {
@@ -41,7 +46,36 @@ func newCapLink(addr netip.AddrPort) *capLink {
 	return &capLink{addr: addr, wrote: make(chan struct{}, 1), closed: make(chan struct{})}
 }
 
-func (l *capLink) ReadBatch([]Packet) (int, error) { return 0, nil }
+// errFrozen is what a frozen link's ReadBatch returns.
+var errFrozen = errors.New("link frozen by the test")
+
+// ReadBatch finds nothing to read. Frozen, it fails: the engine then
+// does not note the link drained, and no timer whose deadline came after
+// the freeze fires (see Engine.drained) until thaw.
+func (l *capLink) ReadBatch([]Packet) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.frozen {
+		return 0, errFrozen
+	}
+	return 0, nil
+}
+
+// freezeAfter freezes the link's timers as soon as the engine writes a
+// datagram that match accepts (in the write itself, before the timer
+// that follows it is armed).
+func (l *capLink) freezeAfter(match func(*wire.Packet) bool) {
+	l.mu.Lock()
+	l.freezeOn = match
+	l.mu.Unlock()
+}
+
+// thaw lets timers run again.
+func (l *capLink) thaw() {
+	l.mu.Lock()
+	l.frozen, l.freezeOn = false, nil
+	l.mu.Unlock()
+}
 
 func (l *capLink) WriteBatch(pkts []Packet) (int, error) {
 	l.mu.Lock()
@@ -51,6 +85,9 @@ func (l *capLink) WriteBatch(pkts []Packet) (int, error) {
 			panic("roce: the engine sent a malformed packet: " + err.Error())
 		}
 		l.sent = append(l.sent, capSent{to: p.Addr, pkt: pkt})
+		if l.freezeOn != nil && l.freezeOn(&pkt) {
+			l.frozen = true
+		}
 	}
 	l.mu.Unlock()
 	select {

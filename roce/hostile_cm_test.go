@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/wire"
 )
 
 // The CM's rules, broken by a hostile peer (issue 29): REP, RTU, DREQ,
@@ -311,13 +312,16 @@ func TestCMPassiveForged(t *testing.T) {
 	}
 	res := make(chan dialResult, 1)
 	go func() {
-		c, err := cr.Accept(ctx, p.e.AllocPD(), []byte("welcome"))
+		data := make([]byte, cm.UserREPPrivateDataSize) // all the room there is
+		copy(data, "welcome")
+		data[len(data)-1] = 0x5a
+		c, err := cr.Accept(ctx, p.e.AllocPD(), data)
 		res <- dialResult{c, err}
 	}()
 	repMAD := p.expectMAD(cm.AttrREP)
 	r := cm.REP(repMAD.Data())
 	mine := r.LocalCommID()
-	if r.RemoteCommID() != peerCommID || r.StartingPSN() == 0 || string(r.PrivateData()[:7]) != "welcome" {
+	if r.RemoteCommID() != peerCommID || r.StartingPSN() == 0 || string(r.PrivateData()[:7]) != "welcome" || r.PrivateData()[cm.UserREPPrivateDataSize-1] != 0x5a {
 		t.Fatalf("REP to %#x, PSN %d, data %q", r.RemoteCommID(), r.StartingPSN(), r.PrivateData()[:7])
 	}
 	// The REQ again (our REP lost) brings the REP again.
@@ -516,5 +520,90 @@ func TestListenCMBadAddress(t *testing.T) {
 	if err == nil {
 		l.Close()
 		t.Fatal("ListenCM on 192.0.2.1 (TEST-NET-1, not this host's) succeeded")
+	}
+}
+
+// TestMalformedCounted: datagrams that do not parse, and GSI datagrams
+// with the wrong transport (opcode, Q_Key) or a MAD of the wrong size,
+// are dropped and counted where each is checked.
+func TestMalformedCounted(t *testing.T) {
+	p := newPeer(t)
+	m := p.e.CM()
+	mal := func() uint64 { return p.e.stats.Drops[fabric.DropMalformed].Load() }
+	before := mal()
+	injectRaw(p.e, p.addr, make([]byte, wire.BTHSize+wire.ICRCSize-4)) // too short for a BTH and an ICRC
+	bad := make([]byte, wire.BTHSize+wire.ICRCSize)
+	bad[0] = 0xff // no such opcode
+	injectRaw(p.e, p.addr, bad)
+	if d := mal() - before; d != 2 {
+		t.Errorf("a short datagram and an unknown opcode: %d malformed drops, want 2", d)
+	}
+	mad := cmMAD(cm.AttrRTU, 1, nil)
+	injectPacket(p.e, p.addr, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: gsiQPN},
+		QKey: cm.GSIQKey ^ 1, SrcQP: gsiQPN}, mad)
+	injectPacket(p.e, p.addr, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnlyWithImmediate, PKey: 0xffff, DestQP: gsiQPN},
+		QKey: cm.GSIQKey, SrcQP: gsiQPN}, mad)
+	injectPacket(p.e, p.addr, &wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCSendOnly, PKey: 0xffff, DestQP: gsiQPN}}, mad)
+	p.injectMAD(p.addr, mad[:cm.MADSize-4])
+	p.injectMAD(p.addr, append(mad, 0, 0, 0, 0))
+	s := m.Stats()
+	if s.Malformed[0] != 3 || s.Malformed[cm.ReasonSize] != 2 || s.RxMADs != 0 {
+		t.Errorf("GSI datagrams with the wrong Q_Key, immediate, RC opcode, 252 and 260 bytes: malformed %v, %d taken; want 3 transport, 2 size, none taken",
+			s.Malformed, s.RxMADs)
+	}
+	if d := mal() - before; d != 7 {
+		t.Errorf("%d malformed drops in all, want 7", d)
+	}
+	p.injectMAD(p.addr, mad)
+	if s := m.Stats(); s.RxMADs != 1 || s.Unmatched != 1 {
+		t.Errorf("a valid RTU for nothing: %d taken, %d unmatched; want 1 and 1", s.RxMADs, s.Unmatched)
+	}
+}
+
+// TestCMPrivateDataBounds: the private data of a SIDR_REQ and a
+// SIDR_REP, at and one past their room.
+func TestCMPrivateDataBounds(t *testing.T) {
+	p := newPeer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.e.CM().ResolveUD(ctx, p.e.AllocPD(), netip.AddrPortFrom(p.addr, 7174),
+		&ConnConfig{PrivateData: make([]byte, cm.UserSIDRReqPrivateDataSize+1)})
+	if !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("ResolveUD with %d bytes of private data: %v, want ErrInvalid", cm.UserSIDRReqPrivateDataSize+1, err)
+	}
+	if n := p.count(isMAD(cm.AttrSIDRReq)); n != 0 {
+		t.Fatalf("%d SIDR_REQs sent for an invalid ResolveUD", n)
+	}
+	l, err := p.e.CM().ListenUD(7174, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p.injectMAD(p.addr, cmMAD(cm.AttrSIDRReq, 3, func(d []byte) {
+		r := cm.SIDRReq(d)
+		r.SetRequestID(42)
+		r.SetServiceID(cm.RDMACMServiceID(cm.PortSpaceUDP, 7174))
+		cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(peerAddr, 40001), engineAddr)
+	}))
+	cr, err := l.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := p.e.AllocPD().CreateQP(QPConfig{Type: UD})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ud.Destroy()
+	if err := cr.AcceptUD(ud, 7, make([]byte, cm.SIDRRepPrivateDataSize+1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("AcceptUD with %d bytes of private data: %v, want ErrInvalid", cm.SIDRRepPrivateDataSize+1, err)
+	}
+	data := make([]byte, cm.SIDRRepPrivateDataSize)
+	data[len(data)-1] = 0x5a
+	if err := cr.AcceptUD(ud, 7, data); err != nil {
+		t.Fatalf("AcceptUD with %d bytes of private data: %v", len(data), err)
+	}
+	r := cm.SIDRRep(p.expectMAD(cm.AttrSIDRRep).Data())
+	if r.Status() != cm.SIDRSuccess || r.RequestID() != 42 || r.QPN() != ud.QPN() || r.PrivateData()[len(data)-1] != 0x5a {
+		t.Fatalf("SIDR_REP %v for %d, QPN %#x, private data ends %#x", r.Status(), r.RequestID(), r.QPN(), r.PrivateData()[len(data)-1])
 	}
 }

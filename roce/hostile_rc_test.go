@@ -387,3 +387,41 @@ func TestInlineBound(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeoutProbeHoldsFlight: after a retransmission timeout with more
+// than minWindow packets outstanding, the requester resends only the
+// first minWindow (the probe) and holds back the rest of the flight: an
+// ACK within the probe sends nothing beyond it. (A responder that only
+// stalled has the flight; resending it all doubles the load that stalled
+// it.)
+func TestTimeoutProbeHoldsFlight(t *testing.T) {
+	p := newPeer(t)
+	qp, pd := p.rcQP(QPConfig{}, QPAttr{Timeout: 1, RetryCnt: 7})
+	const n = 20
+	first := func(pk *wire.Packet) bool { return pk.BTH.PSN() == qpSQPSN && pk.OpCode() == wire.OpRCSendFirst }
+	sent := 0
+	p.link.freezeAfter(func(pk *wire.Packet) bool { // stop the timers at the first retransmission
+		if first(pk) {
+			sent++
+		}
+		return sent == 2
+	})
+	postSend(t, qp, pd, n*256, 'f', 1) // PSNs 500-519
+	p.expect("the flight", isOpPSN(wire.OpRCSendLast, qpSQPSN+n-1))
+	p.expect("the probe after the timeout", first)
+	probeEnd := qpSQPSN.Add(minWindow) // 508: the first PSN after the probe
+	p.expect("the end of the probe", func(pk *wire.Packet) bool { return pk.BTH.PSN() == probeEnd-1 })
+	atEnd := func(pk *wire.Packet) bool { return pk.BTH.PSN() == probeEnd }
+	if c := p.count(atEnd); c != 1 {
+		t.Fatalf("PSN %v sent %d times by the timeout, want once (the original)", probeEnd, c)
+	}
+	p.ack(qp, qpSQPSN, wire.ACKSyndrome(wire.CreditsInvalid)) // within the probe
+	if c := p.count(atEnd); c != 1 {
+		t.Fatalf("an ACK within the probe: PSN %v sent %d times, want once (held back)", probeEnd, c)
+	}
+	p.ack(qp, qpSQPSN+n-1, wire.ACKSyndrome(wire.CreditsInvalid))
+	if c := completion(t, qp, "the send"); c.Status != fabric.StatusOK {
+		t.Fatalf("completion %+v", c)
+	}
+	p.link.thaw()
+}

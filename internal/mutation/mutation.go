@@ -972,14 +972,6 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestTimeoutProbeHoldsFlight$",
 		Why: "after a timeout only the probe is resent; an ACK within it sends nothing beyond (issue 29)",
 	},
-	{
-		Name: "roce-listener-endpoint-unchecked",
-		File: "roce/listener.go",
-		Old:  "\tep, mine, err := newEndpoint(l.o, localOf(conn, l.o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())\n\tif err != nil {\n",
-		New:  "\tep, mine, err := newEndpoint(l.o, localOf(conn, l.o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())\n\tif false && err != nil {\n",
-		Pkg:  "./roce/", Run: "^TestListenerEndpointFails$",
-		Why: "a listener that cannot make a connection's endpoint drops the connection and lives on (issue 29)",
-	},
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

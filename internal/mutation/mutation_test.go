@@ -113,7 +113,10 @@ func TestMutations(t *testing.T) {
 				t.Fatalf("the mutated code does not build (the mutation proves nothing):\n%s", text)
 			case err == nil:
 				t.Fatalf("SURVIVED: %s; go test -run '%s' %s passed on the broken code:\n%s", m.Why, m.Run, m.Pkg, text)
-			case !strings.Contains(text, "--- FAIL"):
+			case !strings.Contains(text, "--- FAIL") && !strings.Contains(text, "\npanic: ") && !strings.Contains(text, "\nfatal error: "):
+				// A break that panics (or deadlocks into the runtime's
+				// fatal error) in a goroutine of its own ends the test
+				// binary without a --- FAIL line: that is caught too.
 				t.Fatalf("go test failed without a failing test (%v):\n%s", err, text)
 			}
 			t.Logf("killed by %s in %s (go test wall time %v)", m.Run, m.Pkg, took.Round(10*time.Millisecond))

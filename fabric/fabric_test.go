@@ -276,3 +276,16 @@ func TestUnknownBackend(t *testing.T) {
 		t.Errorf("Open = %v, want ErrUnknownBackend", err)
 	}
 }
+
+// TestPeerClosedMatches: ErrPeerClosed is its own sentinel and also
+// matches ErrPeerGone (a peer that closed is gone), but not the reverse
+// nor any other sentinel.
+func TestPeerClosedMatches(t *testing.T) {
+	wrapped := fmt.Errorf("send: %w", ErrPeerClosed)
+	if !errors.Is(wrapped, ErrPeerClosed) || !errors.Is(wrapped, ErrPeerGone) {
+		t.Fatalf("%v does not match ErrPeerClosed and ErrPeerGone", wrapped)
+	}
+	if errors.Is(ErrPeerGone, ErrPeerClosed) || errors.Is(ErrPeerClosed, ErrInvalid) || errors.Is(ErrPeerClosed, ErrClosed) {
+		t.Fatal("ErrPeerClosed matches what it is not")
+	}
+}

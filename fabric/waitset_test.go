@@ -22,6 +22,7 @@ type fdMember struct {
 	fail     atomic.Bool
 	wakes    int           // Wake calls per ArmWait
 	poll     time.Duration // PollEvery per ArmWait, if not 0
+	noWatch  atomic.Bool   // ArmWait watches nothing (its descriptor is closed)
 	arms     atomic.Int32
 	disarms  atomic.Int32
 	watchErr error
@@ -51,7 +52,9 @@ func (m *fdMember) ArmWait(w *Waker) (bool, error) {
 	if m.poll != 0 {
 		w.PollEvery(m.poll)
 	}
-	m.watchErr = w.WatchFD(m.ev.FD())
+	if !m.noWatch.Load() {
+		m.watchErr = w.WatchFD(m.ev.FD())
+	}
 	return m.ready.Load(), nil
 }
 
@@ -248,5 +251,28 @@ func TestWaitSetCancel(t *testing.T) {
 	defer cancel()
 	if err := s.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestWaitSetReusedFD: a descriptor number that one member watched, then
+// closed, and another member's new descriptor now has, is watched again
+// for the new member (the kernel dropped the old one at its close).
+func TestWaitSetReusedFD(t *testing.T) {
+	s := newSet(t)
+	a := newFDMember(t)
+	s.Add(a)
+	s.Wait(context.Background()) // a watches its descriptor
+	num := a.ev.FD()
+	a.noWatch.Store(true) // a stays a member, with nothing to watch
+	a.ev.Close()
+	b := newFDMember(t)
+	if b.ev.FD() != num {
+		t.Fatalf("the new eventfd is %d, not the closed %d: the test needs the number reused", b.ev.FD(), num)
+	}
+	b.ev.Ring()
+	s.Add(b) // its wake-up is taken by the next Wait, the one after arms b
+	s.Wait(context.Background())
+	if err := within(t, "the reused descriptor, readable, to wake the set", s.Wait); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -213,3 +213,85 @@ func TestEventsDropped(t *testing.T) {
 		t.Fatalf("EventsDropped %d with %d queued: want the second of two events dropped", st.EventsDropped, len(a.Events()))
 	}
 }
+
+// TestCallRules: Recv and RecvWait refuse a peer slice shorter than the
+// messages, Register refuses remote access, Alloc a size below 1,
+// Endpoint an unknown peer; after Close, Recv and RecvWait fail with
+// ErrClosed.
+func TestCallRules(t *testing.T) {
+	e := openRoce(t, nil)
+	ctx := testenv.Context(t)
+	reg, _ := e.Alloc(8)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}, {SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}
+	if _, err := e.Recv(msgs, make([]rdm.Peer, 1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("Recv with 1 peer slot for 2 messages: %v, want ErrInvalid", err)
+	}
+	if _, err := e.RecvWait(ctx, msgs, make([]rdm.Peer, 1)); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("RecvWait with 1 peer slot for 2 messages: %v, want ErrInvalid", err)
+	}
+	if _, err := e.Recv(msgs, make([]rdm.Peer, 2)); err != nil {
+		t.Errorf("Recv with a slot per message: %v", err)
+	}
+	if _, err := e.Register(make([]byte, 8), fabric.AccessRemoteWrite); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Errorf("Register for remote writes: %v, want ErrNotSupported", err)
+	}
+	if _, err := e.Register(make([]byte, 8), fabric.AccessLocalWrite); err != nil {
+		t.Errorf("Register for receives: %v", err)
+	}
+	for _, n := range []int{0, -1} {
+		if _, err := e.Alloc(n); !errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("Alloc(%d): %v, want ErrInvalid", n, err)
+		}
+	}
+	if r, err := e.Alloc(1); err != nil || r.Len() != 1 {
+		t.Errorf("Alloc(1): %v", err)
+	}
+	if ep := e.Endpoint(rdm.Peer(12345)); ep != nil {
+		t.Errorf("Endpoint of a peer not in the vector = %v, want nil", ep)
+	}
+	e.Close()
+	if _, err := e.Recv(msgs, nil); !errors.Is(err, fabric.ErrClosed) {
+		t.Errorf("Recv after Close: %v, want ErrClosed", err)
+	}
+	if _, err := e.RecvWait(ctx, msgs, nil); !errors.Is(err, fabric.ErrClosed) {
+		t.Errorf("RecvWait after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRecvWaitQuiet: RecvWait on connected but quiet peers waits, and
+// ends with the context's error at its deadline, not with nothing.
+func TestRecvWaitQuiet(t *testing.T) {
+	a, b := openRoce(t, nil), openRoce(t, nil)
+	p, err := a.Insert(b.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Connect(testenv.Context(t), p); err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := a.Alloc(8)
+	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}
+	testenv.Await(t, "RecvWait to end at its 50ms deadline", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if n, err := a.RecvWait(ctx, msgs, nil); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("RecvWait with nothing sent: %d, %v; want the deadline's error", n, err)
+		}
+	})
+}
+
+// TestSendWaitUnreachable: SendWait to a peer nobody answers fails with
+// an error matching ErrPeerGone once the dial gives up.
+func TestSendWaitUnreachable(t *testing.T) {
+	e := openRoce(t, &rdm.Config{DialTimeout: 200 * time.Millisecond})
+	p, err := e.Insert("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := e.Alloc(8)
+	testenv.Await(t, "SendWait to an unreachable peer to fail", func() {
+		if _, err := e.SendWait(testenv.Context(t), p, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}); !errors.Is(err, fabric.ErrPeerGone) {
+			t.Errorf("SendWait to 127.0.0.1:1: %v, want ErrPeerGone", err)
+		}
+	})
+}

@@ -273,9 +273,12 @@ func tail(b []byte) []byte {
 	return b
 }
 
-// rawPeerOn is a rawPeer on an endpoint already connected.
+// rawPeerOn is a rawPeer on an endpoint already connected; the test's
+// cleanup closes it (a peer left open keeps its backend's timers running
+// into later tests, whose allocation counts it spoils).
 func rawPeerOn(t testing.TB, ep fabric.Endpoint) *rawPeer {
 	t.Helper()
+	t.Cleanup(func() { ep.Close() })
 	reg, err := ep.Alloc(64<<10, fabric.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,13 @@
 // WEFT_MUTATION may also be a regular expression over mutation names.
 // Without it, TestTable only checks that every mutation still applies to
 // the code as it is. To add one, append to List.
+//
+// The package also generates mutants (Generate): one from every check,
+// bound and counter of a package's source. TestSweep runs them against
+// the tests of their own package, and a survivor must be accepted in
+// survivors.txt with a reason (see DEVELOPERS.md):
+//
+//	WEFT_SWEEP=./roce/wire/:4 go test -count=1 -v -run TestSweep ./internal/mutation/
 package mutation
 
 import (

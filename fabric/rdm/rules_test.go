@@ -28,6 +28,19 @@ func openRoce(t *testing.T, cfg *rdm.Config) *rdm.Endpoint {
 	return e
 }
 
+// connectTo inserts b into a's address vector and connects to it.
+func connectTo(t *testing.T, a, b *rdm.Endpoint) rdm.Peer {
+	t.Helper()
+	p, err := a.Insert(b.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Connect(testenv.Context(t), p); err != nil {
+		t.Fatalf("connecting to %s: %v", b.Addrs()[0], err)
+	}
+	return p
+}
+
 // TestInsertRules: a peer name is 1 to 1024 bytes; Insert of a backend
 // that does not exist, Remove of a handle not in the vector and calls
 // after Close fail with the documented errors.
@@ -127,13 +140,7 @@ func TestPeerGoneCounted(t *testing.T) {
 	a, b := openRoce(t, nil), openRoce(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := a.Insert(b.Addrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Connect(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := connectTo(t, a, b)
 	b.Close()
 	select {
 	case ev := <-a.Events():
@@ -193,17 +200,9 @@ func TestNameBound(t *testing.T) {
 // dropped and counted, never blocking the endpoint.
 func TestEventsDropped(t *testing.T) {
 	a := openRoce(t, &rdm.Config{Events: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	for range 2 {
 		b := openRoce(t, nil)
-		p, err := a.Insert(b.Addrs()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Connect(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		connectTo(t, a, b)
 		b.Close()
 	}
 	if !testenv.Eventually(20*time.Second, func() bool { return a.Stats().PeersGone == 2 }) {
@@ -262,13 +261,7 @@ func TestCallRules(t *testing.T) {
 // ends with the context's error at its deadline, not with nothing.
 func TestRecvWaitQuiet(t *testing.T) {
 	a, b := openRoce(t, nil), openRoce(t, nil)
-	p, err := a.Insert(b.Addrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Connect(testenv.Context(t), p); err != nil {
-		t.Fatal(err)
-	}
+	connectTo(t, a, b)
 	reg, _ := a.Alloc(8)
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(reg)}}}
 	testenv.Await(t, "RecvWait to end at its 50ms deadline", func() {

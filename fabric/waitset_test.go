@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/internal/wake"
 )
 
@@ -70,16 +71,12 @@ func newSet(t *testing.T) *WaitSet {
 	return s
 }
 
-// within runs f with a 10 s context and fails, naming what, if f is
-// still blocked then: no test here waits without a bound.
+// within runs f, bounded by testenv.Await: a wait that does not end
+// fails the test naming what it waited for.
 func within(t *testing.T, what string, f func(ctx context.Context) error) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := f(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("timed out after 10s waiting for %s", what)
-	}
+	var err error
+	testenv.Await(t, what, func() { err = f(context.Background()) })
 	return err
 }
 

@@ -233,9 +233,10 @@ func isNil(e ast.Expr) bool {
 	return ok && id.Name == "nil"
 }
 
-// isConst reports whether e is a literal or a name that reads as a
-// constant (the generator has no types: an upper-case or all-caps
-// identifier from another package counts).
+// isConst reports whether e is a literal (the generator has no types, so
+// named constants are not recognised: a comparison of two of them is
+// generated, and fails to build as a mutant only if it is a constant
+// expression, which the sweep reports as invalid).
 func isConst(e ast.Expr) bool {
 	switch e := e.(type) {
 	case *ast.BasicLit:

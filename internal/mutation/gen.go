@@ -233,10 +233,9 @@ func isNil(e ast.Expr) bool {
 	return ok && id.Name == "nil"
 }
 
-// isConst reports whether e is a literal (the generator has no types, so
+// isConst reports whether e is a literal. The generator has no types, so
 // named constants are not recognised: a comparison of two of them is
-// generated, and fails to build as a mutant only if it is a constant
-// expression, which the sweep reports as invalid).
+// mutated too.
 func isConst(e ast.Expr) bool {
 	switch e := e.(type) {
 	case *ast.BasicLit:

@@ -186,17 +186,11 @@ func TestSweep(t *testing.T) {
 				fmt.Fprintf(&surv, "%s\t%s\t%s:%d\t%s\n", m.ID, o, m.File, m.Line, why)
 			}
 		}
-		fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %d | %d (%d) | %.0f%% (%.0f%%) |\n", p, tl.Mutants, tl.Killed, tl.Survived, tl.NotReached, tl.Invalid, tl.Accepted, tl.Equivalent, 100*tl.Ratio(), 100*tl.RawRatio())
-		all.Mutants += tl.Mutants
-		all.Killed += tl.Killed
-		all.Survived += tl.Survived
-		all.NotReached += tl.NotReached
-		all.Invalid += tl.Invalid
-		all.Accepted += tl.Accepted
-		all.Equivalent += tl.Equivalent
+		report.WriteString(tl.row(p))
+		all.add(tl)
 		t.Logf("%s: %d/%d killed in %v", p, tl.Killed, tl.Mutants-tl.Invalid, time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(&report, "| all | %d | %d | %d | %d | %d | %d (%d) | %.0f%% (%.0f%%) |\n", all.Mutants, all.Killed, all.Survived, all.NotReached, all.Invalid, all.Accepted, all.Equivalent, 100*all.Ratio(), 100*all.RawRatio())
+	report.WriteString(all.row("all"))
 	out := report.String() + "\nSurvivors (ID, outcome, place, accepted reason):\n" + surv.String()
 	t.Log("\n" + out)
 	if f := os.Getenv("WEFT_SWEEP_REPORT"); f != "" {
@@ -204,4 +198,21 @@ func TestSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// row is the tally's line of the report's table.
+func (t Tally) row(name string) string {
+	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d (%d) | %.0f%% (%.0f%%) |\n", name, t.Mutants, t.Killed, t.Survived,
+		t.NotReached, t.Invalid, t.Accepted, t.Equivalent, 100*t.Ratio(), 100*t.RawRatio())
+}
+
+// add adds u's counts to t.
+func (t *Tally) add(u Tally) {
+	t.Mutants += u.Mutants
+	t.Killed += u.Killed
+	t.Survived += u.Survived
+	t.NotReached += u.NotReached
+	t.Invalid += u.Invalid
+	t.Accepted += u.Accepted
+	t.Equivalent += u.Equivalent
 }

@@ -189,7 +189,7 @@ func dialMapped(ctx context.Context, addr string, a ntbAddr) (*Endpoint, error) 
 		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: err}
 	}
 	a.mc.Geometry = a.sc
-	dev, err := OpenMapping(a.kind+":"+a.path, m, a.mc)
+	dev, err := openMapping(ctx, a.kind+":"+a.path, m, a.mc)
 	if err != nil {
 		m.Close()
 		return nil, &fabric.OpError{Op: "open", Backend: "ntb", Addr: addr, Err: err}

@@ -99,8 +99,16 @@ func TestIvshmemVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The host serves guest 1's last pingpong over the file behind the
-	// BAR (run.sh puts it at $WORK/ivshmem).
+	// BAR (run.sh puts it at $WORK/ivshmem). The file lives in memory, as
+	// a real ivshmem BAR does: on a disk, a busy host's writeback stalled
+	// a guest's stores to it for seconds.
 	work := filepath.Join(dir, "work")
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if work, err = os.MkdirTemp("/dev/shm", "weft-ivshmem-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(work) })
+	}
 	hostAddr := fmt.Sprintf("mem:%s?off=%dM&size=%dM&dead=3s&side=0", filepath.Join(work, "ivshmem"), vmHostOff, vmSlotMiB)
 	cmd := exec.Command(filepath.Join(harness, "run.sh"), "-n", "2", "-t", "1500", "-i", strconv.Itoa(vmBARMiB),
 		"-f", bin, "-f", pp, "-f", perf, script, pp, "-server", "-backend", "ntb", "-addr", hostAddr, "-timeout", "20m")

@@ -3,8 +3,10 @@
 package ntb
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -58,7 +60,19 @@ type MappingConfig struct {
 // A side is free when its owner word is zero (its last owner closed) or
 // its heartbeat has been silent for Dead (its owner died); a side whose
 // owner is alive gives ErrBusy.
+//
+// A peer caught formatting the header is waited for up to Attach; after
+// that the error matches ErrBusy.
 func OpenMapping(name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
+	return openMapping(context.Background(), name, m, c)
+}
+
+// openMapping is OpenMapping for a caller with a context (an ntb address's
+// Open): a peer caught formatting the header is then waited for until ctx
+// ends, not Attach. The formatter has just shown it is alive, and a
+// stalled machine (an emulated guest, a host writing back a disk-backed
+// file) can hold it between its first and last store for seconds.
+func openMapping(ctx context.Context, name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
 	if c.Poll <= 0 {
 		c.Poll = 200 * time.Microsecond
 	}
@@ -91,8 +105,8 @@ func OpenMapping(name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
 	if magic.CompareAndSwap(0, shmFormatting) {
 		formatHeader(mem, g)
 	}
-	for magic.Load() == shmFormatting && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	if err := awaitFormat(ctx, magic, deadline); err != nil {
+		return nil, fmt.Errorf("ntb: %s: %w", name, err)
 	}
 	if err := d.readHeader(false); err != nil {
 		return nil, err
@@ -108,6 +122,31 @@ func OpenMapping(name string, m Mapping, c MappingConfig) (*ShmDevice, error) {
 	d.wg.Add(1)
 	go d.monitor()
 	return d, nil
+}
+
+// awaitFormat waits while a peer formats the header: until ctx ends, or
+// until deadline when ctx has no deadline of its own. Nothing rings when
+// the formatter finishes (the sides may be in different kernels), so it
+// polls every millisecond on a runtime timer.
+func awaitFormat(ctx context.Context, magic *atomic.Uint64, deadline time.Time) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	var tick *time.Ticker
+	for magic.Load() == shmFormatting {
+		if tick == nil {
+			tick = time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("a peer began formatting the bridge and has not finished (one that died leaves it so until the memory is zeroed): %w (%w)", ErrBusy, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // geometry applies the defaults of ShmConfig and fits the memory into a

@@ -463,3 +463,54 @@ func TestHeaderBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestMappingFormatWait: a side that finds the header being formatted
+// waits for the formatter. OpenMapping gives up after Attach with
+// ErrBusy; an Open with a context waits until the context ends, so a
+// formatter stalled for longer than Attach (an emulated guest, a host
+// writing back the file behind the BAR) still gets its peer.
+func TestMappingFormatWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bar")
+	m, err := MapFile(path, 0, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	magic := shm.U64(m.Bytes(), hdrMagic)
+	magic.Store(shmFormatting) // a formatter between its first and last store
+
+	m2, _ := MapFile(path, 0, 4<<20)
+	c := fastMapping(-1)
+	c.Attach = 50 * time.Millisecond
+	if _, err := OpenMapping(path, m2, c); !errors.Is(err, ErrBusy) {
+		t.Fatalf("OpenMapping over a header being formatted: %v, want ErrBusy", err)
+	}
+	m2.Close()
+
+	// Attach is dead+1s = 1.01s; the formatter finishes after 1.5s.
+	addr := func(side int) string {
+		return "mem:" + path + "?size=4M&poll=50us&link=2ms&dead=10ms&side=" + strconv.Itoa(side)
+	}
+	ctx := testenv.Context(t)
+	type result struct {
+		ep  fabric.Endpoint
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ep, err := fabric.Open(ctx, "ntb", addr(0), nil)
+		done <- result{ep, err}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	formatHeader(m.Bytes(), ShmConfig{MemSize: (4<<20 - 4096) / 2 &^ 4095, MWs: 2, Spads: 16, DoorbellBits: 16})
+	b, err := fabric.Open(ctx, "ntb", addr(1), nil)
+	if err != nil {
+		t.Fatalf("open side 1: %v", err)
+	}
+	defer b.Close()
+	r := testenv.Recv(t, done, "side 0's Open")
+	if r.err != nil {
+		t.Fatalf("side 0's Open, whose formatter took longer than Attach: %v", r.err)
+	}
+	r.ep.Close()
+}

@@ -102,7 +102,7 @@ type Caps struct {
 	// Foreign reports that the peer is known not to be a Weft endpoint:
 	// a program of rdma-core or perftest, or an application on a NIC's
 	// verbs, met through an exchange that Weft's peers mark (roce's and
-	// verbs' pingpong exchange, on RoCE: see roce.WeftLID). A foreign
+	// verbs' pingpong exchange, on RoCE: see exchange.WeftLID in roce/exchange). A foreign
 	// peer says no goodbye when it closes, and speaks only its own
 	// protocol, so only that protocol, or the keep-alive, tells when it
 	// is done. False when the peer is Weft, and wherever the connection

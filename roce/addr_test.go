@@ -12,6 +12,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/addrparam"
+	"github.com/weft-io/weft/roce/cm"
 )
 
 func TestSplitAddr(t *testing.T) {
@@ -57,9 +58,6 @@ func TestParseAddrMalformed(t *testing.T) {
 	if err != nil || o.Bootstrap != "[fd00::1]:7" || o.KeepAlive != 0 || o.DialRetry != -1 || !o.NoICRC || !o.NoRaw ||
 		o.QKey != 0x1234 || o.Timeout != 14 || o.QP.MaxMsgSize != 8192 || o.MTU != 1024 || o.Retry != 7 {
 		t.Errorf("ParseAddr = %+v, %v", o, err)
-	}
-	if !IsCMAddr("h?cm=1") || !IsCMAddr("rdmacm://h") || IsCMAddr("h?mtu=1024") || IsCMAddr("h?cm=0") {
-		t.Error("IsCMAddr")
 	}
 	if _, _, err := parseCMAddr(context.Background(), "h?cm=1&retry=9"); !errors.Is(err, fabric.ErrInvalid) {
 		t.Errorf("parseCMAddr: %v, want ErrInvalid", err)
@@ -125,8 +123,8 @@ func FuzzParseAddr(f *testing.F) {
 	f.Fuzz(func(t *testing.T, addr string) {
 		var boot string
 		var err error
-		if IsCMAddr(addr) {
-			listen, hp, p, serr := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
+		if cm.IsAddr(addr) {
+			listen, hp, p, serr := splitAddr(strings.TrimPrefix(addr, cm.Scheme), cm.DefaultPort)
 			if err = serr; err == nil {
 				p.Bool("cm", true)
 				_, err = parseOptions(listen, hp, p)

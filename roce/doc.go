@@ -5,8 +5,9 @@
 // # Model
 //
 // Engine is a software RDMA device, the user-space equivalent of rxe. It
-// owns a Link (a UDP socket on port 4791 batched with recvmmsg and
-// sendmmsg, or any other carrier of datagrams), protection domains (PD),
+// owns a link.Link (a UDP socket on port 4791 batched with recvmmsg and
+// sendmmsg, shared memory between engines of one host, or any other
+// carrier of datagrams: see roce/link), protection domains (PD),
 // memory regions (MR), completion queues (CQ) and reliable-connected or
 // unreliable-datagram queue pairs (QP) with the verbs state machine, and
 // speaks the RoCEv2 wire protocol (roce/wire): SEND, WRITE, READ and
@@ -30,12 +31,13 @@
 // "listen:" accepts one connection; otherwise the endpoint dials, retrying
 // until the peer listens or ctx is done, so give Open a context with a
 // deadline. A query sets the queue pair and the engine
-// ("?mtu=4096&type=ud&local=10.0.0.2"); see ParseAddr. DialBootstrap,
-// ExchangeClient and ExchangeServer are the exchange itself, shared with
-// the verbs backend (roce/verbs), which runs the same API and addresses
-// over libibverbs. Weft's endpoints mark the exchange with their LID
-// (WeftLID, meaningless on RoCE), so an endpoint knows a peer that is an
-// rdma-core program: fabric.Caps.Foreign.
+// ("?mtu=4096&type=ud&local=10.0.0.2"); see ParseAddr. Package
+// roce/exchange is the exchange itself, shared with the verbs backend
+// (roce/verbs), which runs the same API and addresses over libibverbs.
+// Weft's endpoints mark the exchange with their LID (exchange.WeftLID,
+// meaningless on RoCE), so an endpoint knows a peer that is an rdma-core
+// program: fabric.Caps.Foreign. rdma_cm addresses (roce/cm: cm.IsAddr)
+// connect through the engine's own rdma_cm instead.
 //
 // # Errors
 //
@@ -46,9 +48,9 @@
 //
 // # Test tools
 //
-// PerftestConn (perftest's TCP exchange) and LossyLink (a Link that drops,
-// reorders, duplicates and corrupts datagrams) exist for testing: the
-// interop tests against perftest and the lossy soak use them. They are
-// exported so that tests of programs built on Weft can use them too, and
-// are not needed to move data.
+// exchange.PerftestConn (perftest's TCP exchange) and link.LossyLink (a
+// Link that drops, reorders, duplicates and corrupts datagrams) exist for
+// testing: the interop tests against perftest and the lossy soak use
+// them. They are exported so that tests of programs built on Weft can use
+// them too, and are not needed to move data.
 package roce

@@ -11,13 +11,14 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/addrparam"
+	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/exchange"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -262,9 +263,6 @@ type Options struct {
 	peerPort  netip.AddrPort // resolved bootstrap address
 }
 
-// DefaultDialRetry is how long a dial retries an exchange address where
-// nobody listens yet (Options.DialRetry).
-const DefaultDialRetry = 5 * time.Second
 
 // ParseAddr parses a roce address:
 //
@@ -285,19 +283,19 @@ const DefaultDialRetry = 5 * time.Second
 // value or an unknown parameter is an error that names the key and
 // matches fabric.ErrInvalid.
 func ParseAddr(addr string) (Options, error) {
-	listen, boot, p, err := splitAddr(addr, DefaultBootstrapPort)
+	listen, boot, p, err := splitAddr(addr, exchange.DefaultBootstrapPort)
 	if err != nil {
 		return defaultOptions(), err
 	}
 	if p.Bool("cm", false) {
-		p.Fail("cm", "1", errors.New("an rdma_cm address (see IsCMAddr), which Open and Listen take"))
+		p.Fail("cm", "1", errors.New("an rdma_cm address (see cm.IsAddr), which Open and Listen take"))
 	}
 	return parseOptions(listen, boot, p)
 }
 
 func defaultOptions() Options {
 	return Options{Type: RC, MTU: 1024, Timeout: 12, Retry: 7, RNRRetry: 7, QKey: 0x11111111,
-		KeepAlive: 100 * time.Millisecond, DialRetry: DefaultDialRetry}
+		KeepAlive: 100 * time.Millisecond, DialRetry: exchange.DefaultDialRetry}
 }
 
 // parseOptions reads the parameters of a roce address (exchange or
@@ -332,7 +330,7 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 // DefaultBootstrapPort if none) and the parameters (internal/addrparam's
 // grammar, one value a key: the last). Its errors match fabric.ErrInvalid.
 func SplitAddr(addr string) (listen bool, bootstrap string, params url.Values, err error) {
-	listen, bootstrap, p, err := splitAddr(addr, DefaultBootstrapPort)
+	listen, bootstrap, p, err := splitAddr(addr, exchange.DefaultBootstrapPort)
 	if err != nil {
 		return listen, bootstrap, nil, err
 	}
@@ -359,7 +357,7 @@ func (driver) Usage() string {
 // matching fabric.ErrInvalid rather than silently getting the running
 // engine's.
 func (driver) Open(ctx context.Context, addr string, o fabric.Options) (fabric.Endpoint, error) {
-	if IsCMAddr(addr) {
+	if cm.IsAddr(addr) {
 		return openCM(ctx, addr, o) // rdmacm.go, rdmacm_fabric.go
 	}
 	opts, err := ParseAddr(addr)
@@ -394,7 +392,7 @@ func (opts *Options) apply(o fabric.Options) {
 // not run while this side allocates.
 func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if o.Listen {
-		conn, err := DialBootstrapRetry(ctx, true, o.Bootstrap, o.Local, o.DialRetry)
+		conn, err := exchange.Dial(ctx, true, o.Bootstrap, o.Local, o.DialRetry)
 		if err != nil {
 			return nil, err
 		}
@@ -403,7 +401,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := ExchangeServer(ctx, conn, mine, func(peer Dest) error { return ep.connect(o, mine, peer) }); err != nil {
+		if _, err := exchange.Server(ctx, conn, mine, func(peer exchange.Dest) error { return ep.connect(o, mine, peer) }); err != nil {
 			ep.Close()
 			return nil, err
 		}
@@ -423,14 +421,14 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := DialBootstrapRetry(ctx, false, o.Bootstrap, local, o.DialRetry)
+	conn, err := exchange.Dial(ctx, false, o.Bootstrap, local, o.DialRetry)
 	if err != nil {
 		ep.Close()
 		return nil, err
 	}
 	defer conn.Close()
 	ep.laddr = conn.LocalAddr().String()
-	_, err = ExchangeClient(ctx, conn, mine, func(peer Dest) error { return ep.connect(o, mine, peer) })
+	_, err = exchange.Client(ctx, conn, mine, func(peer exchange.Dest) error { return ep.connect(o, mine, peer) })
 	if err != nil {
 		ep.Close()
 		return nil, err
@@ -449,10 +447,10 @@ func localOf(conn net.Conn, local netip.Addr) netip.Addr {
 
 // newEndpoint creates a queue pair on the engine of local and returns it
 // with the address to tell the peer.
-func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, Dest, error) {
+func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, exchange.Dest, error) {
 	eng, release, err := acquireEngine(netip.AddrPortFrom(local, o.Port), o.engineOpts())
 	if err != nil {
-		return nil, Dest{}, err
+		return nil, exchange.Dest{}, err
 	}
 	pd := eng.AllocPD()
 	cfg := o.QP
@@ -460,18 +458,18 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, D
 	qp, err := pd.CreateQP(cfg)
 	if err != nil {
 		release()
-		return nil, Dest{}, err
+		return nil, exchange.Dest{}, err
 	}
 	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
 	var b [4]byte
 	rand.Read(b[:])
-	mine := Dest{LID: WeftLID, QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
+	mine := exchange.Dest{LID: exchange.WeftLID, QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
 	return ep, mine, nil
 }
 
 // connect moves the endpoint's queue pair to RTS towards peer. A Weft
 // peer gets a goodbye when the endpoint closes; another is foreign.
-func (ep *Endpoint) connect(o Options, mine, peer Dest) error {
+func (ep *Endpoint) connect(o Options, mine, peer exchange.Dest) error {
 	ep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()
 	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
@@ -480,78 +478,6 @@ func (ep *Endpoint) connect(o Options, mine, peer Dest) error {
 		attr.KeepAlive = o.KeepAlive
 	}
 	return ep.qp.Connect(attr)
-}
-
-// DialBootstrap opens the TCP connection of the out-of-band exchange:
-// with listen it accepts one connection on hostport, otherwise it dials
-// hostport (from local, if valid), retrying for DefaultDialRetry while
-// nobody listens there yet (see DialBootstrapRetry). The verbs backend
-// uses it too, so both ends speak the same exchange whichever
-// implementation they run.
-func DialBootstrap(ctx context.Context, listen bool, hostport string, local netip.Addr) (net.Conn, error) {
-	return DialBootstrapRetry(ctx, listen, hostport, local, DefaultDialRetry)
-}
-
-// DialBootstrapRetry is DialBootstrap with the time a dial retries a
-// refused connection (the peer does not listen yet): at most retry
-// (negative: until ctx is done), after which it fails with an error
-// matching fabric.ErrRefused.
-func DialBootstrapRetry(ctx context.Context, listen bool, hostport string, local netip.Addr, retry time.Duration) (net.Conn, error) {
-	var conn net.Conn
-	var err error
-	if listen {
-		var lc net.ListenConfig
-		ln, lerr := lc.Listen(ctx, "tcp", hostport)
-		if lerr != nil {
-			return nil, lerr
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		conn, err = ln.Accept()
-		stop()
-		ln.Close()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-	} else {
-		d := net.Dialer{}
-		if local.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
-		}
-		start := time.Now()
-		for {
-			// The server may not listen yet, or not even be up: retry
-			// for a while.
-			conn, err = d.DialContext(ctx, "tcp", hostport)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if _, ok := ctx.Deadline(); !ok && !isRefused(err) {
-				break // no deadline: give up on errors other than refusal
-			}
-			if retry >= 0 && time.Since(start) >= retry {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		if err != nil {
-			if isRefused(err) {
-				return nil, fmt.Errorf("roce: bootstrap: nobody listens at %s: %w (%w)", hostport, fabric.ErrRefused, err)
-			}
-			return nil, err
-		}
-	}
-	return conn, nil
-}
-
-func isRefused(err error) bool {
-	var se interface{ Timeout() bool }
-	return errors.As(err, &se) && !se.Timeout() && strings.Contains(err.Error(), "refused")
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -31,7 +32,7 @@ import (
 // runs the retransmission timers.
 type Engine struct {
 	cfg   EngineConfig
-	link  Link
+	link  link.Link
 	local netip.Addr
 
 	objMu  sync.RWMutex
@@ -41,10 +42,10 @@ type Engine struct {
 	// QPNs are qpnBase | n&qpnMask: the engine's block, or any 24-bit
 	// number for an engine on a Link of its own.
 	qpnBase, qpnMask uint32
-	block            *qpnBlock
+	block            *link.QPNBlock
 
 	pollMu  sync.Mutex // one poller at a time
-	rx      []Packet
+	rx      []link.Packet
 	rxBufs  [][]byte
 	dirty   []*QP // QPs with an ACK to send after the current batch
 	spinner atomic.Int32
@@ -83,7 +84,7 @@ type Engine struct {
 // except that Link or Addr must be set.
 type EngineConfig struct {
 	// Link carries the packets. If nil, the engine opens a UDPLink on Addr.
-	Link Link
+	Link link.Link
 	// Addr is the local IP address to listen on (port 4791 unless given).
 	Addr netip.AddrPort
 	// NoRaw is UDPConfig.NoRaw for the link the engine opens on Addr.
@@ -105,7 +106,7 @@ type EngineConfig struct {
 
 // maxPacket is the largest RoCEv2 UDP payload: a 4096-byte MTU plus the
 // longest headers (BTH, RETH, ImmDt) and the ICRC, rounded up.
-const maxPacket = 4096 + 128
+const maxPacket = link.MaxPacket
 
 // rxBufSize leaves room for the IP and UDP headers of a raw receive.
 const rxBufSize = maxPacket + 128
@@ -115,52 +116,52 @@ const rxBatch = 64
 
 // NewEngine starts an engine.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
-	link := cfg.Link
-	var blk *qpnBlock
-	if link == nil && cfg.Shm {
-		l, err := ListenShm(cfg.Addr, ShmConfig{})
+	lk := cfg.Link
+	var blk *link.QPNBlock
+	if lk == nil && cfg.Shm {
+		l, err := link.ListenShm(cfg.Addr, link.ShmConfig{})
 		if err != nil {
 			return nil, err
 		}
-		link = l
+		lk = l
 	}
-	if link == nil {
+	if lk == nil {
 		if !cfg.Addr.IsValid() {
 			return nil, fmt.Errorf("roce: EngineConfig needs a Link or an Addr: %w", fabric.ErrInvalid)
 		}
 		// The engine's QPNs are unique on the host, so that engines of
 		// several processes can share the address and port.
-		b, err := claimQPNBlock()
+		b, err := link.ClaimQPNBlock()
 		if err != nil {
 			return nil, err
 		}
-		l, err := ListenUDPConfig(cfg.Addr, UDPConfig{NoRaw: cfg.NoRaw, GSO: cfg.GSO, QPNBlock: b.n})
+		l, err := link.ListenUDPConfig(cfg.Addr, link.UDPConfig{NoRaw: cfg.NoRaw, GSO: cfg.GSO, QPNBlock: b.N()})
 		if err != nil {
-			b.release()
+			b.Release()
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
 		}
-		link, blk = l, b
+		lk, blk = l, b
 	}
-	e := &Engine{cfg: cfg, link: link, local: link.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
+	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.gsiTx.init()
 	var b [4]byte
 	rand.Read(b[:])
 	base := uint32(0)
 	if blk != nil {
-		base = blk.base()
-	} else if lb, ok := link.(interface{ QPNBlock() uint32 }); ok && lb.QPNBlock() != 0 {
+		base = blk.N() << link.QPNBlockBits
+	} else if lb, ok := lk.(interface{ QPNBlock() uint32 }); ok && lb.QPNBlock() != 0 {
 		// A link given to the engine that receives one block only.
-		base = lb.QPNBlock() << QPNBlockBits
+		base = lb.QPNBlock() << link.QPNBlockBits
 	}
 	if base != 0 {
-		e.qpnBase, e.qpnMask = base, QPNBlockSize-1
+		e.qpnBase, e.qpnMask = base, link.QPNBlockSize-1
 		e.nextQP = e.qpnBase | binary.LittleEndian.Uint32(b[:])&e.qpnMask
 	} else {
 		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
 	}
 	e.ackDue.Store(math.MaxInt64)
-	e.rx = make([]Packet, rxBatch)
+	e.rx = make([]link.Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)
 	for i := range e.rxBufs {
 		e.rxBufs[i] = make([]byte, rxBufSize)
@@ -177,7 +178,7 @@ func (e *Engine) QPNBlock() uint32 {
 	if e.block == nil {
 		return 0
 	}
-	return e.block.n
+	return e.block.N()
 }
 
 // LocalAddr returns the engine's IP address (its RoCEv2 GID).
@@ -210,7 +211,7 @@ func (e *Engine) Close() error {
 	close(e.stop)
 	err := e.link.Close()
 	e.wg.Wait()
-	e.block.release()
+	e.block.Release()
 	return err
 }
 
@@ -410,7 +411,7 @@ func (e *Engine) pollAcks(acks bool) int {
 	defer e.pollMu.Unlock()
 	rx := e.rx
 	for i := range rx {
-		rx[i] = Packet{Buf: e.rxBufs[i]}
+		rx[i] = link.Packet{Buf: e.rxBufs[i]}
 	}
 	n, err := e.link.ReadBatch(rx)
 	if debugRoce && (n > 0 || err != nil) {
@@ -506,7 +507,7 @@ func (e *Engine) drop(r fabric.DropReason) {
 }
 
 // input validates one datagram and hands it to its queue pair.
-func (e *Engine) input(p *Packet) {
+func (e *Engine) input(p *link.Packet) {
 	if p.N < 0 {
 		e.drop(fabric.DropMalformed)
 		return
@@ -555,7 +556,7 @@ func pseudoHeader(h []byte, src, dst netip.Addr, sport uint16, n int) int {
 		copy(h[12:16], s[:])
 		copy(h[16:20], d[:])
 		binary.BigEndian.PutUint16(h[20:], sport)
-		binary.BigEndian.PutUint16(h[22:], Port)
+		binary.BigEndian.PutUint16(h[22:], link.Port)
 		binary.BigEndian.PutUint16(h[24:], uint16(8+n))
 		return 28
 	}
@@ -567,14 +568,14 @@ func pseudoHeader(h []byte, src, dst netip.Addr, sport uint16, n int) int {
 	copy(h[8:24], s[:])
 	copy(h[24:40], d[:])
 	binary.BigEndian.PutUint16(h[40:], sport)
-	binary.BigEndian.PutUint16(h[42:], Port)
+	binary.BigEndian.PutUint16(h[42:], link.Port)
 	binary.BigEndian.PutUint16(h[44:], uint16(8+n))
 	return 48
 }
 
 // verifyICRC checks the ICRC of a received datagram over the headers it
 // came with, or, if the link does not show them, over rebuilt ones.
-func (e *Engine) verifyICRC(p *Packet, data []byte) bool {
+func (e *Engine) verifyICRC(p *link.Packet, data []byte) bool {
 	want := binary.LittleEndian.Uint32(data[len(data)-wire.ICRCSize:])
 	if p.Off >= 28 {
 		crc, err := wire.ICRCParts(p.Buf[:p.Off+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
@@ -626,7 +627,7 @@ func (e *Engine) sealICRCFrom(data []byte, src netip.Addr, sport uint16) {
 // often other QPs' to other peers, still go (one QP whose source port
 // cannot be bound, or one unreachable peer, took every packet after it
 // in the batch with it).
-func (e *Engine) send(pkts []Packet) {
+func (e *Engine) send(pkts []link.Packet) {
 	var bytes uint64
 	for i := range pkts {
 		bytes += uint64(pkts[i].N)

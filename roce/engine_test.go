@@ -21,6 +21,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -28,22 +29,22 @@ var soakN = flag.Int("soak", 0, "messages in the lossy RC soak (0: 1e6, or 2e5 u
 
 // engines starts two engines on 127.0.0.1 and 127.0.0.2 (UDP port port),
 // each link wrapped with the given faults.
-func enginePair(t testing.TB, port uint16, loss LossConfig) (*Engine, *Engine, []*LossyLink) {
+func enginePair(t testing.TB, port uint16, loss link.LossConfig) (*Engine, *Engine, []*link.LossyLink) {
 	t.Helper()
 	var out [2]*Engine
-	var lossy []*LossyLink
+	var lossy []*link.LossyLink
 	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		l, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(ip), port))
+		l, err := link.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(ip), port))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var link Link = l
-		if loss != (LossConfig{}) {
-			ll := NewLossyLink(l, loss)
+		var lk link.Link = l
+		if loss != (link.LossConfig{}) {
+			ll := link.NewLossyLink(l, loss)
 			lossy = append(lossy, ll)
-			link = ll
+			lk = ll
 		}
-		e, err := NewEngine(EngineConfig{Link: link})
+		e, err := NewEngine(EngineConfig{Link: lk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +84,7 @@ func connect(t testing.TB, ea, eb *Engine, cfg QPConfig, attr QPAttr) (*QP, *QP,
 }
 
 func TestRawReceive(t *testing.T) {
-	l, err := ListenUDP(netip.MustParseAddrPort("127.0.0.1:4791"))
+	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:4791"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestLossySoak(t *testing.T) {
 			n = 200_000
 		}
 	}
-	loss := LossConfig{Drop: 0.05, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 42}
+	loss := link.LossConfig{Drop: 0.05, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 42}
 	ea, eb, lossy := enginePair(t, 4791, loss)
 	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
 	const burst = 64
@@ -161,19 +162,16 @@ func TestLossySoak(t *testing.T) {
 			t.Logf("requester stats %+v", a.Stats())
 			t.Logf("responder stats %+v", b.Stats())
 			for _, e := range []*Engine{ea, eb} {
-				var ul *UDPLink
+				var ul *link.UDPLink
 				switch l := e.link.(type) {
-				case *LossyLink:
-					ul, _ = l.Link.(*UDPLink)
-				case *UDPLink:
+				case *link.LossyLink:
+					ul, _ = l.Link.(*link.UDPLink)
+				case *link.UDPLink:
 					ul = l
 				}
 				q := -1
 				if ul != nil {
-					fd := ul.fd
-					if ul.raw != nil {
-						fd = ul.rawFD
-					}
+					fd := ul.ReceiveFD()
 					q, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
 					pb := make([]byte, 4096)
 					n, _, _, _, perr := unix.Recvmsg(fd, pb, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
@@ -207,7 +205,7 @@ func TestLossySoak(t *testing.T) {
 	}
 	el := time.Since(start)
 	st := a.Stats()
-	var faults LossFaults
+	var faults link.LossFaults
 	for _, l := range lossy {
 		f := l.Faults()
 		faults.Dropped += f.Dropped
@@ -233,7 +231,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // links must have dropped datagrams both ways, and the requester must have
 // retransmitted, both writes and reads.
 func TestLossyRMA(t *testing.T) {
-	ea, eb, lossy := enginePair(t, 4791, LossConfig{Drop: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7})
+	ea, eb, lossy := enginePair(t, 4791, link.LossConfig{Drop: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7})
 	a, b, pa, pb := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 11, RetryCnt: 7, RNRRetry: 7})
 	const size = 256 << 10
 	target, _ := pb.RegMR(make([]byte, size), fabric.AccessLocalWrite|fabric.AccessRemoteWrite|fabric.AccessRemoteRead)
@@ -309,7 +307,7 @@ func waitCompletion(t testing.TB, qp *QP, ctx uint64) {
 
 // TestAtomics runs fetch-and-add and compare-and-swap.
 func TestAtomics(t *testing.T) {
-	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	ea, eb, _ := enginePair(t, 4791, link.LossConfig{})
 	a, _, pa, pb := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 10, RetryCnt: 7})
 	word, _ := pb.RegMR(make([]byte, 64), fabric.AccessLocalWrite|fabric.AccessRemoteAtomic)
 	// The engine updates the word with atomics (as a NIC would, from
@@ -351,7 +349,7 @@ func TestTimeoutDuration(t *testing.T) {
 // TestRetryExceeded: a peer that vanishes fails the QP with
 // StatusRetryExceeded, matching ErrPeerGone.
 func TestRetryExceeded(t *testing.T) {
-	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	ea, eb, _ := enginePair(t, 4791, link.LossConfig{})
 	a, b, pa, _ := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 4, RetryCnt: 2})
 	b.Destroy()
 	src, _ := pa.RegMR(make([]byte, 8), 0)
@@ -383,7 +381,7 @@ func TestRetryExceeded(t *testing.T) {
 // fired on the clock alone failed it with "retry count exceeded", the
 // peer alive and its acknowledgement queued).
 func TestStalledPoller(t *testing.T) {
-	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	ea, eb, _ := enginePair(t, 4791, link.LossConfig{})
 	a, _, pa, _ := connect(t, ea, eb, QPConfig{}, QPAttr{Timeout: 1, RetryCnt: 1})
 	src, _ := pa.RegMR(make([]byte, 8), 0)
 	ea.pollMu.Lock() // the stall: nobody reads A's socket
@@ -407,7 +405,7 @@ func TestStalledPoller(t *testing.T) {
 }
 
 func TestStateMachine(t *testing.T) {
-	ea, _, _ := enginePair(t, 4791, LossConfig{})
+	ea, _, _ := enginePair(t, 4791, link.LossConfig{})
 	qp, _ := ea.AllocPD().CreateQP(QPConfig{})
 	defer qp.Destroy()
 	if err := qp.Modify(StateRTS, &QPAttr{}); err == nil {
@@ -452,7 +450,7 @@ func TestStateMachine(t *testing.T) {
 // NAKs and waits them out (infinite RNR retries), without using up its
 // transport retries, and every message arrives once the receiver reads.
 func TestRNR(t *testing.T) {
-	ea, eb, _ := enginePair(t, 4791, LossConfig{})
+	ea, eb, _ := enginePair(t, 4791, link.LossConfig{})
 	cfg := QPConfig{RecvBuffer: 64 << 10, MaxMsgSize: 4096}
 	// The transport timeout is generous (67 ms, 7 retries): the test is
 	// about RNR, and a 1 ms timeout fails the requester for real on a

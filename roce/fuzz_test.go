@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -15,8 +16,8 @@ import (
 // the fuzz target feeds packets to the engine directly.
 type discardLink struct{ addr netip.AddrPort }
 
-func (l discardLink) ReadBatch([]Packet) (int, error)    { return 0, nil }
-func (l discardLink) WriteBatch(p []Packet) (int, error) { return len(p), nil }
+func (l discardLink) ReadBatch([]link.Packet) (int, error)    { return 0, nil }
+func (l discardLink) WriteBatch(p []link.Packet) (int, error) { return len(p), nil }
 func (l discardLink) WaitRead(context.Context, time.Time) error {
 	time.Sleep(time.Millisecond)
 	return nil
@@ -79,7 +80,7 @@ func FuzzEngineInput(f *testing.F) {
 		if mode&2 != 0 && len(pkt) >= wire.BTHSize+wire.ICRCSize {
 			e.sealICRCFrom(pkt, peer, 0xc000)
 		}
-		p := Packet{Buf: pkt, N: len(pkt), Addr: netip.AddrPortFrom(peer, 0xc000), SrcPort: 0xc000}
+		p := link.Packet{Buf: pkt, N: len(pkt), Addr: netip.AddrPortFrom(peer, 0xc000), SrcPort: 0xc000}
 		e.pollMu.Lock() // the poller's, as the input path's state is
 		e.input(&p)
 		e.pollMu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // TestGoBackNOnNAK streams messages over RC through links that drop 3% of
@@ -24,7 +25,7 @@ import (
 // everything else.
 func TestGoBackNOnNAK(t *testing.T) {
 	const n, burst, size = 20_000, 64, 32
-	ea, eb, lossy := enginePair(t, 4791, LossConfig{Drop: 0.03, Seed: 11})
+	ea, eb, lossy := enginePair(t, 4791, link.LossConfig{Drop: 0.03, Seed: 11})
 	// The timeout (16.8 ms) is far above the loopback round trip, so the
 	// timer only fires for losses that nothing else reports.
 	a, b, pa, pb := connect(t, ea, eb, QPConfig{SQDepth: 1024}, QPAttr{Timeout: 12, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1})
@@ -104,13 +105,13 @@ func TestGoBackNOnNAK(t *testing.T) {
 // received, as Linux rxe in an emulated guest did under a window it
 // could not keep up with (issue 28).
 type stallLink struct {
-	Link
+	link.Link
 	mu      sync.Mutex
 	stalled bool
-	held    []Packet
+	held    []link.Packet
 }
 
-func (l *stallLink) WriteBatch(pkts []Packet) (int, error) {
+func (l *stallLink) WriteBatch(pkts []link.Packet) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.stalled {
@@ -168,11 +169,11 @@ func TestTimeoutAfterStall(t *testing.T) {
 	var engines [2]*Engine
 	var sl *stallLink
 	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		l, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(ip), 4791))
+		l, err := link.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(ip), 4791))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var link Link = l
+		var link link.Link = l
 		if i == 1 {
 			sl = &stallLink{Link: l}
 			link = sl

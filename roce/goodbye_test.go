@@ -12,6 +12,7 @@ import (
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // goodbyeMAD is a goodbye from the QP numbered from to the QP numbered
@@ -29,9 +30,9 @@ func goodbyeMAD(from, to uint32) []byte {
 func unusedQPN(e *Engine, near uint32) uint32 {
 	e.objMu.RLock()
 	defer e.objMu.RUnlock()
-	base := near &^ (QPNBlockSize - 1)
+	base := near &^ (link.QPNBlockSize - 1)
 	for i := uint32(1); ; i++ {
-		q := base | (near+i*97)&(QPNBlockSize-1)
+		q := base | (near+i*97)&(link.QPNBlockSize-1)
 		if _, used := e.qps[q]; !used && q > 1 {
 			return q
 		}
@@ -60,7 +61,7 @@ func TestGoodbye(t *testing.T) {
 	}
 	if e.QPNBlock() != 0 { // a shared port's engine: another engine's goodbye is not dropped
 		foreign, drops := e.goodbyes.foreign.Load(), e.Stats().Drops[fabric.DropOther]
-		inject(e, local, goodbyeMAD(qb.QPN(), qa.QPN()^QPNBlockSize))
+		inject(e, local, goodbyeMAD(qb.QPN(), qa.QPN()^link.QPNBlockSize))
 		if f, d := e.goodbyes.foreign.Load()-foreign, e.Stats().Drops[fabric.DropOther]-drops; f != 1 || d != 0 {
 			t.Errorf("a goodbye for another engine's block: %d counted as foreign, %d dropped; want 1 and 0", f, d)
 		}
@@ -116,7 +117,7 @@ func TestGoodbyeSharedPort(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer e.Close()
-				if !e.link.(*UDPLink).Shared() {
+				if !e.link.(*link.UDPLink).Shared() {
 					testenv.SkipOrFail(t, "the port is not shared (no steering program)")
 				}
 				es[i] = e

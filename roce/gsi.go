@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -49,7 +50,7 @@ type gsiTx struct {
 	mu   sync.Mutex
 	buf  [gsiPacketSize]byte
 	hbuf [48 + wire.BTHSize]byte
-	pkt  [1]Packet
+	pkt  [1]link.Packet
 	psn  wire.PSN
 }
 
@@ -115,7 +116,7 @@ func (e *Engine) sendGSI(dst netip.Addr, mad []byte) {
 	copy(b[wire.BTHSize+wire.DETHSize:], mad[:cm.MADSize])
 	sport := udSrcPort(gsiQPN)
 	e.sealICRC(t.hbuf[:], b, dst, sport)
-	t.pkt[0] = Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, Port), SrcPort: sport}
+	t.pkt[0] = link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, link.Port), SrcPort: sport}
 	e.send(t.pkt[:])
 }
 
@@ -171,7 +172,7 @@ func (qp *QP) sendGoodbye() {
 // goodbyeInput fails the QP a goodbye names, if it is connected to the
 // sender; anything else is counted and dropped.
 func (e *Engine) goodbyeInput(d cm.DREQ, src netip.Addr) {
-	if b := e.QPNBlock(); b != 0 && d.RemoteQPN()>>QPNBlockBits != b {
+	if b := e.QPNBlock(); b != 0 && d.RemoteQPN()>>link.QPNBlockBits != b {
 		// Another engine's on a shared port: every raw socket of the
 		// port sees QP 1 (see UDPLink), and the owner takes it.
 		e.goodbyes.foreign.Add(1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // TestGSO streams messages of several sizes (one packet, several equal
@@ -72,15 +73,16 @@ func TestGSO(t *testing.T) {
 	}
 	for _, ep := range []*Endpoint{a, b} {
 		st := ep.qp.e.Stats()
-		l := ep.qp.e.link.(*UDPLink)
+		gso, gro := ep.qp.e.link.(*link.UDPLink).Segments()
 		t.Logf("%s: checksum drops %d, datagrams sent in GSO messages %d, received in GRO messages %d, retransmits %d",
-			ep.qp.e.LocalAddr(), st.Drops[fabric.DropChecksum], l.gsoSegs.Load(), l.groSegs.Load(), ep.Stats().Retransmits)
+			ep.qp.e.LocalAddr(), st.Drops[fabric.DropChecksum], gso, gro, ep.Stats().Retransmits)
 		if st.Drops[fabric.DropChecksum] != 0 {
 			t.Errorf("%s: %d ICRC failures", ep.qp.e.LocalAddr(), st.Drops[fabric.DropChecksum])
 		}
 	}
-	la, lb := a.qp.e.link.(*UDPLink), b.qp.e.link.(*UDPLink)
-	if la.gsoSegs.Load() == 0 || lb.groSegs.Load() == 0 {
-		t.Errorf("no GSO message sent (%d) or no GRO message received (%d)", la.gsoSegs.Load(), lb.groSegs.Load())
+	gso, _ := a.qp.e.link.(*link.UDPLink).Segments()
+	_, gro := b.qp.e.link.(*link.UDPLink).Segments()
+	if gso == 0 || gro == 0 {
+		t.Errorf("no GSO message sent (%d) or no GRO message received (%d)", gso, gro)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -328,7 +329,7 @@ func TestInputStates(t *testing.T) {
 // the engine is told not to check (NoICRC).
 func TestICRCChecked(t *testing.T) {
 	for _, noICRC := range []bool{false, true} {
-		l := newCapLink(netip.AddrPortFrom(engineAddr, Port))
+		l := newCapLink(netip.AddrPortFrom(engineAddr, link.Port))
 		e, err := NewEngine(EngineConfig{Link: l, NoICRC: noICRC})
 		if err != nil {
 			t.Fatal(err)
@@ -345,7 +346,7 @@ func TestICRCChecked(t *testing.T) {
 		e.sealICRCFrom(b[:n], p.addr, 0xc001)
 		b[n-1] ^= 0xff
 		e.pollMu.Lock()
-		e.input(&Packet{Buf: b, N: n, Addr: netip.AddrPortFrom(p.addr, 55410), SrcPort: 0xc001})
+		e.input(&link.Packet{Buf: b, N: n, Addr: netip.AddrPortFrom(p.addr, 55410), SrcPort: 0xc001})
 		e.pollMu.Unlock()
 		got := received(t, qp)
 		bad := e.stats.Drops[fabric.DropChecksum].Load()

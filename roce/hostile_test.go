@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -52,7 +53,7 @@ var errFrozen = errors.New("link frozen by the test")
 // ReadBatch finds nothing to read. Frozen, it fails: the engine then
 // does not note the link drained, and no timer whose deadline came after
 // the freeze fires (see Engine.drained) until thaw.
-func (l *capLink) ReadBatch([]Packet) (int, error) {
+func (l *capLink) ReadBatch([]link.Packet) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.frozen {
@@ -77,7 +78,7 @@ func (l *capLink) thaw() {
 	l.mu.Unlock()
 }
 
-func (l *capLink) WriteBatch(pkts []Packet) (int, error) {
+func (l *capLink) WriteBatch(pkts []link.Packet) (int, error) {
 	l.mu.Lock()
 	for _, p := range pkts {
 		pkt, err := wire.Parse(bytes.Clone(p.Buf[:p.N]))
@@ -149,7 +150,7 @@ const peerQPN = 0x77
 
 func newPeer(t testing.TB) *peer {
 	t.Helper()
-	l := newCapLink(netip.AddrPortFrom(engineAddr, Port))
+	l := newCapLink(netip.AddrPortFrom(engineAddr, link.Port))
 	e, err := NewEngine(EngineConfig{Link: l})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func injectRaw(e *Engine, src netip.Addr, b []byte) {
 		e.sealICRCFrom(b, src, sport)
 	}
 	e.pollMu.Lock() // the poller's, as the input path's state is
-	e.input(&Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(src, 55410), SrcPort: sport})
+	e.input(&link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(src, 55410), SrcPort: sport})
 	e.pollMu.Unlock()
 }
 

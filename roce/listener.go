@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/acceptq"
+	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/exchange"
 )
 
 // Listener is the roce backend's fabric.Listener: one TCP listener for the
@@ -49,9 +50,9 @@ const refuseTime = time.Second
 // Listen implements fabric.ListenDriver: addr is HOST:PORT[?PARAMS] as
 // for Open (a "listen:" prefix is allowed and ignored), the TCP address
 // of the exchange; port 0 picks a free port, which Addr reports.
-// An rdma_cm address (IsCMAddr) listens through rdma_cm instead (ListenCM).
+// An rdma_cm address (cm.IsAddr) listens through rdma_cm instead (ListenCM).
 func (driver) Listen(ctx context.Context, addr string, fo fabric.Options) (fabric.Listener, error) {
-	if IsCMAddr(addr) {
+	if cm.IsAddr(addr) {
 		return ListenCM(ctx, addr, fo)
 	}
 	o, err := ParseAddr(addr)
@@ -160,17 +161,7 @@ func (l *Listener) refuseConn(conn net.Conn, reason string) {
 			case <-ctx.Done():
 			}
 		}()
-		defer deadlineFrom(ctx, conn)()
-		var in [PingpongMsgSize]byte
-		if _, err := io.ReadFull(conn, in[:]); err != nil {
-			return
-		}
-		msg := MarshalRefusal(reason)
-		conn.Write(msg[:])
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
-		io.Copy(io.Discard, io.LimitReader(conn, 64)) // until the peer closes
+		exchange.Refuse(ctx, conn, reason)
 	}()
 }
 
@@ -197,12 +188,12 @@ func (l *Listener) handshake(conn net.Conn) {
 }
 
 func (l *Listener) exchange(ctx context.Context, conn net.Conn) (*Endpoint, error) {
-	defer deadlineFrom(ctx, conn)()
-	peer, err := readClient(conn)
+	defer exchange.WatchDeadline(ctx, conn)()
+	peer, err := exchange.ReadClient(conn)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPeer(peer); err != nil {
+	if err := exchange.CheckPeer(peer); err != nil {
 		return nil, err
 	}
 	ep, mine, err := newEndpoint(l.o, localOf(conn, l.o.Local), conn.LocalAddr().String(), conn.RemoteAddr().String())
@@ -213,7 +204,7 @@ func (l *Listener) exchange(ctx context.Context, conn net.Conn) (*Endpoint, erro
 		ep.Close()
 		return nil, err
 	}
-	if err := replyServer(conn, mine); err != nil {
+	if err := exchange.Reply(conn, mine); err != nil {
 		ep.Close()
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/exchange"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -33,7 +34,7 @@ func halfOpen(t testing.TB, addr string) func() {
 	if err != nil {
 		t.Fatalf("half-open dial: %v", err)
 	}
-	msg := Dest{QPN: 0x1234, GID: wire.GIDFromAddr(conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr())}.MarshalPingpong()
+	msg := exchange.Dest{QPN: 0x1234, GID: wire.GIDFromAddr(conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr())}.MarshalPingpong()
 	if _, err := conn.Write(msg[:20]); err != nil {
 		t.Fatalf("half-open write: %v", err)
 	}
@@ -85,10 +86,10 @@ func TestConformanceListenUD(t *testing.T) {
 func TestListenerBadHandshakes(t *testing.T) {
 	host, peer := testHosts()
 	l := fabrictest.Listen(t, "roce", host+":0", &fabric.Options{HandshakeTimeout: 2 * time.Second})
-	good := Dest{QPN: 0x4242, PSN: 7, GID: wire.GIDFromAddr(netip.MustParseAddr(peer))}.MarshalPingpong()
-	forgedQP := Dest{QPN: 1, GID: wire.GIDFromAddr(netip.MustParseAddr(peer))}.MarshalPingpong()
-	forgedGID := Dest{QPN: 0x4242}.MarshalPingpong()
-	multicast := Dest{QPN: 0x4242, GID: wire.GIDFromAddr(netip.MustParseAddr("224.0.0.1"))}.MarshalPingpong()
+	good := exchange.Dest{QPN: 0x4242, PSN: 7, GID: wire.GIDFromAddr(netip.MustParseAddr(peer))}.MarshalPingpong()
+	forgedQP := exchange.Dest{QPN: 1, GID: wire.GIDFromAddr(netip.MustParseAddr(peer))}.MarshalPingpong()
+	forgedGID := exchange.Dest{QPN: 0x4242}.MarshalPingpong()
+	multicast := exchange.Dest{QPN: 0x4242, GID: wire.GIDFromAddr(netip.MustParseAddr("224.0.0.1"))}.MarshalPingpong()
 	garbled := good
 	garbled[7] = 'z'
 	cases := []struct {
@@ -102,7 +103,7 @@ func TestListenerBadHandshakes(t *testing.T) {
 		{"forged-gid", forgedGID[:], ""},
 		{"multicast-gid", multicast[:], ""},
 		{"not-done", good[:], "nope"},
-		{"refusal-as-address", func() []byte { m := MarshalRefusal("x"); return m[:] }(), ""},
+		{"refusal-as-address", func() []byte { m := exchange.MarshalRefusal("x"); return m[:] }(), ""},
 	}
 	for i, c := range cases {
 		conn, err := net.Dial("tcp", l.Addr())
@@ -112,16 +113,16 @@ func TestListenerBadHandshakes(t *testing.T) {
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
 		conn.Write(c.msg)
 		if c.done != "" {
-			var reply [PingpongMsgSize]byte
+			var reply [exchange.PingpongMsgSize]byte
 			if _, err := conn.Read(reply[:]); err != nil {
 				t.Fatalf("%s: no reply: %v", c.name, err)
 			}
 			conn.Write([]byte(c.done))
-		} else if len(c.msg) < PingpongMsgSize {
+		} else if len(c.msg) < exchange.PingpongMsgSize {
 			conn.(*net.TCPConn).CloseWrite()
 		}
 		// The listener drops the connection without answering.
-		var b [PingpongMsgSize]byte
+		var b [exchange.PingpongMsgSize]byte
 		if n, err := conn.Read(b[:]); c.done == "" && (n != 0 || err == nil) {
 			t.Errorf("%s: listener answered %q, %v", c.name, b[:n], err)
 		}
@@ -193,43 +194,4 @@ func TestDialClosedListener(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("dial of a closed port took %v", d)
 	}
-}
-
-func TestRefusalMessage(t *testing.T) {
-	m := MarshalRefusal("backlog full")
-	_, err := ParsePingpong(m[:])
-	var re *RefusedError
-	if !errors.As(err, &re) || re.Reason != "backlog full" || !errors.Is(err, fabric.ErrRefused) {
-		t.Fatalf("ParsePingpong(refusal) = %v", err)
-	}
-	if errors.Is(err, fabric.ErrMalformed) {
-		t.Fatal("a refusal reads as malformed")
-	}
-}
-
-// FuzzParsePingpong: whatever a peer sends, the parser returns an
-// address that survives a round trip, a refusal, or ErrMalformed, and
-// never panics.
-func FuzzParsePingpong(f *testing.F) {
-	good := Dest{LID: 1, QPN: 0x123456, PSN: 0xabcdef, GID: wire.GIDFromAddr(netip.MustParseAddr("10.1.2.3"))}.MarshalPingpong()
-	ref := MarshalRefusal("backlog full")
-	f.Add(good[:])
-	f.Add(ref[:])
-	f.Add([]byte("0000:000000:000000:"))
-	f.Add([]byte("zzzz:qqqqqq:pppppp:00000000000000000000000000000000\x00"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := ParsePingpong(b)
-		if err != nil {
-			if !errors.Is(err, fabric.ErrMalformed) && !errors.Is(err, fabric.ErrRefused) {
-				t.Fatalf("untyped error %v", err)
-			}
-			return
-		}
-		m := d.MarshalPingpong()
-		d2, err := ParsePingpong(m[:])
-		if err != nil || d2 != d {
-			t.Fatalf("round trip %+v -> %q -> %+v, %v", d, m, d2, err)
-		}
-		_ = checkPeer(d)
-	})
 }

@@ -12,29 +12,20 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
 	"github.com/weft-io/weft/internal/spin"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 	"golang.org/x/sys/unix"
 )
 
-// QPType is the transport service of a queue pair.
-type QPType uint8
+// QPType is the transport service of a queue pair: wire.QPType, so that
+// the verbs backend and the exchanges name it without the engine.
+type QPType = wire.QPType
 
 // Queue pair types.
 const (
-	RC QPType = iota + 1 // reliable connected
-	UD                   // unreliable datagram
+	RC = wire.RC // reliable connected
+	UD = wire.UD // unreliable datagram
 )
-
-// String returns "RC" or "UD".
-func (t QPType) String() string {
-	switch t {
-	case RC:
-		return "RC"
-	case UD:
-		return "UD"
-	}
-	return "QPType(?)"
-}
 
 // QPState is the state of a queue pair, as in verbs.
 type QPState uint8
@@ -262,7 +253,7 @@ type QP struct {
 	probeAt    time.Time // keep-alive probe outstanding since
 	probeTries int
 	probeBuf   [64]byte
-	probePkt   [1]Packet
+	probePkt   [1]link.Packet
 
 	// responder
 	epsn      wire.PSN
@@ -285,7 +276,7 @@ type QP struct {
 	atomicIdx int
 	ackBuf    [64]byte
 	icrcBuf   [48 + wire.BTHSize]byte
-	ackPkt    [1]Packet
+	ackPkt    [1]link.Packet
 	srcQPN    uint32 // UD: source QP of the last datagram
 	trace     [32][3]uint32
 	traceN    int
@@ -308,7 +299,7 @@ type QP struct {
 	sendCh      chan struct{}
 	done        chan struct{}
 
-	txPkts []Packet // txBatch packets and a queued acknowledgement
+	txPkts []link.Packet // txBatch packets and a queued acknowledgement
 	txBufs [][]byte
 	txN    int
 }
@@ -364,7 +355,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64), spin: spin,
 		sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize)),
 		rq: make([]byte, initRecvRing(cfg.RecvBuffer)), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
-		done: make(chan struct{}), txPkts: make([]Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
+		done: make(chan struct{}), txPkts: make([]link.Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
 	qp.recvSpin.Init(spin)
 	qp.sendSpin.Init(spin)
 	e.objMu.Lock()
@@ -484,7 +475,7 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 			qp.attr.QKey = attr.QKey
 		}
 		qp.epsn = attr.RQPSN
-		qp.dest = netip.AddrPortFrom(qp.attr.Dest, Port)
+		qp.dest = netip.AddrPortFrom(qp.attr.Dest, link.Port)
 		qp.sport = wire.UDPSrcPort(attr.FlowLabel, qp.qpn, attr.DestQPN)
 		if qp.cfg.Type == UD && attr.FlowLabel == 0 {
 			// Linux gives a UD QP the port it picked at creation: a hash
@@ -756,7 +747,7 @@ func (qp *QP) sendProbe(now time.Time) {
 	buf := qp.probeBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
 	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
-	qp.probePkt[0] = Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.probePkt[0] = link.Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.e.send(qp.probePkt[:])
 	qp.probeAt = now
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/roce/link"
 )
 
 // benchCM dials b.N connections to a listener that accepts them all, with
@@ -16,7 +18,7 @@ import (
 func benchCM(b *testing.B, par int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ea, eb, _ := enginePair(b, Port, LossConfig{})
+	ea, eb, _ := enginePair(b, link.Port, link.LossConfig{})
 	qcfg := QPConfig{RecvBuffer: 1 << 14, MaxMsgSize: 1024, SQDepth: 8, InlineSize: 64}
 	l, err := eb.CM().Listen(7471, 1024, &ConnConfig{QP: qcfg})
 	if err != nil {

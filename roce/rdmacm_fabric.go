@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/acceptq"
-	"github.com/weft-io/weft/internal/addrparam"
+	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // rdma_cm addresses of the "roce" backend:
@@ -31,26 +31,10 @@ import (
 // asks the peer for it in the REQ, and a listener takes the REQ's
 // unless its own timeout= is larger.
 
-// DefaultCMPort is the rdma_cm port of an rdma_cm address without one.
-const DefaultCMPort = 7471
-
-// CMScheme prefixes an rdma_cm address of the "roce" backend.
-const CMScheme = "rdmacm://"
-
-// IsCMAddr reports whether addr is an rdma_cm address of the "roce"
-// backend: it starts with CMScheme or has the parameter cm=1.
-func IsCMAddr(addr string) bool {
-	if strings.HasPrefix(addr, CMScheme) {
-		return true
-	}
-	_, p, err := addrparam.Split(addr)
-	return err == nil && p.Bool("cm", false)
-}
-
 // parseCMAddr parses an rdma_cm address into Options (Bootstrap holds
 // HOST:PORT) and the peer's or listener's address.
 func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, error) {
-	listen, hp, p, err := splitAddr(strings.TrimPrefix(addr, CMScheme), DefaultCMPort)
+	listen, hp, p, err := splitAddr(strings.TrimPrefix(addr, cm.Scheme), cm.DefaultPort)
 	if err != nil {
 		return defaultOptions(), netip.AddrPort{}, err
 	}
@@ -66,35 +50,13 @@ func parseCMAddr(ctx context.Context, addr string) (Options, netip.AddrPort, err
 	if o.Type != RC {
 		return o, netip.AddrPort{}, fmt.Errorf("rdma_cm connects RC queue pairs only (UD needs SIDR): %w", fabric.ErrNotSupported)
 	}
-	ap, err := ResolveCMAddr(ctx, o.Bootstrap)
+	ap, err := cm.ResolveAddr(ctx, o.Bootstrap)
 	return o, ap, err
-}
-
-// ResolveCMAddr resolves the HOST:PORT of an rdma_cm address (a name is
-// looked up) to an IP address and port.
-func ResolveCMAddr(ctx context.Context, hostport string) (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("roce: %q: %w", hostport, fabric.ErrInvalid)
-	}
-	pn, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("roce: port %q: %w", port, fabric.ErrInvalid)
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		ips, lerr := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if lerr != nil || len(ips) == 0 {
-			return netip.AddrPort{}, fmt.Errorf("roce: host %q: %w", host, lerr)
-		}
-		ip = ips[0]
-	}
-	return netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
 }
 
 // localFor returns the local address that routes to dst.
 func localFor(dst netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, Port)))
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, link.Port)))
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -122,7 +84,7 @@ const cmDisconnectTime = 2 * time.Second
 // cmEndpoint wraps an established connection as an Endpoint whose Close
 // drains, destroys the QP, sends the DREQ and lets the engine go.
 func cmEndpoint(c *Conn, pd *PD, release func()) *Endpoint {
-	return &Endpoint{qp: c.QP(), pd: pd, laddr: CMScheme + c.LocalAddr().String(), raddr: CMScheme + c.RemoteAddr().String(),
+	return &Endpoint{qp: c.QP(), pd: pd, laddr: cm.Scheme + c.LocalAddr().String(), raddr: cm.Scheme + c.RemoteAddr().String(),
 		release: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectTime)
 			c.Disconnect(ctx)
@@ -131,7 +93,7 @@ func cmEndpoint(c *Conn, pd *PD, release func()) *Endpoint {
 		}}
 }
 
-// openCM opens an endpoint at an rdma_cm address (see IsCMAddr).
+// openCM opens an endpoint at an rdma_cm address (see cm.IsAddr).
 func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoint, error) {
 	o, ap, err := parseCMAddr(ctx, addr)
 	if err != nil {
@@ -179,8 +141,8 @@ func openCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Endpoin
 // the backlog are rejected, which the dialer sees as fabric.ErrRefused.
 func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Listener, error) {
 	if !strings.Contains(addr, "listen:") {
-		if r, ok := strings.CutPrefix(addr, CMScheme); ok {
-			addr = CMScheme + "listen:" + r
+		if r, ok := strings.CutPrefix(addr, cm.Scheme); ok {
+			addr = cm.Scheme + "listen:" + r
 		} else {
 			addr = "listen:" + addr
 		}
@@ -204,7 +166,7 @@ func ListenCM(ctx context.Context, addr string, fo fabric.Options) (fabric.Liste
 		release()
 		return nil, opErrAddr("listen", addr, err)
 	}
-	cl := &cmListener{l: l, eng: eng, key: key, cfg: o.engineOpts(), release: release, addr: CMScheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
+	cl := &cmListener{l: l, eng: eng, key: key, cfg: o.engineOpts(), release: release, addr: cm.Scheme + netip.AddrPortFrom(eng.LocalAddr(), ap.Port()).String(),
 		limit: fo.HandshakeLimit()}
 	cl.q = acceptq.New("roce", cl.addr, fo.BacklogSize())
 	cl.wg.Add(1)

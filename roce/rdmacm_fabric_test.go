@@ -132,7 +132,7 @@ func TestListenCM(t *testing.T) {
 // cmTestDriver exposes the rdma_cm address forms as a backend of their
 // own for fabrictest.TestListener, which starts listeners through
 // fabric.Listen. (The "roce" driver's Listen dispatches to ListenCM once
-// the TCP-exchange listener lands; see IsCMAddr.)
+// the TCP-exchange listener lands; see cm.IsAddr.)
 type cmTestDriver struct{}
 
 func (cmTestDriver) Usage() string { return "rdma_cm addresses of roce (tests)" }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // udQP creates a UD QP with rdma_cm's Q_Key that sends to dest/qpn.
@@ -31,7 +32,7 @@ func udQP(t *testing.T, pd *PD, dest netip.Addr, qpn uint32) *QP {
 func TestCMSIDR(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ea, eb, _ := enginePair(t, Port, LossConfig{})
+	ea, eb, _ := enginePair(t, link.Port, link.LossConfig{})
 	l, err := eb.CM().ListenUD(7174, 0, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -15,14 +15,15 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
 // cmPair starts two engines (127.0.0.1 dials, 127.0.0.2 listens on
 // rdma_cm port 7471) and their CMs.
-func cmPair(t *testing.T, loss LossConfig, cfg *ConnConfig) (*Engine, *Engine, *CMListener) {
+func cmPair(t *testing.T, loss link.LossConfig, cfg *ConnConfig) (*Engine, *Engine, *CMListener) {
 	t.Helper()
-	ea, eb, _ := enginePair(t, Port, loss)
+	ea, eb, _ := enginePair(t, link.Port, loss)
 	l, err := eb.CM().Listen(7471, 0, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func sendRecv(t *testing.T, ctx context.Context, from, to *QP, pdFrom, pdTo *PD,
 func TestCMConnectDisconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ea, eb, l := cmPair(t, LossConfig{}, &ConnConfig{ResponderResources: 4, InitiatorDepth: 8})
+	ea, eb, l := cmPair(t, link.LossConfig{}, &ConnConfig{ResponderResources: 4, InitiatorDepth: 8})
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	accepted := acceptOne(t, ctx, l, pb, []byte("welcome"))
 	ca, err := ea.CM().Dial(ctx, pa, netip.MustParseAddrPort("127.0.0.2:7471"), &ConnConfig{PrivateData: []byte("hello"), ResponderResources: 16, InitiatorDepth: 2})
@@ -142,7 +143,7 @@ func TestCMConnectDisconnect(t *testing.T) {
 func TestCMRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ea, _, l := cmPair(t, LossConfig{}, nil)
+	ea, _, l := cmPair(t, link.LossConfig{}, nil)
 	_, err := ea.CM().Dial(ctx, ea.AllocPD(), netip.MustParseAddrPort("127.0.0.2:9999"), nil)
 	var re *cm.RejectError
 	if !errors.Is(err, fabric.ErrRefused) || !errors.As(err, &re) || re.Reason != cm.RejInvalidServiceID {
@@ -176,7 +177,7 @@ func TestCMRefused(t *testing.T) {
 func TestCMTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ea, _, _ := cmPair(t, LossConfig{}, nil)
+	ea, _, _ := cmPair(t, link.LossConfig{}, nil)
 	// Nobody at 127.0.0.3: REQ, two retries 4 ms apart, then time out.
 	start := time.Now()
 	_, err := ea.CM().Dial(ctx, ea.AllocPD(), netip.MustParseAddrPort("127.0.0.3:7471"), &ConnConfig{ResponseTimeout: 10, MaxRetries: 2})
@@ -203,7 +204,7 @@ func TestCMTimeout(t *testing.T) {
 func TestCMLossy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ea, eb, l := cmPair(t, LossConfig{Drop: 0.2, Duplicate: 0.1, Seed: 7}, &ConnConfig{ResponseTimeout: 12, MaxRetries: 15})
+	ea, eb, l := cmPair(t, link.LossConfig{Drop: 0.2, Duplicate: 0.1, Seed: 7}, &ConnConfig{ResponseTimeout: 12, MaxRetries: 15})
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	for i := 0; i < 8; i++ {
 		accepted := acceptOne(t, ctx, l, pb, nil)
@@ -231,7 +232,7 @@ func TestCMLossy(t *testing.T) {
 func TestCMBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ea, eb, l := cmPair(t, LossConfig{}, nil)
+	ea, eb, l := cmPair(t, link.LossConfig{}, nil)
 	src := netip.MustParseAddr("127.0.0.1")
 	m := eb.CM()
 	good := cm.MAD(make([]byte, cm.MADSize))
@@ -298,7 +299,7 @@ func TestCMConcurrent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	qcfg := QPConfig{RecvBuffer: 1 << 16, MaxMsgSize: 1024, SQDepth: 16, InlineSize: 64}
-	ea, eb, l := cmPair(t, LossConfig{}, &ConnConfig{QP: qcfg})
+	ea, eb, l := cmPair(t, link.LossConfig{}, &ConnConfig{QP: qcfg})
 	const n = 64
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	var wg sync.WaitGroup
@@ -358,7 +359,7 @@ func TestCMConcurrent(t *testing.T) {
 func TestCMPeerVanishes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, eb, l := cmPair(t, LossConfig{}, &ConnConfig{ResponseTimeout: 10, MaxRetries: 3})
+	_, eb, l := cmPair(t, link.LossConfig{}, &ConnConfig{ResponseTimeout: 10, MaxRetries: 3})
 	ghost := netip.MustParseAddr("127.0.0.3") // no engine there
 	b := cm.MAD(make([]byte, cm.MADSize))
 	b.Init(cm.AttrREQ, 77)
@@ -478,7 +479,7 @@ func seedCMMADs(peer netip.Addr) [][]byte {
 func TestCMStaleConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ea, eb, l := cmPair(t, LossConfig{}, nil)
+	ea, eb, l := cmPair(t, link.LossConfig{}, nil)
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	accepted := acceptOne(t, ctx, l, pb, nil)
 	ca, err := ea.CM().Dial(ctx, pa, netip.MustParseAddrPort("127.0.0.2:7471"), nil)
@@ -557,7 +558,7 @@ func TestGSIDropAllocs(t *testing.T) {
 func TestCMACKTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ea, eb, _ := enginePair(t, Port, LossConfig{})
+	ea, eb, _ := enginePair(t, link.Port, link.LossConfig{})
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	for i, tc := range []struct {
 		dial, listen    uint8 // ConnConfig.ACKTimeout of each side (0: default)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -231,7 +232,7 @@ func (qp *QP) flushTx() {
 		// A queued acknowledgement rides along, behind the requests (see
 		// ackDelay).
 		k := qp.buildAck(qp.ackPSN, qp.ackSyn)
-		qp.txPkts[n] = Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport}
+		qp.txPkts[n] = link.Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport}
 		n++
 	}
 	qp.e.send(qp.txPkts[:n])
@@ -259,7 +260,7 @@ func (qp *QP) nextTx() []byte {
 func (qp *QP) queueTx(n int) {
 	buf := qp.txBufs[qp.txN][:n]
 	qp.e.sealICRC(qp.icrcBuf[:], buf, qp.dest.Addr(), qp.sport)
-	qp.txPkts[qp.txN] = Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.txPkts[qp.txN] = link.Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.txN++
 }
 

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -372,7 +373,7 @@ func (qp *QP) sendAckLocked() {
 		return
 	}
 	n := qp.buildAck(qp.ackPSN, qp.ackSyn)
-	qp.ackPkt[0] = Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.e.send(qp.ackPkt[:])
 }
 
@@ -393,7 +394,7 @@ func (qp *QP) buildAck(psn wire.PSN, syn wire.Syndrome) int {
 // own, and an ACK sent at once is at least as new.
 func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
 	n := qp.buildAck(psn, syn)
-	qp.ackPkt[0] = Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
 	qp.e.send(qp.ackPkt[:])
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -85,7 +86,7 @@ func readCapture(path string) ([]capPacket, error) {
 			continue
 		}
 		udp := ip[ihl:]
-		if binary.BigEndian.Uint16(udp[2:]) != Port {
+		if binary.BigEndian.Uint16(udp[2:]) != link.Port {
 			continue
 		}
 		out = append(out, capPacket{At: at - first, Src: netip.AddrFrom4([4]byte(ip[12:16])), Dst: netip.AddrFrom4([4]byte(ip[16:20])),
@@ -259,7 +260,7 @@ func TestRxeCapture(t *testing.T) {
 	for _, l := range describeCM(pkts) {
 		t.Log(l)
 	}
-	port := uint16(DefaultCMPort)
+	port := uint16(cm.DefaultPort)
 	if s := os.Getenv("WEFT_RXE_CAPTURE_PORT"); s != "" {
 		fmt.Sscan(s, &port)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/exchange"
 )
 
 // The perftest -R runs: small, as the guest is emulated.
@@ -160,7 +161,7 @@ func (p *ptComm) handshake(ctx context.Context, mine perftestDest) (perftestDest
 // preamble exchanges the version, cycle buffer, cache line and MTU, and
 // checks the peer's.
 func (p *ptComm) preamble(ctx context.Context) error {
-	v, err := p.xchg(ctx, perftestVersionMsg(PerftestVersion))
+	v, err := p.xchg(ctx, perftestVersionMsg(exchange.PerftestVersion))
 	if err != nil {
 		return fmt.Errorf("version: %w", err)
 	}

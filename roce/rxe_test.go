@@ -36,6 +36,8 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/ibvpp"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/exchange"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -297,13 +299,13 @@ func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
 	if err != nil {
 		return err
 	}
-	pc := NewPerftestConn(conn, client)
+	pc := exchange.NewPerftestConn(conn, client)
 	defer pc.Close()
 	if err := pc.Preamble(ctx, 1024); err != nil {
 		return err
 	}
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, Port), engineOpts{})
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, link.Port), engineOpts{})
 	if err != nil {
 		return err
 	}
@@ -323,7 +325,7 @@ func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
 	if c.kind == "read_lat" {
 		outReads = 16
 	}
-	mine := PerftestKeys{OutReads: outReads, QPN: qp.QPN(), PSN: wire.PSN(time.Now().UnixNano()) & wire.PSNMask,
+	mine := exchange.PerftestKeys{OutReads: outReads, QPN: qp.QPN(), PSN: wire.PSN(time.Now().UnixNano()) & wire.PSNMask,
 		RKey: uint32(mr.RemoteKey()), VA: mr.Addr() + uint64(bufSize/2), GID: eng.GID()}
 	peer, err := pc.HandShake(ctx, mine) // H1
 	if err != nil {

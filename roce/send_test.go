@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // TestSendFailureDropsOne: a datagram the link fails to write (its QP's
@@ -27,7 +28,7 @@ func TestSendFailureDropsOne(t *testing.T) {
 	peer := udp("127.0.0.1:0")
 	to := peer.LocalAddr().(*net.UDPAddr).AddrPort()
 	port := uint16(freePort(t))
-	l, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port))
+	l, err := link.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestSendFailureDropsOne(t *testing.T) {
 	}
 	defer e.Close()
 
-	pkts := []Packet{
+	pkts := []link.Packet{
 		{Buf: []byte("lost"), N: 4, Addr: to, SrcPort: taken},
 		{Buf: []byte("sent"), N: 4, Addr: to},
 		{Buf: []byte("also"), N: 4, Addr: to},

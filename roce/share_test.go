@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,10 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // shareReport is what a child process of TestSharedPort reports.
@@ -87,7 +87,7 @@ func TestSharedPort(t *testing.T) {
 				}
 				blocks[rep.Block] = r
 				for _, q := range rep.QPNs {
-					if q>>QPNBlockBits != rep.Block {
+					if q>>link.QPNBlockBits != rep.Block {
 						t.Fatalf("rank %d: QPN %#x outside its block %d", r, q, rep.Block)
 					}
 				}
@@ -191,7 +191,7 @@ func shareChild(t *testing.T) {
 		}
 		e := eps[0].qp.e
 		rep.Block, rep.Stats = e.QPNBlock(), e.Stats()
-		if u, ok := e.link.(*UDPLink); ok {
+		if u, ok := e.link.(*link.UDPLink); ok {
 			rep.Shared, rep.Raw = u.Shared(), u.Raw()
 		}
 		for _, ep := range eps {
@@ -278,43 +278,14 @@ func exchangeNumbered(ctx context.Context, ep fabric.Endpoint, rank, peer int) (
 func TestSharedPortHeldAlone(t *testing.T) {
 	host, _ := testHosts()
 	addr := netip.MustParseAddrPort(host + ":4791")
-	c, err := listenUDP(addr, bindExclusive)
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) // no SO_REUSEPORT
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	_, err = NewEngine(EngineConfig{Addr: addr, NoRaw: true})
-	var se *SharedPortError
+	var se *link.SharedPortError
 	if !errors.As(err, &se) || !errors.Is(err, fabric.ErrNotSupported) || !strings.Contains(err.Error(), "local=IP") {
 		t.Fatalf("engine on a port held alone elsewhere: %v, want a SharedPortError", err)
 	}
-}
-
-// TestSharedPortUnprivileged: without the privileges for the steering
-// program (simulated: the kernel's EPERM), an engine binds its port alone,
-// and the next engine on that port gets a SharedPortError naming the
-// cause; on another address it works.
-func TestSharedPortUnprivileged(t *testing.T) {
-	noSteering = fmt.Errorf("simulated: %w", unix.EPERM)
-	defer func() { noSteering = nil }()
-	host, other := testHosts()
-	addr := netip.MustParseAddrPort(host + ":4791")
-	e1, err := NewEngine(EngineConfig{Addr: addr, NoRaw: true})
-	if err != nil {
-		t.Fatalf("first engine without steering: %v", err)
-	}
-	defer e1.Close()
-	if e1.link.(*UDPLink).Shared() {
-		t.Fatal("a link without steering reports itself shared")
-	}
-	_, err = NewEngine(EngineConfig{Addr: addr, NoRaw: true})
-	var se *SharedPortError
-	if !errors.As(err, &se) || !errors.Is(err, fabric.ErrNotSupported) || !errors.Is(err, unix.EPERM) {
-		t.Fatalf("second engine on the port without steering: %v, want a SharedPortError (EPERM)", err)
-	}
-	e2, err := NewEngine(EngineConfig{Addr: netip.MustParseAddrPort(other + ":4791"), NoRaw: true})
-	if err != nil {
-		t.Fatalf("engine on its own address: %v", err)
-	}
-	e2.Close()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce"
+	"github.com/weft-io/weft/roce/exchange"
 )
 
 // build builds the command into the test's temporary directory and
@@ -142,16 +143,16 @@ func foreignPeer(ctx context.Context, t *testing.T, conn net.Conn, client bool, 
 	if err != nil {
 		return nil, err
 	}
-	mine := roce.Dest{QPN: qp.QPN(), PSN: 77, GID: e.GID()} // LID 0, as on any RoCE port
-	connect := func(peer roce.Dest) error {
+	mine := exchange.Dest{QPN: qp.QPN(), PSN: 77, GID: e.GID()} // LID 0, as on any RoCE port
+	connect := func(peer exchange.Dest) error {
 		return qp.Connect(&roce.QPAttr{PathMTU: 1024, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 			SQPSN: mine.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRDAtomic: 1})
 	}
 	if client {
-		if _, err := roce.ExchangeClient(ctx, conn, mine, connect); err != nil {
+		if _, err := exchange.Client(ctx, conn, mine, connect); err != nil {
 			return nil, err
 		}
-	} else if _, err := roce.ExchangeServer(ctx, conn, mine, connect); err != nil {
+	} else if _, err := exchange.Server(ctx, conn, mine, connect); err != nil {
 		return nil, err
 	}
 	msgs := []fabric.Message{{SGEs: []fabric.SGE{{Region: buf, Length: size}}, Flags: fabric.FlagSignal}}

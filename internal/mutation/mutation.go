@@ -91,7 +91,7 @@ var List = []Mutation{
 	},
 	{
 		Name: "roce-lossy-link-drops-nothing",
-		File: "roce/link.go",
+		File: "roce/link/udp.go",
 		Old:  "\t\tcase r < l.cfg.Drop:\n",
 		New:  "\t\tcase false && r < l.cfg.Drop:\n",
 		Pkg:  "./roce/", Run: "^TestLossyRMA$",
@@ -421,7 +421,7 @@ var List = []Mutation{
 	},
 	{
 		Name: "roce-goodbye-unsteered",
-		File: "roce/share.go",
+		File: "roce/link/share.go",
 		Old:  "\t\tasm.Ja.Label(\"select\"))\n",
 		New:  "\t\tasm.Ja.Label(\"pass\"))\n",
 		Pkg:  "./roce/", Run: "^TestGoodbyeSharedPort$",
@@ -957,10 +957,10 @@ var List = []Mutation{
 	},
 	{
 		Name: "roce-bootstrap-connect-on-garbage",
-		File: "roce/bootstrap.go",
-		Old:  "\tremote, err := readClient(conn)\n\tif err != nil {\n",
-		New:  "\tremote, err := readClient(conn)\n\tif false && err != nil {\n",
-		Pkg:  "./roce/", Run: "^TestExchangeServerHostile$",
+		File: "roce/exchange/pingpong.go",
+		Old:  "\tremote, err := ReadClient(conn)\n\tif err != nil {\n",
+		New:  "\tremote, err := ReadClient(conn)\n\tif false && err != nil {\n",
+		Pkg:  "./roce/exchange/", Run: "^TestExchangeServerHostile$",
 		Why: "a server never connects its QP to a client address that does not parse (issue 29)",
 	},
 	{

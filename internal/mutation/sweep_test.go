@@ -15,7 +15,7 @@ import (
 // the generator's scope (issue 29).
 var Swept = []string{
 	"./fabric/", "./fabric/sock/", "./fabric/rdm/",
-	"./roce/", "./roce/cm/", "./roce/wire/",
+	"./roce/", "./roce/cm/", "./roce/wire/", "./roce/link/", "./roce/exchange/",
 	"./ntb/", "./ntb/pci/", "./ntb/hw/",
 	"./ethernet/", "./batch/", "./vnet/",
 	"./internal/addrparam/", "./internal/acceptq/",

@@ -29,7 +29,6 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/acceptq"
-	"github.com/weft-io/weft/roce"
 	"github.com/weft-io/weft/roce/cm"
 )
 
@@ -198,7 +197,7 @@ func cmAddr(id *C.struct_rdma_cm_id, peer bool) (netip.AddrPort, string) {
 		return netip.AddrPort{}, ""
 	}
 	ap := netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), uint16(port))
-	return ap, roce.CMScheme + ap.String()
+	return ap, cm.Scheme + ap.String()
 }
 
 func resolveTimeout(ctx context.Context) C.int {
@@ -384,7 +383,7 @@ func connectCM(ctx context.Context, o Options) (*Endpoint, error) {
 		}
 		return ep.(*Endpoint), nil
 	}
-	dst, err := roce.ResolveCMAddr(ctx, o.Bootstrap)
+	dst, err := cm.ResolveAddr(ctx, o.Bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +469,7 @@ type cmListener struct {
 // internal/acceptq until Accept takes it; a request past fo's backlog is
 // rejected (rdma_reject), which the dialer sees as fabric.ErrRefused.
 func ListenCM(ctx context.Context, o Options, fo fabric.Options) (fabric.Listener, error) {
-	ap, err := roce.ResolveCMAddr(ctx, o.Bootstrap)
+	ap, err := cm.ResolveAddr(ctx, o.Bootstrap)
 	if err != nil {
 		return nil, err
 	}
@@ -496,7 +495,7 @@ func ListenCM(ctx context.Context, o Options, fo fabric.Options) (fabric.Listene
 		return nil, cmCallErr("rdma_listen", err)
 	}
 	local, _ := cmAddr(l.id, false)
-	l.addr = roce.CMScheme + netip.AddrPortFrom(ap.Addr(), local.Port()).String()
+	l.addr = cm.Scheme + netip.AddrPortFrom(ap.Addr(), local.Port()).String()
 	l.q = acceptq.New("verbs", l.addr, fo.BacklogSize())
 	l.wg.Add(1)
 	go l.loop()

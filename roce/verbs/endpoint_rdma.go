@@ -41,7 +41,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/cq"
-	"github.com/weft-io/weft/roce"
+	"github.com/weft-io/weft/roce/exchange"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -166,7 +166,7 @@ type Endpoint struct {
 }
 
 // Dest is the out-of-band address of a queue pair.
-type Dest = roce.Dest
+type Dest = exchange.Dest
 
 type mrec struct {
 	mr  *C.struct_ibv_mr
@@ -186,7 +186,7 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 	if o.CM {
 		return connectCM(ctx, o)
 	}
-	conn, err := roce.DialBootstrapRetry(ctx, o.Listen, o.Bootstrap, o.Local, o.DialRetry)
+	conn, err := exchange.Dial(ctx, o.Listen, o.Bootstrap, o.Local, o.DialRetry)
 	if err != nil {
 		return nil, err
 	}
@@ -203,9 +203,9 @@ func Connect(ctx context.Context, o Options) (*Endpoint, error) {
 		ep.raddr = conn.RemoteAddr().String()
 	}
 	if o.Listen {
-		ep.peer, err = roce.ExchangeServer(ctx, conn, ep.local, ep.connect)
+		ep.peer, err = exchange.Server(ctx, conn, ep.local, ep.connect)
 	} else {
-		ep.peer, err = roce.ExchangeClient(ctx, conn, ep.local, ep.connect)
+		ep.peer, err = exchange.Client(ctx, conn, ep.local, ep.connect)
 	}
 	if err != nil {
 		ep.Close()
@@ -241,7 +241,7 @@ func errnoErr(op string, err error, rc C.int) error {
 // call on, and releases them on failure too.
 func newEndpoint(o Options, id *C.struct_rdma_cm_id, ch *cmChannel) (_ *Endpoint, err error) {
 	ep := &Endpoint{o: o, stop: make(chan struct{}), regs: map[*C.struct_ibv_mr]*mrec{},
-		evs: make(chan fabric.Event, 16), ud: o.Type == roce.UD, cmid: id, cmch: ch}
+		evs: make(chan fabric.Event, 16), ud: o.Type == wire.UD, cmid: id, cmch: ch}
 	defer func() {
 		if err != nil {
 			ep.destroy()
@@ -409,7 +409,7 @@ func newEndpoint(o Options, id *C.struct_rdma_cm_id, ch *cmChannel) (_ *Endpoint
 	rand.Read(b[:])
 	lid := pinfo.LID
 	if pinfo.Ethernet {
-		lid = roce.WeftLID // a RoCE port's LID is 0, and means nothing: mark Weft
+		lid = exchange.WeftLID // a RoCE port's LID is 0, and means nothing: mark Weft
 	}
 	ep.local = Dest{LID: lid, QPN: uint32(ep.qp.qp_num), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask),
 		GID: wire.GID(sgid)}

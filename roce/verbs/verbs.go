@@ -75,8 +75,9 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/addrparam"
-	"github.com/weft-io/weft/roce"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/exchange"
+	"github.com/weft-io/weft/roce/wire"
 )
 
 // ErrNoDevice reports that there is no RDMA device to use: the kernel has
@@ -150,7 +151,7 @@ type Options struct {
 	Port      uint8         // device port (default: the one with the GID)
 	GIDIndex  int           // GID index (-1, the default: the RoCEv2 GID of Local)
 	Local     netip.Addr    // local RoCE address (default: the TCP connection's)
-	Type      roce.QPType   // RC (default) or UD
+	Type      wire.QPType   // RC (default) or UD
 	MTU       int           // path MTU (default: the port's active MTU)
 	Timeout   uint8         // local ACK timeout exponent (default 14: 67 ms; rdma_cm: 0, the path's, as librdmacm's programs have it)
 	Retry     uint8         // retry count (default 6: rxe and some NICs treat 7 as infinite)
@@ -195,12 +196,12 @@ type Options struct {
 // with the connect or accept, resp_res and init_depth the RDMA READ and
 // atomic depths offered and asked for.
 func ParseAddr(addr string) (Options, error) {
-	o := Options{Type: roce.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
-		KeepAlive: 100 * time.Millisecond, DialRetry: roce.DefaultDialRetry}
-	port := roce.DefaultBootstrapPort
-	if roce.IsCMAddr(addr) {
-		o.CM, port = true, roce.DefaultCMPort
-		addr = strings.TrimPrefix(addr, roce.CMScheme)
+	o := Options{Type: wire.RC, GIDIndex: -1, Timeout: 14, Retry: 6, RNRRetry: 7, QKey: 0x11111111,
+		KeepAlive: 100 * time.Millisecond, DialRetry: exchange.DefaultDialRetry}
+	port := exchange.DefaultBootstrapPort
+	if cm.IsAddr(addr) {
+		o.CM, port = true, cm.DefaultPort
+		addr = strings.TrimPrefix(addr, cm.Scheme)
 	}
 	listen, hostport, p, err := addrparam.SplitHost(addr, port)
 	if err != nil {
@@ -226,7 +227,7 @@ func ParseAddr(addr string) (Options, error) {
 	o.Port = uint8(p.Int("ib_port", 0, 0, 255))
 	o.GIDIndex = p.Int("gid", o.GIDIndex, 0, 1<<16-1)
 	o.Local = p.IP("local", netip.Addr{})
-	o.Type = addrparam.Enum(p, "type", o.Type, map[string]roce.QPType{"rc": roce.RC, "ud": roce.UD})
+	o.Type = addrparam.Enum(p, "type", o.Type, map[string]wire.QPType{"rc": wire.RC, "ud": wire.UD})
 	o.MTU = p.Int("mtu", 0, 0, 1<<16-1)
 	if o.MTU != 0 && mtuEnum(o.MTU) == 0 {
 		p.Fail("mtu", strconv.Itoa(o.MTU), errors.New("want 256, 512, 1024, 2048 or 4096"))
@@ -247,7 +248,7 @@ func ParseAddr(addr string) (Options, error) {
 	if err := p.Err(); err != nil {
 		return o, err
 	}
-	if o.CM && o.Type != roce.RC {
+	if o.CM && o.Type != wire.RC {
 		return o, fmt.Errorf("rdma_cm connects RC queue pairs only: %w", fabric.ErrNotSupported)
 	}
 	if o.CM && len(o.PrivateData) > o.maxPrivateData() {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
-	"github.com/weft-io/weft/roce"
+	"github.com/weft-io/weft/roce/exchange"
+	"github.com/weft-io/weft/roce/wire"
 )
 
 func TestParseAddr(t *testing.T) {
@@ -18,14 +19,14 @@ func TestParseAddr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{Listen: true, Bootstrap: "10.0.0.1:18515", Device: "mlx5_0", Port: 2, GIDIndex: 3, Type: roce.UD,
+	want := Options{Listen: true, Bootstrap: "10.0.0.1:18515", Device: "mlx5_0", Port: 2, GIDIndex: 3, Type: wire.UD,
 		MTU: 4096, Timeout: 12, Retry: 5, RNRRetry: 6, QKey: 0x1234, DialRetry: -1, MaxMsg: 8192, Depth: 64, Inline: 1024, Signal: 8}
 	if o != want {
 		t.Errorf("ParseAddr = %+v\nwant %+v", o, want)
 	}
 	o, err = ParseAddr("[fd00::1]:9999")
-	if err != nil || o.Listen || o.Bootstrap != "[fd00::1]:9999" || o.Type != roce.RC || o.GIDIndex != -1 ||
-		o.KeepAlive != 100*time.Millisecond || o.Timeout != 14 || o.DialRetry != roce.DefaultDialRetry {
+	if err != nil || o.Listen || o.Bootstrap != "[fd00::1]:9999" || o.Type != wire.RC || o.GIDIndex != -1 ||
+		o.KeepAlive != 100*time.Millisecond || o.Timeout != 14 || o.DialRetry != exchange.DefaultDialRetry {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
 	for _, bad := range []string{"", "h?mtu=1000", "h?type=uc", "h?nope=1", "h?gid=x", "h?keepalive=-1s", "h?dialretry=-2s", "h?dialretry=x", "h?local=banana", "h?%zz",

@@ -1,4 +1,4 @@
-package roce
+package link
 
 import (
 	"context"
@@ -129,7 +129,7 @@ const (
 	slotOffPort = 12
 	slotOffAddr = 16
 	slotOffData = 32
-	shmSlotSize = (slotOffData + maxPacket + 63) &^ 63
+	shmSlotSize = (slotOffData + MaxPacket + 63) &^ 63
 
 	defaultShmSlots = 1024
 	maxShmSlots     = 1 << 16
@@ -201,9 +201,9 @@ type shmPeer struct {
 	mute time.Time
 }
 
-// ShmPath returns the file of the ring of address a in dir (default
+// shmPath returns the file of the ring of address a in dir (default
 // DefaultShmDir).
-func ShmPath(dir string, a netip.AddrPort) string {
+func shmPath(dir string, a netip.AddrPort) string {
 	if dir == "" {
 		dir = DefaultShmDir
 	}
@@ -237,7 +237,7 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("roce: shm link: address %v: want a unicast address that names the ring: %w", addr, fabric.ErrInvalid)
 	}
-	path := ShmPath(cfg.Dir, addr)
+	path := shmPath(cfg.Dir, addr)
 	size := shmHeader + cfg.Slots*shmSlotSize
 	// A new file under a temporary name, initialised and locked, then
 	// renamed over the address's: a sender never maps a half-made ring,
@@ -352,7 +352,7 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 		p := &pkts[got]
 		n := int(shm.Get32(slot, slotOffLen))
 		p.Off = 0
-		if n > maxPacket || n > len(p.Buf) {
+		if n > MaxPacket || n > len(p.Buf) {
 			p.N = -1
 		} else {
 			p.N = copy(p.Buf, slot[slotOffData:slotOffData+n])
@@ -392,7 +392,7 @@ func (l *ShmLink) WriteBatch(pkts []Packet) (int, error) {
 	for i := range pkts {
 		p := &pkts[i]
 		peer := l.peer(p.Addr)
-		if peer == nil || peer.dead || p.N < 0 || p.N > maxPacket || p.N > len(p.Buf) {
+		if peer == nil || peer.dead || p.N < 0 || p.N > MaxPacket || p.N > len(p.Buf) {
 			l.drops.Add(1)
 			continue
 		}
@@ -493,7 +493,7 @@ func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
 	}
 	if p != nil {
 		// Dead: look again at most every so often for its successor.
-		st, err := os.Stat(ShmPath(l.cfg.Dir, a))
+		st, err := os.Stat(shmPath(l.cfg.Dir, a))
 		if pst, perr := p.f.Stat(); err != nil || perr != nil || os.SameFile(st, pst) {
 			return p
 		}
@@ -502,7 +502,7 @@ func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
 		p.bell.Close()
 		delete(l.peers, a)
 	}
-	path := ShmPath(l.cfg.Dir, a)
+	path := shmPath(l.cfg.Dir, a)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil
@@ -668,7 +668,7 @@ func (l *ShmLink) Close() error {
 		l.bell.Close()
 	}
 	// Remove the name only if it is still ours (a successor may hold it).
-	path := ShmPath(l.cfg.Dir, l.local)
+	path := shmPath(l.cfg.Dir, l.local)
 	if st, err := os.Stat(path); err == nil {
 		if own, err := l.f.Stat(); err == nil && os.SameFile(st, own) {
 			os.Remove(path)

@@ -1,4 +1,4 @@
-package roce
+package exchange
 
 import (
 	"context"
@@ -33,28 +33,28 @@ type PerftestKeys struct {
 	SRQN     uint32
 }
 
-// PerftestKeysSize is the size of a keys message.
-const PerftestKeysSize = 108
+// perftestKeysSize is the size of a keys message.
+const perftestKeysSize = 108
 
 // PerftestVersion is the version Weft announces; perftest refuses peers
 // older than 5.70.
 const PerftestVersion = "6.06"
 
 // Marshal formats the keys message.
-func (k PerftestKeys) Marshal() [PerftestKeysSize]byte {
+func (k PerftestKeys) Marshal() [perftestKeysSize]byte {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%04x:%04x:%06x:%06x:%08x:%016x:", k.LID, k.OutReads, k.QPN&0xffffff, uint32(k.PSN)&0xffffff, k.RKey, k.VA)
 	for _, g := range k.GID {
 		fmt.Fprintf(&sb, "%02x:", g)
 	}
 	fmt.Fprintf(&sb, "%08x:", k.SRQN)
-	var b [PerftestKeysSize]byte
+	var b [perftestKeysSize]byte
 	copy(b[:], sb.String())
 	return b
 }
 
-// ParsePerftestKeys parses a keys message.
-func ParsePerftestKeys(b []byte) (PerftestKeys, error) {
+// parsePerftestKeys parses a keys message.
+func parsePerftestKeys(b []byte) (PerftestKeys, error) {
 	var k PerftestKeys
 	s := string(b)
 	if i := strings.IndexByte(s, 0); i >= 0 {
@@ -126,7 +126,7 @@ func mtuEnum(mtu int) int {
 // Preamble runs the version, system data and MTU exchanges, proposing
 // mtu. It sets c.MTU to the agreed value.
 func (c *PerftestConn) Preamble(ctx context.Context, mtu int) error {
-	defer deadlineFrom(ctx, c.conn)()
+	defer WatchDeadline(ctx, c.conn)()
 	var ver [16]byte
 	copy(ver[:], PerftestVersion)
 	var rver [16]byte
@@ -161,19 +161,19 @@ func (c *PerftestConn) Preamble(ctx context.Context, mtu int) error {
 // HandShake exchanges keys messages: the first carries the connection
 // data, later ones serve as barriers between the phases of a test.
 func (c *PerftestConn) HandShake(ctx context.Context, mine PerftestKeys) (PerftestKeys, error) {
-	defer deadlineFrom(ctx, c.conn)()
+	defer WatchDeadline(ctx, c.conn)()
 	out := mine.Marshal()
-	var in [PerftestKeysSize]byte
+	var in [perftestKeysSize]byte
 	if err := c.xchg(out[:], in[:]); err != nil {
 		return PerftestKeys{}, fmt.Errorf("roce: perftest handshake: %w", err)
 	}
-	return ParsePerftestKeys(in[:])
+	return parsePerftestKeys(in[:])
 }
 
 // Exchange8 exchanges one 8-byte unit (the bandwidth report of
 // ib_write_bw).
 func (c *PerftestConn) Exchange8(ctx context.Context, v uint64) (uint64, error) {
-	defer deadlineFrom(ctx, c.conn)()
+	defer WatchDeadline(ctx, c.conn)()
 	var out, in [8]byte
 	binary.BigEndian.PutUint64(out[:], v)
 	if err := c.xchg(out[:], in[:]); err != nil {

@@ -1,17 +1,14 @@
-package roce
+package link
 
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-io/weft/fabric"
-	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/shm"
 	"github.com/weft-io/weft/internal/testenv"
 )
@@ -67,7 +63,7 @@ func shmPackets(to netip.AddrPort, n, size int) []Packet {
 func rxPackets(n int) []Packet {
 	pkts := make([]Packet, n)
 	for i := range pkts {
-		pkts[i].Buf = make([]byte, rxBufSize)
+		pkts[i].Buf = make([]byte, MaxPacket+128)
 	}
 	return pkts
 }
@@ -122,7 +118,7 @@ func TestShmLinkPeers(t *testing.T) {
 	}
 	bad := netip.MustParseAddrPort("10.1.0.8:4791")
 	for _, content := range [][]byte{make([]byte, shmHeader), []byte("short"), bigHeader(t)} {
-		os.WriteFile(ShmPath(dir, bad), content, 0o600)
+		os.WriteFile(shmPath(dir, bad), content, 0o600)
 		drops := a.Drops()
 		if n, err := a.WriteBatch(shmPackets(bad, 1, 64)); n != 1 || err != nil || a.Drops() != drops+1 {
 			t.Fatalf("to a malformed ring (%d bytes): %d, %v, %d drops", len(content), n, err, a.Drops()-drops)
@@ -137,7 +133,7 @@ func TestShmLinkPeers(t *testing.T) {
 	if n, _ := a.WriteBatch(shmPackets(baddr, 1, 64)); n != 1 || a.Drops() != 6 {
 		t.Fatalf("to a closed ring: %d, %d drops", n, a.Drops())
 	}
-	if _, err := os.Stat(ShmPath(dir, baddr)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(shmPath(dir, baddr)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Close left its ring: %v", err)
 	}
 	b2, err := ListenShm(baddr, ShmConfig{Dir: dir})
@@ -166,7 +162,7 @@ func die(l *ShmLink) {
 		// Closing the bell removes its pipe; a dead process leaves one
 		// that nobody reads.
 		l.bell.Close()
-		unix.Mkfifo(shmBellPath(ShmPath(l.cfg.Dir, l.local)), 0o600)
+		unix.Mkfifo(shmBellPath(shmPath(l.cfg.Dir, l.local)), 0o600)
 	}
 }
 
@@ -305,7 +301,7 @@ func TestShmLinkWait(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := os.Lstat(shmBellPath(ShmPath(b.cfg.Dir, b.LocalAddr()))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(shmBellPath(shmPath(b.cfg.Dir, b.LocalAddr()))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Close left its bell: %v", err)
 	}
 	if _, err := b.ReadBatch(rxPackets(1)); !errors.Is(err, os.ErrClosed) {
@@ -324,7 +320,7 @@ func TestShmLinkWait(t *testing.T) {
 func TestShmLinkNoBell(t *testing.T) {
 	dir := t.TempDir()
 	addr := netip.MustParseAddrPort("10.1.0.3:4791")
-	if err := os.Mkdir(shmBellPath(ShmPath(dir, addr)), 0o700); err != nil {
+	if err := os.Mkdir(shmBellPath(shmPath(dir, addr)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := shmPair(t, ShmConfig{Dir: dir})
@@ -565,99 +561,6 @@ func shmWakeChild(t *testing.T, dir string) {
 	t.Logf("side B parked %d times", b.parks.Load())
 }
 
-// shmAddrPair connects two endpoints over ShmLinks, with the TCP exchange
-// on loopback.
-func shmAddrPair(t testing.TB, query string) (a, b *Endpoint) {
-	t.Helper()
-	return shmAddrPairOpts(t, query, nil)
-}
-
-// shmAddrPairOpts is shmAddrPair with fabric options (nil: the defaults).
-func shmAddrPairOpts(t testing.TB, query string, opts *fabric.Options) (a, b *Endpoint) {
-	t.Helper()
-	port := freePort(t)
-	la, lb := shmAddr(), shmAddr()
-	for lb == la {
-		lb = shmAddr()
-	}
-	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
-		addr := fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s&%s", port, la, query)
-		if s == fabrictest.SideB {
-			addr = fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s&%s", port, lb, query)
-		}
-		ep, err := fabric.Open(ctx, "roce", addr, opts)
-		if err != nil {
-			return nil, err
-		}
-		return ep.(*Endpoint), nil
-	})
-}
-
-func TestConformanceShm(t *testing.T) {
-	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-		a, b := shmAddrPair(t, "")
-		return a, b
-	})
-}
-
-// The same cases with the peer in another process: real shared memory
-// between two address spaces.
-func TestConformanceShmProcesses(t *testing.T) {
-	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
-		portFile := filepath.Join(os.TempDir(), "weft-roce-shm-ft-"+key)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if side == fabrictest.SideA {
-			port := freePort(t)
-			os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
-			os.Rename(portFile+".tmp", portFile)
-			t.Cleanup(func() { os.Remove(portFile) })
-			ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ep
-		}
-		var port int
-		for {
-			b, err := os.ReadFile(portFile)
-			if err == nil {
-				port, _ = strconv.Atoi(string(b))
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal("no port file from side A")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ep
-	})
-}
-
-// BenchmarkEngineShm is BenchmarkEngine over ShmLinks: the engines of
-// one host without the kernel's network stack. Run it beside
-// BenchmarkEngine and BenchmarkTCP.
-func BenchmarkEngineShm(b *testing.B) {
-	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
-		x, y := shmAddrPair(b, "mtu=4096&keepalive=0")
-		return x, y
-	})
-}
-
-// BenchmarkEngineShmBlock is BenchmarkEngineShm with Spin -1: blocking
-// calls sleep at once, so every message that finds its receiver idle
-// goes through the link's sleep and wake-up (WaitRead, the bell).
-func BenchmarkEngineShmBlock(b *testing.B) {
-	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
-		x, y := shmAddrPairOpts(b, "mtu=4096&keepalive=0", &fabric.Options{Spin: -1})
-		return x, y
-	})
-}
-
 // FuzzShmRing writes arbitrary bytes over a ring's header and first slot
 // and then reads and writes through it: nothing a sender leaves in shared
 // memory may crash the reader, and a malformed header is refused.
@@ -676,7 +579,7 @@ func FuzzShmRing(f *testing.F) {
 		in := rxPackets(4)
 		got, _ := b.ReadBatch(in)
 		for _, p := range in[:got] {
-			if p.N > maxPacket || p.N < -1 {
+			if p.N > MaxPacket || p.N < -1 {
 				t.Fatalf("N %d", p.N)
 			}
 		}

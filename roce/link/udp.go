@@ -1,4 +1,4 @@
-package roce
+package link
 
 import (
 	"context"
@@ -23,6 +23,11 @@ import (
 
 // Port is the RoCEv2 UDP destination port.
 const Port = 4791
+
+// MaxPacket is the largest RoCEv2 UDP payload a link carries: a
+// 4096-byte MTU plus the longest headers (BTH, RETH, ImmDt) and the ICRC,
+// rounded up.
+const MaxPacket = 4096 + 128
 
 // Packet is one datagram on a Link: the UDP payload, starting at the BTH.
 type Packet struct {
@@ -117,7 +122,7 @@ type UDPLink struct {
 
 	steer *steering // the port's steering, if the link shares it
 	block uint32    // the QPN block the link receives (0: all)
-	own   *qpnBlock // the block the link claimed itself, released with it
+	own   *QPNBlock // the block the link claimed itself, released with it
 }
 
 type sender struct {
@@ -198,9 +203,9 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 	var conn *net.UDPConn
 	var st *steering
 	var err error
-	var own *qpnBlock
+	var own *QPNBlock
 	if c.QPNBlock == 0 {
-		if own, err = claimQPNBlock(); err != nil {
+		if own, err = ClaimQPNBlock(); err != nil {
 			return nil, err
 		}
 		c.QPNBlock = own.n
@@ -220,14 +225,14 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 		conn, err = listen(addr)
 	}
 	if err != nil {
-		own.release()
+		own.Release()
 		return nil, err
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		conn.Close()
 		st.close()
-		own.release()
+		own.Release()
 		return nil, err
 	}
 	l := &UDPLink{conn: conn, rc: rc, local: addr, steer: st, block: c.QPNBlock, own: own, rb: mmsg.NewBatch(64), wb: mmsg.NewBatch(64),
@@ -351,6 +356,19 @@ func (l *UDPLink) Raw() bool { return l.raw != nil }
 // Shared reports whether the link shares its address and port with the
 // links of other processes, steered by QPN.
 func (l *UDPLink) Shared() bool { return l.steer != nil }
+
+// Segments returns how many datagrams the link sent inside UDP GSO
+// messages and received inside GRO messages (UDPConfig.GSO).
+func (l *UDPLink) Segments() (gso, gro uint64) { return l.gsoSegs.Load(), l.groSegs.Load() }
+
+// ReceiveFD is the descriptor packets arrive on (the raw socket's when
+// the link has one), for diagnostics: a test that hangs peeks at it.
+func (l *UDPLink) ReceiveFD() int {
+	if l.raw != nil {
+		return l.rawFD
+	}
+	return l.fd
+}
 
 func listen(addr netip.AddrPort) (*net.UDPConn, error) { return listenUDP(addr, bindReuseAddr) }
 
@@ -700,7 +718,7 @@ func (l *UDPLink) Close() error {
 	}
 	err := l.conn.Close()
 	l.steer.close()
-	l.own.release()
+	l.own.Release()
 	return err
 }
 

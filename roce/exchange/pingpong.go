@@ -1,4 +1,4 @@
-package roce
+package exchange
 
 import (
 	"bytes"
@@ -125,11 +125,11 @@ func ParsePingpong(b []byte) (Dest, error) {
 	return d, nil
 }
 
-// checkPeer rejects a peer address that no real queue pair can have: the
+// CheckPeer rejects a peer address that no real queue pair can have: the
 // special QPs 0 and 1, and GIDs that are not a unicast IP address. A
 // listener must not aim a queue pair at such a target on a stranger's
 // word.
-func checkPeer(d Dest) error {
+func CheckPeer(d Dest) error {
 	a := d.GID.Addr()
 	if d.QPN <= 1 || !a.IsValid() || a.IsUnspecified() || a.IsMulticast() ||
 		(a.Is4() && a.As4() == [4]byte{255, 255, 255, 255}) {
@@ -138,7 +138,9 @@ func checkPeer(d Dest) error {
 	return nil
 }
 
-func deadlineFrom(ctx context.Context, conn net.Conn) func() {
+// WatchDeadline makes ctx's deadline and cancellation end conn's reads
+// and writes, until the function it returns is called.
+func WatchDeadline(ctx context.Context, conn net.Conn) func() {
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
 	}
@@ -146,7 +148,7 @@ func deadlineFrom(ctx context.Context, conn net.Conn) func() {
 	return func() { stop(); conn.SetDeadline(time.Time{}) }
 }
 
-// ExchangeClient runs the client side of the pingpong exchange on conn:
+// Client runs the client side of the pingpong exchange on conn:
 // send our address, read the server's, call connect with it, send
 // "done". The queue pair is ready before "done" tells the server so:
 // ibv_rc_pingpong's client connects after, which is harmless there, as
@@ -154,8 +156,8 @@ func deadlineFrom(ctx context.Context, conn net.Conn) func() {
 // may send at once, and its first packets would find a queue pair not
 // yet ready to receive them (dropped, and sent again only after the
 // timeout).
-func ExchangeClient(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
-	defer deadlineFrom(ctx, conn)()
+func Client(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
+	defer WatchDeadline(ctx, conn)()
 	msg := local.MarshalPingpong()
 	if _, err := conn.Write(msg[:]); err != nil {
 		return Dest{}, fmt.Errorf("roce: bootstrap: %w", err)
@@ -177,23 +179,24 @@ func ExchangeClient(ctx context.Context, conn net.Conn, local Dest, connect func
 	return remote, nil
 }
 
-// ExchangeServer runs the server side of the pingpong exchange: read the
+// Server runs the server side of the pingpong exchange: read the
 // client's address, call connect with it (the server's QP must be ready
 // before the client learns its address), send ours, wait for "done".
-func ExchangeServer(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
-	defer deadlineFrom(ctx, conn)()
-	remote, err := readClient(conn)
+func Server(ctx context.Context, conn net.Conn, local Dest, connect func(Dest) error) (Dest, error) {
+	defer WatchDeadline(ctx, conn)()
+	remote, err := ReadClient(conn)
 	if err != nil {
 		return Dest{}, err
 	}
 	if err := connect(remote); err != nil {
 		return Dest{}, err
 	}
-	return remote, replyServer(conn, local)
+	return remote, Reply(conn, local)
 }
 
-// readClient reads and parses the client's address.
-func readClient(conn net.Conn) (Dest, error) {
+// ReadClient reads and parses the client's address: the server's first
+// step, which a listener takes before it spends a queue pair on the peer.
+func ReadClient(conn net.Conn) (Dest, error) {
 	var in [PingpongMsgSize]byte
 	if _, err := io.ReadFull(conn, in[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -204,9 +207,9 @@ func readClient(conn net.Conn) (Dest, error) {
 	return ParsePingpong(in[:])
 }
 
-// replyServer sends the server's address and waits for the client's
-// "done".
-func replyServer(conn net.Conn, local Dest) error {
+// Reply sends the server's address and waits for the client's "done":
+// the server's last step.
+func Reply(conn net.Conn, local Dest) error {
 	msg := local.MarshalPingpong()
 	if _, err := conn.Write(msg[:]); err != nil {
 		return fmt.Errorf("roce: bootstrap: %w", err)
@@ -219,4 +222,22 @@ func replyServer(conn net.Conn, local Dest) error {
 		return fmt.Errorf("roce: bootstrap: %q from the client instead of \"done\": %w", done[:4], fabric.ErrMalformed)
 	}
 	return nil
+}
+
+// Refuse answers a client the server cannot take with a refusal (see
+// MarshalRefusal) within ctx. It reads the client's address first, so
+// that closing does not reset the connection under the refusal, and
+// waits for the client to close.
+func Refuse(ctx context.Context, conn net.Conn, reason string) {
+	defer WatchDeadline(ctx, conn)()
+	var in [PingpongMsgSize]byte
+	if _, err := io.ReadFull(conn, in[:]); err != nil {
+		return
+	}
+	msg := MarshalRefusal(reason)
+	conn.Write(msg[:])
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(conn, 64)) // until the peer closes
 }

@@ -1,4 +1,4 @@
-package roce
+package link
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ import (
 //   - QP numbers are unique across the host's processes: each engine that
 //     opens its own UDP link claims a block of QPNBlockSize numbers,
 //     [block<<QPNBlockBits, (block+1)<<QPNBlockBits), by holding an OFD
-//     lock on byte block of QPNLockPath. The kernel drops the lock when
+//     lock on byte block of qpnLockPath. The kernel drops the lock when
 //     the process dies, so a dead process's block is reclaimed.
 //   - The engines' UDP sockets on one address form a SO_REUSEPORT group,
 //     and an SK_REUSEPORT eBPF program (built with cilium/ebpf's asm)
@@ -53,19 +53,24 @@ const QPNBlockSize = 1 << QPNBlockBits
 // QP1 and the small numbers) is never handed out.
 const qpnBlocks = 1 << (24 - QPNBlockBits)
 
-// QPNLockPath is the file whose bytes the engines of a host lock to claim
+// qpnLockPath is the file whose bytes the engines of a host lock to claim
 // their QPN blocks. Byte 0 serialises changes to the steering groups.
-var QPNLockPath = "/dev/shm/weft-roce-qpn"
+var qpnLockPath = "/dev/shm/weft-roce-qpn"
 
-// qpnBlock is a claimed block of QPNs.
-type qpnBlock struct {
+// QPNBlock is a claimed block of QPNs: an engine numbers its QPs in it,
+// and the steering program sends it the packets for them.
+type QPNBlock struct {
 	f *os.File // holds the OFD lock on byte n
 	n uint32
 }
 
-func (b *qpnBlock) base() uint32 { return b.n << QPNBlockBits }
+func (b *QPNBlock) base() uint32 { return b.n << QPNBlockBits }
 
-func (b *qpnBlock) release() {
+// N is the block's number: its QPNs are [N<<QPNBlockBits, (N+1)<<QPNBlockBits).
+func (b *QPNBlock) N() uint32 { return b.n }
+
+// Release gives the block back (closing its lock file); it is safe on nil.
+func (b *QPNBlock) Release() {
 	if b != nil && b.f != nil {
 		b.f.Close() // drops the lock
 		b.f = nil
@@ -73,7 +78,7 @@ func (b *qpnBlock) release() {
 }
 
 func openLockFile() (*os.File, error) {
-	f, err := os.OpenFile(QPNLockPath, os.O_RDWR|os.O_CREATE, 0o666)
+	f, err := os.OpenFile(qpnLockPath, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("roce: QPN lock file: %w", err)
 	}
@@ -98,8 +103,9 @@ func unlockByte(f *os.File, n int64) {
 	unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
 }
 
-// claimQPNBlock claims a free block of QPNs for this process.
-func claimQPNBlock() (*qpnBlock, error) {
+// ClaimQPNBlock claims a free block of QPNs for this process: its OFD
+// lock on qpnLockPath lasts until Release or the process's death.
+func ClaimQPNBlock() (*QPNBlock, error) {
 	f, err := openLockFile()
 	if err != nil {
 		return nil, err
@@ -110,7 +116,7 @@ func claimQPNBlock() (*qpnBlock, error) {
 		b := 1 + (start+i)%n
 		err := lockByte(f, int64(b), false)
 		if err == nil {
-			return &qpnBlock{f: f, n: uint32(b)}, nil
+			return &QPNBlock{f: f, n: uint32(b)}, nil
 		}
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
 			f.Close()
@@ -149,7 +155,7 @@ const steerMapName = "weft_roce_qpn"
 // are unique on the host, and the kernel refuses to select a socket of
 // another SO_REUSEPORT group, so a packet for a block whose owner is not
 // in the packet's group is dropped, as it should be.
-func steerIDPath() string { return QPNLockPath + "-steer" }
+func steerIDPath() string { return qpnLockPath + "-steer" }
 
 // steering is a link's part in the steering of its port.
 type steering struct {
@@ -211,14 +217,14 @@ const (
 	goodbyeQPNAt    = madAt + 24 + 8 // word: remote QPN (24 bits), reserved
 )
 
-// SteeringInstructions returns the SK_REUSEPORT program that steers a
+// steeringInstructions returns the SK_REUSEPORT program that steers a
 // packet to the socket at index BTH.DestQP >> QPNBlockBits of the map
 // (a REUSEPORT_SOCKARRAY, given by its file descriptor), and drops it if
 // the block has no socket or the datagram is too short for a BTH. Block 0
 // (QP 1, connection management) is left to the kernel's choice, except a
 // goodbye (a DREQ whose remote communication id is 0), which goes to the
 // owner of the QP it names as any packet for that QP would.
-func SteeringInstructions(mapFD int) asm.Instructions {
+func steeringInstructions(mapFD int) asm.Instructions {
 	const drop, pass = 0, 1 // SK_DROP, SK_PASS
 	// load loads the big-endian word at off (from the UDP header) into
 	// R2 by bpf_skb_load_bytes(ctx, off, fp-8, 4), or jumps to short if
@@ -301,7 +307,7 @@ func joinSteering(addr netip.AddrPort, block uint32) (*net.UDPConn, *steering, e
 		return nil, nil, err
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "weft_roce_steer", Type: ebpf.SkReuseport,
-		Instructions: SteeringInstructions(m.FD()), License: "Dual MIT/GPL"})
+		Instructions: steeringInstructions(m.FD()), License: "Dual MIT/GPL"})
 	if err != nil {
 		m.Close()
 		return nil, nil, err

@@ -1,0 +1,116 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+)
+
+// shmAddr returns a random loopback address for a ShmLink ring: rings are
+// named after addresses host-wide, so tests of concurrent runs must not
+// share one.
+func shmAddr() netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(250)), byte(rand.IntN(256)), byte(1 + rand.IntN(250))})
+}
+
+// shmAddrPair connects two endpoints over ShmLinks, with the TCP exchange
+// on loopback.
+func shmAddrPair(t testing.TB, query string) (a, b *Endpoint) {
+	t.Helper()
+	return shmAddrPairOpts(t, query, nil)
+}
+
+// shmAddrPairOpts is shmAddrPair with fabric options (nil: the defaults).
+func shmAddrPairOpts(t testing.TB, query string, opts *fabric.Options) (a, b *Endpoint) {
+	t.Helper()
+	port := freePort(t)
+	la, lb := shmAddr(), shmAddr()
+	for lb == la {
+		lb = shmAddr()
+	}
+	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
+		addr := fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s&%s", port, la, query)
+		if s == fabrictest.SideB {
+			addr = fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s&%s", port, lb, query)
+		}
+		ep, err := fabric.Open(ctx, "roce", addr, opts)
+		if err != nil {
+			return nil, err
+		}
+		return ep.(*Endpoint), nil
+	})
+}
+
+func TestConformanceShm(t *testing.T) {
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		a, b := shmAddrPair(t, "")
+		return a, b
+	})
+}
+
+// The same cases with the peer in another process: real shared memory
+// between two address spaces.
+func TestConformanceShmProcesses(t *testing.T) {
+	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
+		portFile := filepath.Join(os.TempDir(), "weft-roce-shm-ft-"+key)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if side == fabrictest.SideA {
+			port := freePort(t)
+			os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
+			os.Rename(portFile+".tmp", portFile)
+			t.Cleanup(func() { os.Remove(portFile) })
+			ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ep
+		}
+		var port int
+		for {
+			b, err := os.ReadFile(portFile)
+			if err == nil {
+				port, _ = strconv.Atoi(string(b))
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("no port file from side A")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	})
+}
+
+// BenchmarkEngineShm is BenchmarkEngine over ShmLinks: the engines of
+// one host without the kernel's network stack. Run it beside
+// BenchmarkEngine and BenchmarkTCP.
+func BenchmarkEngineShm(b *testing.B) {
+	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
+		x, y := shmAddrPair(b, "mtu=4096&keepalive=0")
+		return x, y
+	})
+}
+
+// BenchmarkEngineShmBlock is BenchmarkEngineShm with Spin -1: blocking
+// calls sleep at once, so every message that finds its receiver idle
+// goes through the link's sleep and wake-up (WaitRead, the bell).
+func BenchmarkEngineShmBlock(b *testing.B) {
+	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
+		x, y := shmAddrPairOpts(b, "mtu=4096&keepalive=0", &fabric.Options{Spin: -1})
+		return x, y
+	})
+}

@@ -263,7 +263,6 @@ type Options struct {
 	peerPort  netip.AddrPort // resolved bootstrap address
 }
 
-
 // ParseAddr parses a roce address:
 //
 //	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm&gso=1]

@@ -208,6 +208,16 @@ func resolveTimeout(ctx context.Context) C.int {
 	return C.int(max(d, 10*time.Millisecond) / time.Millisecond)
 }
 
+// cmConn owns an endpoint's rdma_cm state: the id owns the queue pair
+// and the device context; the channel carries the id's events.
+type cmConn struct {
+	cmid     *C.struct_rdma_cm_id
+	cmch     *cmChannel
+	peerData []byte        // the peer's private data
+	cmGone   chan struct{} // closed when the connection is disconnected
+	cmDone   chan struct{} // closed when watchCM returns; nil if it never ran
+}
+
 // cmDevice takes the device, port and local address of the endpoint's
 // rdma_cm id.
 func (ep *Endpoint) cmDevice() error {

@@ -43,6 +43,8 @@ const (
 
 // Endpoint is a verbs queue pair as a fabric.Endpoint.
 type Endpoint struct {
+	// What every part reads: the options, the domain, capabilities and
+	// addresses, the completions and the counters.
 	o     Options
 	dom   *fabric.Domain
 	caps  fabric.Caps

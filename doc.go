@@ -35,8 +35,9 @@
 //     (ntb, the RoCE engine, verbs) its splitter copies nothing.
 //   - examples holds short programs over the public API, one concept
 //     each: pingpong, stream, rma, batching, listener. The measuring
-//     tools are cmd/weft-pingpong (latency) and the tools/perf module
-//     (bandwidth, message rate, the batching sweep).
+//     tools are cmd/weft-pingpong (latency) and the tools module: perf
+//     (bandwidth, message rate, the batching sweep), router (the software
+//     router) and perfcmp (AF_XDP beside C and Go references).
 //
 // Importing a backend package registers it:
 //

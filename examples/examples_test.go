@@ -21,14 +21,9 @@ var examples = []string{"pingpong", "stream", "rma", "batching", "listener", "vn
 // devices).
 var needRoot = map[string]bool{"vnet": true}
 
-// importsOnly are the examples held to public imports here but run by
-// their own tests, since a run takes minutes (router: namespaces, AF_XDP,
-// the whole comparison).
-var importsOnly = []string{"router"}
-
 func TestPublicImportsOnly(t *testing.T) {
 	args := []string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}
-	for _, name := range append(examples[:len(examples):len(examples)], importsOnly...) {
+	for _, name := range examples {
 		args = append(args, "./"+name)
 	}
 	out, err := exec.Command("go", args...).CombinedOutput()
@@ -45,7 +40,7 @@ func TestPublicImportsOnly(t *testing.T) {
 			}
 		}
 	}
-	if seen != len(examples)+len(importsOnly) {
+	if seen != len(examples) {
 		t.Fatalf("go list found %d example packages, want %d:\n%s", seen, len(examples), out)
 	}
 }

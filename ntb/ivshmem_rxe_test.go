@@ -87,7 +87,7 @@ func TestIvshmemVM(t *testing.T) {
 	bin, pp, perf := filepath.Join(dir, "ntb.test"), filepath.Join(dir, "weft-pingpong"), filepath.Join(dir, "weft-perf")
 	for _, args := range [][]string{{"test", "-c", "-tags", "rxe", "-o", bin, "."}, {"build", "-o", pp, "../cmd/weft-pingpong"},
 
-		{"-C", "../tools/perf", "build", "-o", perf, "."}} {
+		{"-C", "../tools", "build", "-o", perf, "./perf"}} {
 		build := exec.Command("go", args...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {

@@ -293,26 +293,26 @@ var List = []Mutation{
 	},
 	{
 		Name: "router-ttl1-forwarded",
-		File: "examples/router/forward.go",
+		File: "tools/router/forward.go",
 		Old:  "\tif ip[8] <= 1 {\n",
 		New:  "\tif ip[8] == 0 {\n",
-		Pkg:  "./examples/router/", Run: "^TestForwardFrame$",
+		Pkg:  "./tools/router/", Run: "^TestForwardFrame$",
 		Why: "the router drops and counts TTL 1 (forwarding would send TTL 0)",
 	},
 	{
 		Name: "router-checksum-not-updated",
-		File: "examples/router/forward.go",
+		File: "tools/router/forward.go",
 		Old:  "\tbinary.BigEndian.PutUint16(ip[10:12], ^uint16(s))\n",
 		New:  "",
-		Pkg:  "./examples/router/", Run: "^TestDecTTL$",
+		Pkg:  "./tools/router/", Run: "^TestDecTTL$",
 		Why: "the TTL decrement updates the header checksum (RFC 1624)",
 	},
 	{
 		Name: "router-bad-checksum-forwarded",
-		File: "examples/router/forward.go",
+		File: "tools/router/forward.go",
 		Old:  "\tif checksum(ip[:ihl]) != 0 {\n",
 		New:  "\tif false {\n",
-		Pkg:  "./examples/router/", Run: "^TestForwardFrame$",
+		Pkg:  "./tools/router/", Run: "^TestForwardFrame$",
 		Why: "a frame with a bad IPv4 header checksum is dropped and counted",
 	},
 	{
@@ -987,6 +987,27 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestTimeoutProbeHoldsFlight$",
 		Why: "after a timeout only the probe is resent; an ACK within it sends nothing beyond (issue 29)",
 	},
+}
+
+// goTestDir returns where go test must run for pkg, a package path
+// relative to root ("./dir/"), and pkg as seen from there: root itself,
+// unless pkg lies under a directory with a go.mod of its own (a nested
+// module, such as tools/), whose packages the root module cannot test.
+func goTestDir(root, pkg string) (dir, rel string) {
+	abs := filepath.Join(root, pkg)
+	for d := abs; d != root && len(d) > len(root); d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			r, err := filepath.Rel(d, abs)
+			if err != nil {
+				break
+			}
+			if r == "." {
+				return d, "./"
+			}
+			return d, "./" + filepath.ToSlash(r) + "/"
+		}
+	}
+	return root, pkg
 }
 
 // ModuleRoot returns the directory of the go.mod above dir.

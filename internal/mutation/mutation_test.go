@@ -100,8 +100,9 @@ func TestMutations(t *testing.T) {
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-race", "-run", m.Run, m.Pkg)
-			cmd.Dir = tmp
+			dir, pkg := goTestDir(tmp, m.Pkg)
+			cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-race", "-run", m.Run, pkg)
+			cmd.Dir = dir
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
 			took := time.Since(start)

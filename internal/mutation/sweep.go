@@ -47,8 +47,9 @@ func MeasureCoverage(ctx context.Context, root, pkg string) (*Coverage, error) {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "pkg.test")
-	build := exec.CommandContext(ctx, "go", "test", "-c", "-cover", "-covermode=set", "-o", bin, pkg)
-	build.Dir = root
+	modDir, modPkg := goTestDir(root, pkg)
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-cover", "-covermode=set", "-o", bin, modPkg)
+	build.Dir = modDir
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mutation: building %s with coverage: %v\n%s", pkg, err, out)
 	}
@@ -170,6 +171,7 @@ func (m Mutant) Run(ctx context.Context, root string, c *Coverage) (Outcome, str
 	if err := os.WriteFile(overlay, ov, 0o644); err != nil {
 		return "", "", err
 	}
+	dir, pkg := goTestDir(root, m.Pkg)
 	var took time.Duration
 	quoted := make([]string, len(tests))
 	for i, t := range tests {
@@ -179,8 +181,8 @@ func (m Mutant) Run(ctx context.Context, root string, c *Coverage) (Outcome, str
 	// A hang must fail within a minute of the tests' own time.
 	limit := 3*took + time.Minute
 	cmd := exec.CommandContext(ctx, "go", "test", "-overlay="+overlay, "-count=1", "-vet=off", "-failfast",
-		"-timeout="+limit.String(), "-run", "^("+strings.Join(quoted, "|")+")$", m.Pkg)
-	cmd.Dir = root
+		"-timeout="+limit.String(), "-run", "^("+strings.Join(quoted, "|")+")$", pkg)
+	cmd.Dir = dir
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err = cmd.Run()

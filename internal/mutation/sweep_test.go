@@ -19,7 +19,7 @@ var Swept = []string{
 	"./ntb/", "./ntb/pci/", "./ntb/hw/",
 	"./ethernet/", "./batch/", "./vnet/",
 	"./internal/addrparam/", "./internal/acceptq/",
-	"./examples/router/",
+	"./tools/router/",
 }
 
 // TestGenerate checks the generator on every swept package: it parses

@@ -2,11 +2,11 @@
 // the style of perftest's ib_send_bw: one side streams bursts of messages,
 // the other receives and counts them.
 //
-// It is a module of its own (github.com/weft-io/weft/tools/perf, which
-// uses the SDK in ../.. through a replace directive), so that its plotting
+// It lives in the tools module (github.com/weft-io/weft/tools, which
+// uses the SDK in .. through a replace directive), so that its plotting
 // library stays out of the SDK's go.mod. From the repository root:
 //
-//	go -C tools/perf run .
+//	go -C tools run ./perf
 //
 // With no arguments it runs both ends itself over an emulated NTB bridge
 // (a second process of itself is the receiver) and prints, per message
@@ -14,8 +14,8 @@
 // measured in the same run: Go copy() bandwidth for the same size, the
 // ceiling for a transport that moves bytes through memory.
 //
-//	go run .                 # in tools/perf
-//	go run . -json
+//	go run ./perf            # in tools
+//	go run ./perf -json
 //
 // With flags it runs one side on any registered backend:
 //

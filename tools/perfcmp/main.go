@@ -26,8 +26,8 @@
 // It needs root, and gcc with libxdp for the C column (without them that
 // column is left out).
 //
-//	go run ./ethernet/internal/perfcmp
-//	go run ./ethernet/internal/perfcmp -duration 2s -rounds 5 -json
+//	go -C tools run ./perfcmp
+//	go -C tools run ./perfcmp -duration 2s -rounds 5 -json
 package main
 
 import (

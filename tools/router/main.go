@@ -13,11 +13,11 @@
 // everything it created (also on Ctrl-C), prints a table and the seed's
 // three claims as ratios, and writes router.json and router.png:
 //
-//	go run ./examples/router
-//	go run ./examples/router -backplanes ntb,ntb+batch -nodes 3 -sizes 64,1500 -duration 2s
-//	go run ./examples/router -tune            # the parameter search; writes router-tuned.json
-//	go run ./examples/router -settings router-tuned.json
-//	go run -tags rdma ./examples/router -backplanes verbs -addrs 10.77.0.2,10.77.0.3 -rank 0
+//	go -C tools run ./router
+//	go -C tools run ./router -backplanes ntb,ntb+batch -nodes 3 -sizes 64,1500 -duration 2s
+//	go -C tools run ./router -tune            # the parameter search; writes router-tuned.json
+//	go -C tools run ./router -settings router-tuned.json
+//	go -C tools run -tags rdma ./router -backplanes verbs -addrs 10.77.0.2,10.77.0.3 -rank 0
 //
 // The same binary is each node, the generator and the sink (-role).
 package main

@@ -1,9 +1,12 @@
-module github.com/weft-io/weft/tools/perf
+module github.com/weft-io/weft/tools
 
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/gaissmai/bart v0.30.0
 	github.com/weft-io/weft v0.0.0-00010101000000-000000000000
+	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -14,16 +17,14 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
-	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/jsimonetti/rtnetlink/v2 v2.3.0 // indirect
 	github.com/mdlayher/netlink v1.9.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/net v0.63.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
 
-replace github.com/weft-io/weft => ../..
+replace github.com/weft-io/weft => ../

@@ -72,6 +72,7 @@ import (
 	_ "github.com/weft-io/weft/ntb"
 	_ "github.com/weft-io/weft/roce"
 	_ "github.com/weft-io/weft/roce/verbs"
+	"github.com/weft-io/weft/tools/measure"
 )
 
 // Control messages carry FlagImm with one of these immediates.
@@ -134,7 +135,9 @@ func main() {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
-		initClock()
+		if err := measure.InitClock(); err != nil {
+			fatal(err)
+		}
 		cfg := sweepConfig{backends: strings.Split(*backend, ","), runs: *runs, group: *group,
 			latRate: *latRate, asJSON: *asJSON, plotPath: *plotPath, maxMsg: *maxMsg, dur: 500 * time.Millisecond,
 			opts: batch.Options{Deadline: *deadline, MaxPackets: *maxPackets, MaxBytes: *maxBytes}}

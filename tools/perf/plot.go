@@ -4,32 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
-	"math"
 	"os"
-	"strconv"
+	"slices"
 
-	"gonum.org/v1/plot"
+	"github.com/weft-io/weft/tools/measure"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
-
-// ticks125 marks a log axis at 1, 2 and 5 times the powers of ten.
-type ticks125 struct{}
-
-// Ticks implements plot.Ticker.
-func (ticks125) Ticks(lo, hi float64) []plot.Tick {
-	var ts []plot.Tick
-	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
-		for _, m := range []float64{1, 2, 5} {
-			if v := m * d; v >= lo && v <= hi {
-				ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
-		}
-	}
-	return ts
-}
 
 func writeJSON(rep SweepReport) error {
 	enc := json.NewEncoder(os.Stdout)
@@ -37,18 +17,19 @@ func writeJSON(rep SweepReport) error {
 	return enc.Encode(rep)
 }
 
+// modeColors colour the lines by mode; measure.Dashes tells the backends
+// apart.
 var modeColors = map[string]color.Color{
 	"unbatched": color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	"burst":     color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
 	"batched":   color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
-var backendDashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.Points(2)}, {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)}}
-
-// writePlot draws the sweep as a PNG: packet rate, bandwidth and the
-// latency median and p99 against packet size, one line per backend and
-// mode (colour: mode; dash: backend). With clean it plots the medians of
-// the clean runs (falling back to all runs for a point without any).
+// writePlot draws the sweep as a PNG (through tools/measure): packet
+// rate, bandwidth and the latency median and p99 against packet size,
+// one line per backend and mode (colour: mode; dash: backend), each named
+// in every panel's legend. With clean it plots the medians of the clean
+// runs (falling back to all runs for a point without any).
 func writePlot(path string, rep SweepReport, clean bool) error {
 	pts := rep.Points
 	which := "all runs"
@@ -78,11 +59,7 @@ func writePlot(path string, rep SweepReport, clean bool) error {
 			ss = append(ss, s)
 		}
 		s.pts = append(s.pts, p)
-		seen := false
-		for _, b := range backends {
-			seen = seen || b == p.Backend
-		}
-		if !seen {
+		if !slices.Contains(backends, p.Backend) {
 			backends = append(backends, p.Backend)
 		}
 	}
@@ -92,90 +69,37 @@ func writePlot(path string, rep SweepReport, clean bool) error {
 			sizes = append(sizes, float64(p.Size))
 		}
 	}
-	ticks := plot.ConstantTicks(nil)
-	for _, s := range sizes {
-		ticks = append(ticks, plot.Tick{Value: s, Label: strconv.Itoa(int(s))})
-	}
 	latRate := 0.0
 	if len(rep.Points) > 0 {
 		latRate = rep.Points[0].LatRate
 	}
 	suffix := ", median of " + which
+	x := measure.Axis{Label: "packet size (bytes, log)", Log: true, Ticks: sizes}
 	panels := []struct {
 		title, ylabel string
 		f             func(Point) float64
-		legend, log   bool
+		log           bool
 	}{
-		{"Packet rate (throughput phase)", "Mpkt/s", func(p Point) float64 { return p.PktPerSec / 1e6 }, true, false},
-		{"Bandwidth of packet bytes (throughput phase)", "Gb/s", func(p Point) float64 { return p.Gbps }, false, false},
-		{fmt.Sprintf("Latency median at %.0f kpkt/s", latRate/1e3), "µs, end to end (log)", func(p Point) float64 { return max(p.LatP50us, 0.1) }, false, true},
-		{fmt.Sprintf("Latency p99 at %.0f kpkt/s", latRate/1e3), "µs, end to end (log)", func(p Point) float64 { return max(p.LatP99us, 0.1) }, false, true},
+		{"Packet rate (throughput phase)" + suffix, "packet rate (Mpkt/s)", func(p Point) float64 { return p.PktPerSec / 1e6 }, false},
+		{"Bandwidth of packet bytes (throughput phase)", "bandwidth (Gb/s)", func(p Point) float64 { return p.Gbps }, false},
+		{fmt.Sprintf("Latency median at %.0f kpkt/s", latRate/1e3), "latency, end to end (µs, log)", func(p Point) float64 { return max(p.LatP50us, 0.1) }, true},
+		{fmt.Sprintf("Latency p99 at %.0f kpkt/s", latRate/1e3), "latency, end to end (µs, log)", func(p Point) float64 { return max(p.LatP99us, 0.1) }, true},
 	}
-	plots := make([][]*plot.Plot, 2)
-	for i, pn := range panels {
-		pl := plot.New()
-		pl.Title.Text = pn.title
-		if i == 0 {
-			pl.Title.Text += suffix
-		}
-		pl.X.Label.Text = "packet size (bytes)"
-		pl.Y.Label.Text = pn.ylabel
-		pl.X.Scale = plot.LogScale{}
-		pl.X.Tick.Marker = ticks
-		pl.Y.Min = 0
+	fig := measure.Figure{Cols: 2}
+	for _, pn := range panels {
+		p := measure.Panel{Title: pn.title, X: x, Y: measure.Axis{Label: pn.ylabel, Log: pn.log}}
 		if pn.log {
-			pl.Y.Scale = plot.LogScale{}
-			pl.Y.Tick.Marker = ticks125{}
-			pl.Y.Min = 0.1
+			p.Y.Min = 0.1
 		}
-		pl.Add(plotter.NewGrid())
 		for _, s := range ss {
-			xys := make(plotter.XYs, len(s.pts))
-			for j, p := range s.pts {
-				xys[j] = plotter.XY{X: float64(p.Size), Y: pn.f(p)}
+			l := measure.Line{Name: s.backend + " " + s.mode, Color: modeColors[s.mode],
+				Dashes: measure.Dashes(slices.Index(backends, s.backend))}
+			for _, pt := range s.pts {
+				l.XY = append(l.XY, plotter.XY{X: float64(pt.Size), Y: pn.f(pt)})
 			}
-			line, points, err := plotter.NewLinePoints(xys)
-			if err != nil {
-				return err
-			}
-			c := modeColors[s.mode]
-			line.Color, points.Color = c, c
-			line.Width = vg.Points(1.5)
-			for bi, b := range backends {
-				if b == s.backend {
-					line.Dashes = backendDashes[bi%len(backendDashes)]
-				}
-			}
-			points.Shape = draw.CircleGlyph{}
-			points.Radius = vg.Points(2.5)
-			pl.Add(line, points)
-			if pn.legend {
-				pl.Legend.Add(s.backend+" "+s.mode, line, points)
-			}
+			p.Lines = append(p.Lines, l)
 		}
-		if pn.legend {
-			pl.Legend.Top = true
-			pl.Legend.Left = false
-		}
-		plots[i/2] = append(plots[i/2], pl)
+		fig.Panels = append(fig.Panels, p)
 	}
-	img := vgimg.New(vg.Points(1100), vg.Points(800))
-	dc := draw.New(img)
-	t := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Points(20), PadY: vg.Points(20),
-		PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	canvases := plot.Align(plots, t, dc)
-	for r := range plots {
-		for c := range plots[r] {
-			plots[r][c].Draw(canvases[r][c])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return fig.WritePNG(path)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/weft-io/weft/batch"
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/stats"
+	"github.com/weft-io/weft/tools/measure"
 )
 
 // The sweep (-mode sweep) measures small-packet forwarding with and
@@ -376,9 +377,9 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 		return p, err
 	}
 	m0 := mallocs()
-	sh := startShare()
+	sh := measure.StartShare()
 	n, err := s.blast(cl.cfg.dur)
-	p.TxCPU = sh.end()
+	p.TxCPU = sh.End()
 	m1 := mallocs()
 	if err != nil {
 		return p, err
@@ -411,9 +412,9 @@ func (cl *client) measure(ctx context.Context, mode string, size int) (Point, er
 	if err := start(); err != nil {
 		return p, err
 	}
-	sh = startShare()
+	sh = measure.StartShare()
 	n, err = s.paced(cl.cfg.latDur, cl.cfg.latRate)
-	p.LatTxCPU = sh.end()
+	p.LatTxCPU = sh.End()
 	if err != nil {
 		return p, err
 	}
@@ -516,7 +517,7 @@ func (s *sender) reclaim() {
 // fill takes k buffers, stamps them with now and the next sequence numbers
 // and prepares sges/msgs/cookies[:k].
 func (s *sender) fill(k int, now time.Time) error {
-	ts := mono(now)
+	ts := measure.Mono(now)
 	for i := 0; i < k; i++ {
 		for len(s.free) == 0 {
 			s.reclaim()
@@ -700,12 +701,12 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
 		return err
 	}
 
-	var h, wh hist
+	var h, wh measure.Hist
 	const window = 4096
 	wp99 := make([]float64, 0, 1<<16)
 	var count, bytes, gaps, expect, m0 uint64
 	var first int64
-	var sh share
+	var sh measure.Share
 	batched := false
 	// control handles a control message; it returns true to quit.
 	control := func(imm uint32, payload []byte, now int64) (bool, error) {
@@ -713,20 +714,20 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
 		case immSweepStart:
 			v := binary.LittleEndian.Uint64(payload)
 			batched = v&0xff == 1
-			h.reset()
-			wh.reset()
+			h.Reset()
+			wh.Reset()
 			wp99 = wp99[:0]
 			count, bytes, gaps, first = 0, 0, 0, 0
 			expect = ^uint64(0)
 			m0 = mallocs()
-			sh = startShare()
+			sh = measure.StartShare()
 			return false, reply(immSweepReady, 0)
 		case immSweepStop:
-			h.merge(&wh)
-			wh.reset()
+			h.Merge(&wh)
+			wh.Reset()
 			r := result{count: count, bytes: bytes, gaps: gaps, mallocs: mallocs() - m0,
-				p50: h.quantile(0.5), p99: h.quantile(0.99), p999: h.quantile(0.999), max: float64(h.max),
-				p99w: h.quantile(0.99), cpu: sh.end(), p90: h.quantile(0.9)}
+				p50: h.Quantile(0.5), p99: h.Quantile(0.99), p999: h.Quantile(0.999), max: float64(h.Max()),
+				p99w: h.Quantile(0.99), cpu: sh.End(), p90: h.Quantile(0.9)}
 			if len(wp99) > 0 {
 				slices.Sort(wp99)
 				r.p99w = wp99[len(wp99)/2]
@@ -755,13 +756,13 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
 		expect = seq + 1
 		// One histogram update per packet: the window's, merged into the
 		// total when the window closes (and at the stop).
-		wh.add(now - ts)
-		if wh.n == window {
+		wh.Add(now - ts)
+		if wh.N() == window {
 			if len(wp99) < cap(wp99) {
-				wp99 = append(wp99, wh.quantile(0.99))
+				wp99 = append(wp99, wh.Quantile(0.99))
 			}
-			h.merge(&wh)
-			wh.reset()
+			h.Merge(&wh)
+			wh.Reset()
 		}
 		count++
 		bytes += uint64(len(b))
@@ -773,7 +774,7 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
 			if err != nil {
 				return sweepServeErr(err)
 			}
-			now := mono(time.Now())
+			now := measure.Mono(time.Now())
 			for _, p := range pkts[:n] {
 				if p.Raw && p.Flags&fabric.FlagImm != 0 {
 					q, err := control(p.Imm, p.Data, now)
@@ -791,7 +792,7 @@ func serveSweep(ctx context.Context, ep fabric.Endpoint, splitCopy bool) error {
 			if err != nil {
 				return sweepServeErr(err)
 			}
-			now := mono(time.Now())
+			now := measure.Mono(time.Now())
 			for i := range msgs[:n] {
 				m := &msgs[i]
 				b := buf.Bytes()[i*maxMsg : i*maxMsg+m.Len]
@@ -875,7 +876,7 @@ func medianPoint(thr, lat []Point) Point {
 func summarize(cfg sweepConfig, runs []Point) SweepReport {
 	rep := SweepReport{GOMAXPROCS: runtime.GOMAXPROCS(0), Pinned: cfg.pinned, Runs: cfg.runs, MinClean: cfg.minClean, Group: cfg.group,
 		Seconds: cfg.dur.Seconds(), DeadlineUs: float64(cfg.opts.Deadline) / 1e3,
-		ClockErrUs: float64(clockErr) / 1e3, CleanShare: cfg.clean, AllRuns: runs}
+		ClockErrUs: float64(measure.ClockErr()) / 1e3, CleanShare: cfg.clean, AllRuns: runs}
 	if cfg.opts.Deadline == 0 {
 		rep.DeadlineUs = float64(batch.DefaultDeadline) / 1e3
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,40 +9,13 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/tools/measure"
 )
-
-func TestHist(t *testing.T) {
-	var h hist
-	for v := int64(1); v <= 100000; v++ {
-		h.add(v)
-	}
-	h.add(-5)
-	for _, q := range []float64{0.5, 0.99, 0.999} {
-		got, want := h.quantile(q), q*100001
-		if math.Abs(got-want)/want > 0.04 {
-			t.Errorf("q%.3f = %.0f, want %.0f within 4%%", q, got, want)
-		}
-	}
-	if h.neg != 1 || h.max != 100000 || h.n != 100001 {
-		t.Fatalf("%+v", h.n)
-	}
-	var m hist
-	m.merge(&h)
-	m.merge(&h)
-	if m.n != 2*h.n || m.quantile(0.5) != h.quantile(0.5) || m.max != h.max {
-		t.Fatal("merge")
-	}
-	for v := int64(0); v < 1<<20; v = v*5/4 + 1 {
-		if b := bucketOf(v); bucketMid(b) < float64(v)*0.96-1 || bucketMid(b) > float64(v)*1.04+1 {
-			t.Fatalf("value %d in bucket %d (mid %.1f)", v, b, bucketMid(b))
-		}
-	}
-}
 
 // TestSweep runs the sweep's client and server in one process over an
 // emulated NTB bridge, briefly, in every mode.
 func TestSweep(t *testing.T) {
-	initClock()
+	measure.InitClock()
 	addr := filepath.Join(t.TempDir(), "bridge")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -38,7 +38,7 @@ func meshPair(tb testing.TB, bp string) (*Backplane, *Backplane) {
 // checksum, staging and hand-off over the back-plane, and the peer taking
 // them off it, per packet and with allocations per packet (the goal is 0).
 // The AF_XDP ports are left out, so it needs no privileges; they are
-// measured by the example itself.
+// measured by the router itself.
 func BenchmarkForward(b *testing.B) {
 	for _, bp := range []string{"ntb", "ntb+batch"} {
 		b.Run(bp, func(b *testing.B) { benchForward(b, bp) })

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/tools/measure"
 )
 
 // freePort returns a TCP port of 127.0.0.1 that nobody listens at.
@@ -193,7 +194,7 @@ func TestRouterMachine(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("WEFT_ROUTER_ROUTES")); err == nil {
 		routes = v
 	}
-	initClock()
+	measure.InitClock()
 	// One vCPU runs a guest's node, generator and sink, emulated: idle
 	// loops that spin, or nap 20µs at a time, take it from the others.
 	// Latency is not measured here. A node stalls for hundreds of milliseconds at a time, so

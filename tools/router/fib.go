@@ -15,9 +15,9 @@ import (
 // over the alternatives because it is maintained, has no dependencies,
 // keeps a full BGP table in a few megabytes, answers Lookup in tens of
 // nanoseconds without allocating (BenchmarkForward proves the last point
-// in this example), and is safe for concurrent readers. A hand-written
+// in the router), and is safe for concurrent readers. A hand-written
 // DIR-24-8 would be faster still but takes 32 MiB per node and is code
-// this example does not need to carry.
+// the router does not need to carry.
 
 // Route is what a FIB entry holds: the node that owns the egress port for
 // the prefix (RouteBricks' output node). Each node has one egress link, so
@@ -52,7 +52,7 @@ func (f *FIB) Insert(p netip.Prefix, r Route) {
 const fibSeed = 0x5eed_0011
 
 // GenFIB builds a table of n distinct IPv4 prefixes spread over the
-// unicast space (never 10/8, where the example's links live, nor 127/8
+// unicast space (never 10/8, where the router's links live, nor 127/8
 // or 224/3), with the prefix-length mix of a public BGP table (about 60%
 // /24, the rest /8 to /23, more of the longer ones), each owned by node
 // prefix-hash mod nodes. dsts receives up to len(dsts) host addresses

@@ -197,15 +197,3 @@ func TestForwardAllocs(t *testing.T) {
 		t.Errorf("ForwardFrame allocates %v per packet", a)
 	}
 }
-
-func TestHist(t *testing.T) {
-	var h Hist
-	for i := int64(1); i <= 100000; i++ {
-		h.Add(i * 10)
-	}
-	for _, q := range []struct{ q, want float64 }{{0.5, 500000}, {0.99, 990000}} {
-		if got := h.Quantile(q.q); got < q.want*0.94 || got > q.want*1.06 {
-			t.Errorf("q%.2f = %.0f, want %.0f ± 6%%", q.q, got, q.want)
-		}
-	}
-}

@@ -36,6 +36,7 @@ import (
 	_ "github.com/weft-io/weft/ntb"        // the "ntb" back-plane
 	_ "github.com/weft-io/weft/roce"       // the "roce" back-plane
 	_ "github.com/weft-io/weft/roce/verbs" // the "verbs" back-plane (build with -tags rdma)
+	"github.com/weft-io/weft/tools/measure"
 )
 
 func main() {
@@ -64,7 +65,7 @@ func main() {
 	size := flag.Int("size", 64, "internal: generator frame size")
 	rejoin := flag.Bool("rejoin", false, "internal: the node was restarted")
 	flag.Parse()
-	initClock()
+	measure.InitClock() // a host without CLOCK_MONOTONIC still forwards; its latencies are wrong
 
 	set := DefaultSettings
 	tuned := Tuned{}

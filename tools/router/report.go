@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/weft-io/weft/tools/measure"
 )
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
@@ -115,7 +117,7 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 	if pkts > 0 {
 		fmt.Fprintf(w, "\nheap allocations per packet handled, whole node processes: %.5f (%d in %d)\n", float64(mallocs)/float64(pkts), mallocs, pkts)
 	}
-	fmt.Fprintf(w, "\nCPU in cores (throughput phase | latency phase); host = all work on the machine, %d cores\n", countCPUs())
+	fmt.Fprintf(w, "\nCPU in cores (throughput phase | latency phase); host = all work on the machine, %d cores\n", measure.CountCPUs())
 	for _, r := range rows {
 		if r.Err == "" {
 			fmt.Fprintf(w, "%-12s %5d  %s | %s\n", r.Backplane, r.Size, cpuString(r.CPU), cpuString(r.LatCPU))
@@ -134,7 +136,7 @@ func report(w io.Writer, rc RunConfig, rows []Row, out string) {
 		fmt.Fprintf(w, "%s: %s\n    %s\n", c.Name, verdict, strings.Join(c.Ratios, "; "))
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	note := fmt.Sprintf("%d cores; load average at the end %s", countCPUs(), strings.TrimSpace(string(load)))
+	note := fmt.Sprintf("%d cores; load average at the end %s", measure.CountCPUs(), strings.TrimSpace(string(load)))
 	fmt.Fprintf(w, "\nhost: %s (the run itself is 3 to 6 processes)\n", note)
 	rep := Report{Nodes: rc.Nodes, Duration: rc.Duration.String(), LatRate: rc.LatRate, Rows: rows, Claims: cls, Host: []string{note}}
 	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
@@ -189,11 +191,11 @@ func saturation(rows []Row) string {
 	}
 	runSum, host = runSum/float64(n), host/float64(n)
 	s := fmt.Sprintf("saturation (throughput phases, mean): the run's processes used %.2f cores together, the host %.2f of %d; busiest process %s at %.2f cores",
-		runSum, host, countCPUs(), maxName, maxProc)
+		runSum, host, measure.CountCPUs(), maxName, maxProc)
 	switch {
 	case maxProc > 0.9:
 		s += ": that process saturates its core"
-	case host > 0.95*float64(countCPUs()) && runSum < 0.8*host:
+	case host > 0.95*float64(measure.CountCPUs()) && runSum < 0.8*host:
 		s += fmt.Sprintf(": no process of the run reaches a core; the cores were saturated, %.2f of them by other work, so every process ran on a fraction of a core and queued for it (latency in scheduler time slices)", host-runSum)
 	}
 	return s

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/weft-io/weft/tools/measure"
 )
 
 // RunConfig is one comparison.
@@ -61,7 +63,7 @@ type Row struct {
 	LatSink   SinkResult  `json:"lat_sink"`
 	NodeStats []NodeStats `json:"node_stats"`
 	// CPU is the CPU use of each process in the throughput phase, and
-	// LatCPU in the latency phase, in cores (see cpuMeter).
+	// LatCPU in the latency phase, in cores (see measure.CPUMeter).
 	CPU    map[string]float64 `json:"cpu"`
 	LatCPU map[string]float64 `json:"lat_cpu,omitempty"`
 	Err    string             `json:"error,omitempty"`
@@ -321,7 +323,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		for _, i := range topo.Ranks {
 			pids["node"+strconv.Itoa(i)] = nodes[i].cmd.Process.Pid
 		}
-		meter := newCPUMeter(pids)
+		meter := measure.NewCPUMeter(pids)
 		if kill && rc.Kill >= 0 && rc.Kill < n && nodes[rc.Kill] != nil {
 			time.Sleep(rc.Duration / 3)
 			rc.Log("killing node %d", rc.Kill)
@@ -346,7 +348,7 @@ func runOne(ctx context.Context, rc RunConfig, topo *Topology, dir string, row *
 		if ps := gen.cmd.ProcessState; ps != nil {
 			genCPU = map[string]time.Duration{"gen": ps.UserTime() + ps.SystemTime()}
 		}
-		cpu = meter.done(genCPU)
+		cpu = meter.Done(genCPU)
 		rc.progress("%s/%d: generator done: %d sent in %.2f s", row.Backplane, row.Size, g.Sent, g.Seconds)
 		if err := rc.drain(ctx, nodes); err != nil {
 			return g, SinkResult{}, err

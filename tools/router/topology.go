@@ -14,8 +14,8 @@ import (
 )
 
 // The topology is built with iproute2's ip(8), as an operator would, rather
-// than with the module's internal/netns (an example may use only the public
-// API) or a netlink client of its own: every step is one readable command,
+// than with the module's internal/netns (the router keeps to the public
+// API, as a user's application would) or a netlink client of its own: every step is one readable command,
 // and `ip netns exec` both enters a namespace for a child process and makes
 // the namespace visible to the operator (/run/netns) while the run lasts.
 //

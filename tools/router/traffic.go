@@ -14,6 +14,7 @@ import (
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/ethernet/xsk"
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/tools/measure"
 )
 
 // Test packets are UDP/IPv4 to dataPort. The payload starts with
@@ -142,7 +143,7 @@ func runGen(ctx context.Context, c GenConfig) (GenResult, error) {
 		}
 		pt := ports[k%len(ports)]
 		n := pt.q.Alloc(pt.frms[:want])
-		ts := monoNow()
+		ts := measure.MonoNow()
 		for i := range n {
 			b := pt.q.Buffer(pt.frms[i])[:c.Size]
 			copy(b, pt.tmpl[:])
@@ -254,7 +255,7 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 		}
 	}
 	ready()
-	var h Hist
+	var h measure.Hist
 	var last [256][maxNodes]uint64 // by generator port, sink port
 	frms := make([]ethernet.Frame, 64)
 	var first, lastAt time.Time
@@ -273,7 +274,7 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 				continue
 			}
 			got += n
-			now := monoNow()
+			now := measure.MonoNow()
 			for _, f := range frms[:n] {
 				d := q.Data(f)
 				pl, ok := ethernet.ParseUDP4(d, &u)

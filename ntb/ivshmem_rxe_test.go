@@ -64,9 +64,9 @@ fi
 echo ">>> perf"
 addr="pci:$dev?off=` + strconv.Itoa(vmPerfOff) + `M&size=` + strconv.Itoa(vmSlotMiB) + `M&dead=3s&side=$GUEST_INDEX"
 if [ "$GUEST_INDEX" = 0 ]; then
-  ./weft-perf -server -backend ntb -addr "$addr" || { echo "STEP FAILED perf server"; fail=1; }
+  ./weft-perf stream -server -backend ntb -addr "$addr" || { echo "STEP FAILED perf server"; fail=1; }
 else
-  sleep 2; ./weft-perf -backend ntb -addr "$addr" -sizes 1024,65536 -t 1s -runs 3 || { echo "STEP FAILED perf client"; fail=1; }
+  sleep 2; ./weft-perf stream -backend ntb -addr "$addr" -sizes 1024,65536 -t 1s -runs 3 || { echo "STEP FAILED perf client"; fail=1; }
 fi
 if [ "$GUEST_INDEX" = 1 ]; then
   # Across a guest and its host: the host maps the file behind the BAR.

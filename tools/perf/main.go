@@ -6,23 +6,25 @@
 // uses the SDK in .. through a replace directive), so that its plotting
 // library stays out of the SDK's go.mod. From the repository root:
 //
-//	go -C tools run ./perf
+//	go -C tools run ./perf stream
+//	go -C tools run ./perf sweep
 //
-// With no arguments it runs both ends itself over an emulated NTB bridge
+// It has two subcommands, each with its own flags (perf stream -h, perf
+// sweep -h). With no flags, stream runs both ends itself over an emulated NTB bridge
 // (a second process of itself is the receiver) and prints, per message
 // size, the message rate (Mmsg/s) and bandwidth (MB/s), beside a reference
 // measured in the same run: Go copy() bandwidth for the same size, the
 // ceiling for a transport that moves bytes through memory.
 //
-//	go run ./perf            # in tools
-//	go run ./perf -json
+//	go run ./perf stream            # in tools
+//	go run ./perf stream -json
 //
 // With flags it runs one side on any registered backend:
 //
-//	perf -server -backend ntb -addr /dev/shm/weft0
-//	perf -backend ntb -addr /dev/shm/weft0
+//	perf stream -server -backend ntb -addr /dev/shm/weft0
+//	perf stream -backend ntb -addr /dev/shm/weft0
 //
-// With -mode sweep it measures small-packet forwarding with and without
+// The sweep subcommand measures small-packet forwarding with and without
 // the batch package (SGE coalescing), side by side in one run: for packet
 // sizes 64 to 1500 B and the modes unbatched (one message and one Send
 // per packet), burst (one message per packet, one Send per group) and
@@ -31,8 +33,8 @@
 // p99) at a paced rate, from CLOCK_MONOTONIC timestamps in the packets.
 // It prints a table (or -json) and can draw a PNG (-plot):
 //
-//	go run . -mode sweep -plot sweep.png
-//	go run . -mode sweep -json
+//	go run ./perf sweep -plot sweep.png
+//	go run ./perf sweep -json
 //
 // Figures are medians of -runs runs in which the modes are measured back to
 // back; ratios and latency differences are taken run by run. Both ends
@@ -45,9 +47,9 @@
 // Each backend in -backend (a list) is measured; an empty address with the
 // ntb or roce backend runs both ends itself (roce: two engines on
 // 127.0.0.1 and 127.0.0.2), any other backend runs its receiver on the
-// peer with -server -mode sweep -backend NAME -addr ADDR:
+// peer with perf sweep -server -backend NAME -addr ADDR:
 //
-//	perf -mode sweep -backend ntb,roce -addr ,10.0.0.2:4791
+//	perf sweep -backend ntb,roce -addr ,10.0.0.2:4791
 package main
 
 import (
@@ -96,120 +98,157 @@ type Result struct {
 }
 
 func main() {
-	backend := flag.String("backend", "ntb", "backend: "+strings.Join(fabric.Backends(), ", "))
-	addr := flag.String("addr", "", "address; empty: run both ends over an emulated NTB bridge")
-	server := flag.Bool("server", false, "run the receiving side")
-	sizesFlag := flag.String("sizes", "64,256,1024,4096,16384,65536", "message sizes in bytes")
-	burst := flag.Int("burst", 32, "messages per Send burst")
-	dur := flag.Duration("t", time.Second, "duration per size")
-	runs := flag.Int("runs", 3, "runs per size; the median is reported")
-	asJSON := flag.Bool("json", false, "print JSON")
-	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
-	mode := flag.String("mode", "stream", "stream: message bandwidth and rate; sweep: small packets batched and unbatched")
-	modes := flag.String("modes", strings.Join(allModes, ","), "sweep: modes to measure")
-	group := flag.Int("group", 32, "sweep: packets generated per group (a router's receive burst)")
-	latRate := flag.Float64("lat-rate", 500e3, "sweep: packets/s offered in the latency phase")
-	deadline := flag.Duration("deadline", batch.DefaultDeadline, "sweep: batch deadline")
-	maxPackets := flag.Int("max-packets", 0, "sweep: packets per batch (0: Caps.MaxSGEs-1)")
-	maxBytes := flag.Int("max-bytes", 0, "sweep: bytes per batch (0: the batch default)")
-	plotPath := flag.String("plot", "", "sweep: write a PNG plot to this file")
-	maxMsg := flag.Int("maxmsg", 64<<10, "sweep: endpoint max message size")
-	splitCopy := flag.Bool("split-copy", false, "sweep: the batch splitter copies batches into slots of its own even where the endpoint offers zero-copy views")
-	views := flag.Bool("views", false, "stream: the receiver takes zero-copy views of the messages (fabric.ViewReceiver) instead of copying them into its buffers")
-	doPin := flag.Bool("pin", false, "pin the sender and the receiver threads to CPUs 0 and 1")
-	cleanShare := flag.Float64("clean", 0.9, "sweep: CPU share both ends must keep for a run to count as clean")
-	minClean := flag.Int("min-clean", 0, "sweep: add runs until this many were clean in every mode (at most -max-runs)")
-	maxRuns := flag.Int("max-runs", 0, "sweep: cap on runs per size with -min-clean (0: 4 x -runs)")
-	plotAll := flag.Bool("plot-all", false, "sweep: plot the medians of all runs (default: of the clean runs)")
-	fromJSON := flag.String("from-json", "", "sweep: print and plot a saved -json report instead of measuring")
-	cpuProfile := flag.String("cpuprofile", "", "sweep: write a CPU profile of the sender (and FILE.server of the receiver)")
-	flag.Parse()
-	if *mode == "sweep" {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				fatal(err)
-			}
-			pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-		if err := measure.InitClock(); err != nil {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "stream":
+		streamMain(os.Args[2:])
+	case "sweep":
+		sweepMain(os.Args[2:])
+	case "help", "-h", "-help", "--help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "perf: unknown subcommand %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: perf stream [flags]   message bandwidth and rate
+       perf sweep [flags]    small packets batched and unbatched
+Run "perf stream -h" or "perf sweep -h" for a subcommand's flags.
+`)
+}
+
+// common are the flags both subcommands have.
+type common struct {
+	backend, addr, sizes *string
+	server, asJSON, pin  *bool
+	dur                  *time.Duration
+	runs                 *int
+}
+
+func commonFlags(fs *flag.FlagSet, sizes string, dur time.Duration) common {
+	return common{
+		backend: fs.String("backend", "ntb", "backend: "+strings.Join(fabric.Backends(), ", ")),
+		addr:    fs.String("addr", "", "address; empty: run both ends here (ntb: an emulated bridge; roce: 127.0.0.1 and 127.0.0.2)"),
+		server:  fs.Bool("server", false, "run the receiving side"),
+		sizes:   fs.String("sizes", sizes, "message sizes in bytes"),
+		dur:     fs.Duration("t", dur, "duration per size"),
+		runs:    fs.Int("runs", 3, "runs per size; the median is reported"),
+		asJSON:  fs.Bool("json", false, "print JSON"),
+		pin:     fs.Bool("pin", false, "pin the sender and the receiver threads to CPUs 0 and 1"),
+	}
+}
+
+// sweepMain is the sweep subcommand.
+func sweepMain(args []string) {
+	fs := flag.NewFlagSet("perf sweep", flag.ExitOnError)
+	c := commonFlags(fs, "64,128,256,512,1024,1500", 500*time.Millisecond)
+	modes := fs.String("modes", strings.Join(allModes, ","), "modes to measure")
+	group := fs.Int("group", 32, "packets generated per group (a router's receive burst)")
+	latRate := fs.Float64("lat-rate", 500e3, "packets/s offered in the latency phase")
+	deadline := fs.Duration("deadline", batch.DefaultDeadline, "batch deadline")
+	maxPackets := fs.Int("max-packets", 0, "packets per batch (0: Caps.MaxSGEs-1)")
+	maxBytes := fs.Int("max-bytes", 0, "bytes per batch (0: the batch default)")
+	plotPath := fs.String("plot", "", "write a PNG plot to this file")
+	maxMsg := fs.Int("maxmsg", 64<<10, "endpoint max message size")
+	splitCopy := fs.Bool("split-copy", false, "the batch splitter copies batches into slots of its own even where the endpoint offers zero-copy views")
+	cleanShare := fs.Float64("clean", 0.9, "CPU share both ends must keep for a run to count as clean")
+	minClean := fs.Int("min-clean", 0, "add runs until this many were clean in every mode (at most -max-runs)")
+	maxRuns := fs.Int("max-runs", 0, "cap on runs per size with -min-clean (0: 4 x -runs)")
+	plotAll := fs.Bool("plot-all", false, "plot the medians of all runs (default: of the clean runs)")
+	fromJSON := fs.String("from-json", "", "print and plot a saved -json report instead of measuring")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the sender (and FILE.server of the receiver)")
+	fs.Parse(args)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
 			fatal(err)
 		}
-		cfg := sweepConfig{backends: strings.Split(*backend, ","), runs: *runs, group: *group,
-			latRate: *latRate, asJSON: *asJSON, plotPath: *plotPath, maxMsg: *maxMsg, dur: 500 * time.Millisecond,
-			opts: batch.Options{Deadline: *deadline, MaxPackets: *maxPackets, MaxBytes: *maxBytes}}
-		if *addr != "" {
-			cfg.addrs = strings.Split(*addr, ",")
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if err := measure.InitClock(); err != nil {
+		fatal(err)
+	}
+	cfg := sweepConfig{backends: strings.Split(*c.backend, ","), runs: *c.runs, group: *group,
+		latRate: *latRate, asJSON: *c.asJSON, plotPath: *plotPath, maxMsg: *maxMsg, dur: *c.dur,
+		opts: batch.Options{Deadline: *deadline, MaxPackets: *maxPackets, MaxBytes: *maxBytes}}
+	if *c.addr != "" {
+		cfg.addrs = strings.Split(*c.addr, ",")
+	}
+	cfg.latDur = cfg.dur / 2
+	var err error
+	if cfg.sizes, err = parseSizes(*c.sizes); err != nil {
+		fatal(err)
+	}
+	if cfg.modes, err = parseModes(*modes); err != nil {
+		fatal(err)
+	}
+	if *c.server {
+		if *c.addr == "" {
+			fatal(errors.New("-server needs -addr"))
 		}
-		if set["t"] {
-			cfg.dur = *dur
-		}
-		cfg.latDur = cfg.dur / 2
-		sz := "64,128,256,512,1024,1500"
-		if set["sizes"] {
-			sz = *sizesFlag
-		}
-		var err error
-		if cfg.sizes, err = parseSizes(sz); err != nil {
+		ctx := context.Background()
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ep, err := fabric.Open(octx, *c.backend, *c.addr, &fabric.Options{MaxMsgSize: *maxMsg})
+		cancel()
+		if err != nil {
 			fatal(err)
 		}
-		if cfg.modes, err = parseModes(*modes); err != nil {
-			fatal(err)
+		defer ep.Close()
+		if *c.pin {
+			pin(1)
 		}
-		if *server {
-			if *addr == "" {
-				fatal(errors.New("-server needs -addr"))
-			}
-			ctx := context.Background()
-			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			ep, err := fabric.Open(octx, *backend, *addr, &fabric.Options{MaxMsgSize: *maxMsg})
-			cancel()
-			if err != nil {
-				fatal(err)
-			}
-			defer ep.Close()
-			if *doPin {
-				pin(1)
-			}
-			if err := serveSweep(ctx, ep, *splitCopy); err != nil {
-				pprof.StopCPUProfile()
-				fatal(err)
-			}
-			return
-		}
-		if *doPin {
-			cfg.pinned = pin(0) >= 0
-		}
-		cfg.cpuProfile = *cpuProfile
-		cfg.splitCopy = *splitCopy
-		cfg.clean = *cleanShare
-		cfg.minClean, cfg.maxRuns, cfg.plotAll = *minClean, *maxRuns, *plotAll
-		if *fromJSON != "" {
-			b, err := os.ReadFile(*fromJSON)
-			if err != nil {
-				fatal(err)
-			}
-			var rep SweepReport
-			if err := json.Unmarshal(b, &rep); err != nil {
-				fatal(err)
-			}
-			if err := report(cfg, rep); err != nil {
-				fatal(err)
-			}
-			return
-		}
-		if cfg.maxRuns == 0 {
-			cfg.maxRuns = 4 * cfg.runs
-		}
-		if err := runSweep(cfg); err != nil {
+		if err := serveSweep(ctx, ep, *splitCopy); err != nil {
 			pprof.StopCPUProfile()
 			fatal(err)
 		}
 		return
 	}
+	if *c.pin {
+		cfg.pinned = pin(0) >= 0
+	}
+	cfg.cpuProfile = *cpuProfile
+	cfg.splitCopy = *splitCopy
+	cfg.clean = *cleanShare
+	cfg.minClean, cfg.maxRuns, cfg.plotAll = *minClean, *maxRuns, *plotAll
+	if *fromJSON != "" {
+		b, err := os.ReadFile(*fromJSON)
+		if err != nil {
+			fatal(err)
+		}
+		var rep SweepReport
+		if err := json.Unmarshal(b, &rep); err != nil {
+			fatal(err)
+		}
+		if err := report(cfg, rep); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if cfg.maxRuns == 0 {
+		cfg.maxRuns = 4 * cfg.runs
+	}
+	if err := runSweep(cfg); err != nil {
+		pprof.StopCPUProfile()
+		fatal(err)
+	}
+}
+
+// streamMain is the stream subcommand.
+func streamMain(args []string) {
+	fs := flag.NewFlagSet("perf stream", flag.ExitOnError)
+	c := commonFlags(fs, "64,256,1024,4096,16384,65536", time.Second)
+	burst := fs.Int("burst", 32, "messages per Send burst")
+	spin := fs.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
+	views := fs.Bool("views", false, "the receiver takes zero-copy views of the messages (fabric.ViewReceiver) instead of copying them into its buffers")
+	fs.Parse(args)
+	backend, addr, server, sizesFlag, dur, runs, asJSON, doPin := c.backend, c.addr, c.server, c.sizes, c.dur, c.runs, c.asJSON, c.pin
 	sizes, err := parseSizes(*sizesFlag)
 	if err != nil {
 		fatal(err)
@@ -232,7 +271,7 @@ func main() {
 		serverAddr, clientAddr, cleanup := localPair(*backend, "perf")
 		defer cleanup()
 		*addr = clientAddr
-		cmd = exec.Command(self, "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
+		cmd = exec.Command(self, "stream", "-server", "-backend", *backend, "-addr", serverAddr, "-burst", strconv.Itoa(*burst),
 			"-sizes", *sizesFlag, "-spin", spin.String(), "-pin="+strconv.FormatBool(*doPin), "-views="+strconv.FormatBool(*views))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/weft-io/weft/tools/measure"
 )
 
-// The sweep (-mode sweep) measures small-packet forwarding with and
+// The sweep (perf sweep) measures small-packet forwarding with and
 // without the batch package, side by side in one run, for each backend:
 //
 //   - unbatched: one fabric message per packet, one Send per packet, as a
@@ -209,7 +209,7 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 	var cmd *exec.Cmd
 	if addr == "" {
 		if backend != "ntb" && backend != "roce" {
-			return nil, errors.New("needs -addr (run the receiver with -server -mode sweep on the peer)")
+			return nil, errors.New("needs -addr (run the receiver with perf sweep -server on the peer)")
 		}
 		self, err := os.Executable()
 		if err != nil {
@@ -218,7 +218,7 @@ func sweepBackend(ctx context.Context, cfg sweepConfig, backend, addr string) ([
 		serverAddr, clientAddr, cleanup := localPair(backend, "perf-sweep")
 		defer cleanup()
 		addr = clientAddr
-		args := []string{"-server", "-mode", "sweep", "-backend", backend, "-addr", serverAddr,
+		args := []string{"sweep", "-server", "-backend", backend, "-addr", serverAddr,
 			"-maxmsg", strconv.Itoa(cfg.maxMsg), "-pin=" + strconv.FormatBool(cfg.pinned),
 			"-split-copy=" + strconv.FormatBool(cfg.splitCopy)}
 		if cfg.cpuProfile != "" {

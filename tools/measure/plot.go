@@ -35,11 +35,9 @@ type Panel struct {
 	Title string
 	// X and Y are the axes.
 	X, Y Axis
-	// Lines are the data, each with its legend entry.
+	// Lines are the data, each with its entry in the panel's legend,
+	// which is drawn to the right of the data, never over it.
 	Lines []Line
-	// LegendBottom puts the legend at the bottom right rather than the
-	// top right.
-	LegendBottom bool
 }
 
 // Axis is one axis of a panel.
@@ -184,13 +182,15 @@ func fixRange(pa *plot.Axis, log bool) {
 	}
 }
 
-// plot builds p's gonum plot.
-func (p Panel) plot() (*plot.Plot, error) {
+// plot builds p's gonum plot and its legend.
+func (p Panel) plot() (*plot.Plot, *plot.Legend, error) {
 	pl := plot.New()
 	pl.Title.Text = p.Title
 	setAxis(&pl.X, p.X)
 	setAxis(&pl.Y, p.Y)
 	pl.Add(plotter.NewGrid())
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
 	for i, l := range p.Lines {
 		xy := keep(l.XY, p.X, p.Y)
 		if len(xy) == 0 {
@@ -198,7 +198,7 @@ func (p Panel) plot() (*plot.Plot, error) {
 		}
 		line, points, err := plotter.NewLinePoints(xy)
 		if err != nil {
-			return nil, fmt.Errorf("measure: line %q of panel %q: %v", l.Name, p.Title, err)
+			return nil, nil, fmt.Errorf("measure: line %q of panel %q: %v", l.Name, p.Title, err)
 		}
 		c := l.Color
 		if c == nil {
@@ -210,13 +210,17 @@ func (p Panel) plot() (*plot.Plot, error) {
 		points.Shape = draw.CircleGlyph{}
 		points.Radius = vg.Points(2.5)
 		pl.Add(line, points)
-		pl.Legend.Add(l.Name, line, points)
+		leg.Add(l.Name, line, points)
 	}
 	fixRange(&pl.X, p.X.Log)
 	fixRange(&pl.Y, p.Y.Log)
-	pl.Legend.Top = !p.LegendBottom
-	pl.Legend.Left = false
-	return pl, nil
+	return pl, &leg, nil
+}
+
+// legendWidth is the width of leg's entries.
+func legendWidth(leg *plot.Legend) vg.Length {
+	r := leg.Rectangle(draw.Canvas{})
+	return r.Max.X - r.Min.X
 }
 
 // WritePNG draws f to a PNG file at path.
@@ -237,26 +241,41 @@ func (f Figure) WritePNG(path string) error {
 		ph = vg.Points(400)
 	}
 	plots := make([][]*plot.Plot, rows)
+	legends := make([]*plot.Legend, len(f.Panels))
+	var legW vg.Length // the legends' strip, right of each panel's data
 	for i, p := range f.Panels {
-		pl, err := p.plot()
+		pl, leg, err := p.plot()
 		if err != nil {
 			return err
 		}
 		plots[i/cols] = append(plots[i/cols], pl)
+		legends[i] = leg
+		legW = max(legW, legendWidth(leg))
+	}
+	if legW > 0 {
+		legW += vg.Points(16)
 	}
 	for len(plots[rows-1]) < cols {
 		plots[rows-1] = append(plots[rows-1], nil) // plot.Align leaves a nil cell empty
 	}
-	img := vgimg.New(pw*vg.Length(cols), ph*vg.Length(rows))
+	img := vgimg.New((pw+legW)*vg.Length(cols), ph*vg.Length(rows))
 	dc := draw.New(img)
 	t := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(20), PadY: vg.Points(20),
 		PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
 	canvases := plot.Align(plots, t, dc)
 	for r := range plots {
 		for c := range plots[r] {
-			if plots[r][c] != nil {
-				plots[r][c].Draw(canvases[r][c])
+			if plots[r][c] == nil {
+				continue
 			}
+			tile := canvases[r][c]
+			pc := draw.Crop(tile, 0, -legW, 0, 0)
+			plots[r][c].Draw(pc)
+			strip := draw.Crop(tile, tile.Max.X-tile.Min.X-legW+vg.Points(12), 0, 0, 0)
+			// Level with the top of the data area, below the title.
+			leg := legends[r*cols+c]
+			leg.YOffs = plots[r][c].DataCanvas(pc).Max.Y - strip.Max.Y
+			leg.Draw(strip)
 		}
 	}
 	out, err := os.Create(path)

@@ -216,3 +216,22 @@ func (t *Tally) add(u Tally) {
 	t.Accepted += u.Accepted
 	t.Equivalent += u.Equivalent
 }
+
+// TestGoTestDir checks where go test runs for a package: the root for
+// the root module's packages, the nested module's directory for one of
+// its packages (the root module cannot test them).
+func TestGoTestDir(t *testing.T) {
+	root, err := ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ pkg, dir, rel string }{
+		{"./fabric/", root, "./fabric/"},
+		{"./tools/router/", root + "/tools", "./router/"},
+		{"./tools/", root + "/tools", "./"},
+	} {
+		if dir, rel := goTestDir(root, c.pkg); dir != c.dir || rel != c.rel {
+			t.Errorf("goTestDir(%s) = %s, %s; want %s, %s", c.pkg, dir, rel, c.dir, c.rel)
+		}
+	}
+}

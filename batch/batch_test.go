@@ -796,7 +796,7 @@ func TestSlotWaitClose(t *testing.T) {
 
 // TestMalformed sends batches with broken headers (and the batch
 // immediate) straight through the endpoint: each is dropped and counted,
-// Recv reports a *HeaderError matching fabric.ErrMalformed, nothing
+// Recv reports a batch's *fabric.MalformedError matching fabric.ErrMalformed, nothing
 // panics, and the slot comes back.
 func TestMalformed(t *testing.T) { bothModes(t, testMalformed) }
 
@@ -845,8 +845,8 @@ func testMalformed(t *testing.T) {
 		}
 		sent++
 		n, err := s.RecvWait(ctx, pkts)
-		var he *batch.HeaderError
-		if n != 0 || !errors.Is(err, fabric.ErrMalformed) || !errors.As(err, &he) {
+		var he *fabric.MalformedError
+		if n != 0 || !errors.Is(err, fabric.ErrMalformed) || !errors.As(err, &he) || he.Where != "batch" {
 			t.Fatalf("%s: %d packets, %v", name, n, err)
 		}
 		if s.Held() != 0 {

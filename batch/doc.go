@@ -39,8 +39,8 @@
 // allocates, splits each batch back into packets that are views into the
 // slot (no copy), and reuses a slot once the caller has released every
 // packet of it. The header is validated before any packet is delivered: a
-// malformed batch is dropped and counted, and Recv returns a *HeaderError
-// matching fabric.ErrMalformed; no input can make it read out of bounds or
+// malformed batch is dropped and counted, and Recv returns a
+// *fabric.MalformedError matching fabric.ErrMalformed; no input can make it read out of bounds or
 // panic. On an endpoint that can hand out its receive memory in place
 // (fabric.ViewReceiver: ntb, roce, verbs), the splitter takes views and copies
 // nothing at all: a slot then stands for one held view, given back to the

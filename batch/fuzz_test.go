@@ -57,16 +57,16 @@ func checkSplit(t *testing.T, msg []byte, h batch.Header, pkts [][]byte) {
 }
 
 // FuzzSplit feeds arbitrary bytes to the header parser: it must never
-// panic or read out of bounds, must fail only with a *HeaderError
-// matching fabric.ErrMalformed, and a batch it accepts must be exactly
+// panic or read out of bounds, must fail only with a batch's
+// *fabric.MalformedError matching fabric.ErrMalformed, and a batch it accepts must be exactly
 // tiled by its packets.
 func FuzzSplit(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		pkts, h, err := batch.Split(nil, msg)
 		if err != nil {
-			var he *batch.HeaderError
-			if !errors.As(err, &he) || !errors.Is(err, fabric.ErrMalformed) || len(pkts) != 0 {
+			var he *fabric.MalformedError
+			if !errors.As(err, &he) || he.Where != "batch" || !errors.Is(err, fabric.ErrMalformed) || len(pkts) != 0 {
 				t.Fatalf("error %v (%T), %d packets", err, err, len(pkts))
 			}
 			return
@@ -82,7 +82,7 @@ func FuzzSplit(f *testing.F) {
 // FuzzSplitter sends arbitrary bytes as a batch message over a real NTB
 // pair and receives them through a Splitter: whatever the peer sent, the
 // splitter delivers exactly the packets Split finds, or drops the message
-// with a counted *HeaderError; it never panics and always gets its slot
+// with a counted *fabric.MalformedError; it never panics and always gets its slot
 // back.
 func FuzzSplitter(f *testing.F) {
 	fuzzSeeds(f)

@@ -39,31 +39,21 @@ type Header struct {
 	Seq uint32
 }
 
-// HeaderError is the error for a malformed batch. It matches
-// fabric.ErrMalformed with errors.Is.
-type HeaderError struct {
-	// Reason says which check failed.
-	Reason string
-}
+// errWhere is the Where of the errors of a malformed batch.
+const errWhere = "batch"
 
-// Error implements error.
-func (e *HeaderError) Error() string { return "batch: malformed batch: " + e.Reason }
-
-// Unwrap returns fabric.ErrMalformed.
-func (e *HeaderError) Unwrap() error { return fabric.ErrMalformed }
-
-// The header errors are values, so a flood of bad batches allocates
-// nothing.
+// The errors of a malformed batch are values, so a flood of bad batches
+// allocates nothing.
 var (
-	errShort    = &HeaderError{"shorter than the fixed header"}
-	errMagic    = &HeaderError{"bad magic"}
-	errVersion  = &HeaderError{"unknown version"}
-	errFlags    = &HeaderError{"reserved flags set"}
-	errCount    = &HeaderError{"packet count is zero"}
-	errHdrLen   = &HeaderError{"header length does not fit its length table or the message"}
-	errZeroLen  = &HeaderError{"zero-length packet"}
-	errTotalLen = &HeaderError{"packet lengths do not add up to the message length"}
-	errNotBatch = &HeaderError{"message does not carry the batch immediate"}
+	errShort    = &fabric.MalformedError{Where: errWhere, What: "shorter than the fixed header"}
+	errMagic    = &fabric.MalformedError{Where: errWhere, What: "bad magic"}
+	errVersion  = &fabric.MalformedError{Where: errWhere, What: "unknown version"}
+	errFlags    = &fabric.MalformedError{Where: errWhere, What: "reserved flags set"}
+	errCount    = &fabric.MalformedError{Where: errWhere, What: "packet count is zero"}
+	errHdrLen   = &fabric.MalformedError{Where: errWhere, What: "header length does not fit its length table or the message"}
+	errZeroLen  = &fabric.MalformedError{Where: errWhere, What: "zero-length packet"}
+	errTotalLen = &fabric.MalformedError{Where: errWhere, What: "packet lengths do not add up to the message length"}
+	errNotBatch = &fabric.MalformedError{Where: errWhere, What: "message does not carry the batch immediate"}
 )
 
 // putHeader writes the fixed part of a header for count packets; the
@@ -78,7 +68,8 @@ func putHeader(b []byte, count int, seq uint32) {
 // ParseHeader validates msg, a whole batch message (header and packets),
 // and returns its header. It checks every field and that the packet
 // lengths add up to exactly the rest of the message, so a caller may then
-// walk the packets without further checks. The error is a *HeaderError.
+// walk the packets without further checks. The error is a
+// *fabric.MalformedError (Where "batch").
 func ParseHeader(msg []byte) (Header, error) {
 	if len(msg) < FixedHeaderSize {
 		return Header{}, errShort
@@ -124,7 +115,8 @@ func packetLen(msg []byte, i int) int {
 
 // Split validates msg, a whole batch message, and appends a view of each
 // of its packets to dst. The views alias msg. On error dst is returned
-// unchanged with a *HeaderError. It allocates only if dst must grow.
+// unchanged with a *fabric.MalformedError. It allocates only if dst must
+// grow.
 //
 // Split is for programs that receive batches their own way; a Splitter
 // does the same over an endpoint, with receive buffer management.

@@ -3,6 +3,8 @@ package batch
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/weft-io/weft/fabric"
 )
 
 // rawBatch builds a batch message field by field: count and hdrLen go
@@ -33,7 +35,7 @@ func TestHeaderRules(t *testing.T) {
 	cases := []struct {
 		name   string
 		msg    []byte
-		want   *HeaderError
+		want   *fabric.MalformedError
 		repair []byte
 	}{
 		// 11 bytes: too short for the fixed header.
@@ -77,7 +79,7 @@ func TestHeaderRules(t *testing.T) {
 					err = f()
 				}()
 				if err != c.want {
-					t.Fatalf("%s: %v, want %q", what, err, c.want.Reason)
+					t.Fatalf("%s: %v, want %q", what, err, c.want.What)
 				}
 			}
 			check("ParseHeader", func() error { _, err := ParseHeader(c.msg); return err })

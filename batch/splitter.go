@@ -186,7 +186,7 @@ func (s *Splitter) Endpoint() fabric.Endpoint { return s.ep }
 // batch that do not fit in pkts are delivered by the next call.
 //
 // A malformed batch is dropped and counted (Stats.Drops) and Recv returns
-// the packets it has with a *HeaderError, which matches
+// the packets it has with a *fabric.MalformedError, which matches
 // fabric.ErrMalformed; a message longer than a slot gives an error
 // matching fabric.ErrMessageSize. Both are reports about input, not
 // failures of the splitter: keep calling Recv. Errors of the endpoint are

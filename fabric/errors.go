@@ -116,30 +116,6 @@ func (e *OpError) Error() string {
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
-// MalformedError is the error of a parsing function for input that
-// failed validation: it says where (the layer and the kind of input) and
-// what (the check that failed), and it matches ErrMalformed with
-// errors.Is. The type is comparable; parsers keep one preallocated value
-// per check, so rejecting a flood of bad input allocates nothing, and
-// callers read Where, What and Code with errors.As.
-type MalformedError struct {
-	// Where names the layer and the input, such as "roce/wire packet",
-	// "roce/cm MAD", "batch" or "ethernet handshake".
-	Where string
-	// What says which check failed.
-	What string
-	// Code is the layer's number for the check, for counting drops by
-	// cause (a roce/wire.Reason, a roce/cm.Reason), or 0 where the layer
-	// numbers none.
-	Code int
-}
-
-// Error returns "malformed " + Where + ": " + What.
-func (e *MalformedError) Error() string { return "malformed " + e.Where + ": " + e.What }
-
-// Unwrap returns ErrMalformed.
-func (e *MalformedError) Unwrap() error { return ErrMalformed }
-
 // RefusedError is the error of a dial that a listener refused (a full
 // backlog, a closing listener), as that listener's answer said. It
 // matches ErrRefused with errors.Is and is comparable.

@@ -79,3 +79,33 @@ func FuzzMalformedError(f *testing.F) {
 		}
 	})
 }
+
+// TestMalformedSet: a set holds one error per named check, with its Code;
+// What names each check; Code recognises the set's own errors only, and
+// neither allocates.
+func TestMalformedSet(t *testing.T) {
+	s := NewMalformedSet("roce/cm MAD", "", "too short", "bad class")
+	other := NewMalformedSet("roce/wire packet", "", "too short", "bad class")
+	if len(s) != 3 || s[0] != nil || *s[1] != (MalformedError{"roce/cm MAD", "too short", 1}) || s[2].Code != 2 {
+		t.Fatalf("set %v", s)
+	}
+	for code, want := range map[int]string{-1: "unknown reason", 0: "unknown reason", 1: "too short", 2: "bad class", 3: "unknown reason"} {
+		if got := s.What(code); got != want {
+			t.Errorf("What(%d) = %q, want %q", code, got, want)
+		}
+	}
+	if c, ok := s.Code(s[2]); !ok || c != 2 {
+		t.Errorf("Code(s[2]) = %d, %v", c, ok)
+	}
+	cp := *s[2]
+	for _, err := range []error{nil, ErrMalformed, &cp, other[2], fmt.Errorf("x: %w", s[2]),
+		&MalformedError{Where: "roce/cm MAD", What: "x", Code: 7}, &MalformedError{Code: -1}} {
+		if c, ok := s.Code(err); ok || c != 0 {
+			t.Errorf("Code(%v) = %d, %v; want 0, false", err, c, ok)
+		}
+	}
+	var err error = s[1]
+	if n := testing.AllocsPerRun(100, func() { _, _ = s.Code(err); _ = s.What(1) }); n != 0 {
+		t.Errorf("Code and What: %v allocations", n)
+	}
+}

@@ -3,6 +3,7 @@ package cm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -24,11 +25,11 @@ func parseReason(t *testing.T, b []byte) Reason {
 		}
 		return 0
 	}
-	var pe *ParseError
+	var pe *fabric.MalformedError
 	if !errors.As(err, &pe) || !errors.Is(err, fabric.ErrMalformed) {
-		t.Fatalf("ParseMAD: %v is not a ParseError matching ErrMalformed", err)
+		t.Fatalf("ParseMAD: %v is not a MalformedError matching ErrMalformed", err)
 	}
-	return pe.Reason
+	return Reason(pe.Code)
 }
 
 // validMAD is a MAD of attr that ParseMAD takes.
@@ -167,8 +168,12 @@ func TestDropsBounds(t *testing.T) {
 		}
 	}
 	last := numReasons - 1
-	if d.Add(&ParseError{Reason: numReasons}) || d.Add(&ParseError{Reason: 255}) {
-		t.Error("a ParseError with a reason out of range was counted")
+	if d.Add(&fabric.MalformedError{Where: "roce/cm MAD", What: "x", Code: int(numReasons)}) || d.Add(&fabric.MalformedError{Code: 255}) {
+		t.Error("a MalformedError with a reason out of range was counted")
+	}
+	cp := *parseErrs[ReasonSize]
+	if d.Add(&cp) || d.Add(fmt.Errorf("x: %w", parseErrs[ReasonSize])) || d.Add(fabric.ErrMalformed) || d.Add(nil) || d.Count(ReasonSize) != 1 {
+		t.Error("an error that is not one of ParseMAD's own was counted")
 	}
 	if d.Count(numReasons) != 0 || d.Count(255) != 0 || d.Count(last) != 1 {
 		t.Errorf("Count(numReasons) %d, Count(255) %d, Count(last) %d", d.Count(numReasons), d.Count(255), d.Count(last))

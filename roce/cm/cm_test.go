@@ -88,8 +88,8 @@ func TestParseMADRejects(t *testing.T) {
 	for _, c := range cases {
 		b := c.mutate(bytes.Clone(good))
 		_, err := ParseMAD(b)
-		var pe *ParseError
-		if !errors.As(err, &pe) || pe.Reason != c.reason {
+		var pe *fabric.MalformedError
+		if !errors.As(err, &pe) || Reason(pe.Code) != c.reason {
 			t.Errorf("%s: err %v, want reason %v", c.name, err, c.reason)
 			continue
 		}

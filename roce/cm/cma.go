@@ -75,7 +75,7 @@ type CMAHeader []byte
 func (h CMAHeader) IsValid() bool { return len(h) >= CMAHeaderSize }
 
 // Check reports whether h is a valid header: long enough, version 0, IP
-// version 4 or 6. The error is a *ParseError.
+// version 4 or 6. The error is a *fabric.MalformedError.
 func (h CMAHeader) Check() error {
 	if !h.IsValid() || h.Version() != CMAVersion || (h.IPVersion() != 4 && h.IPVersion() != 6) {
 		return malformed(ReasonCMAHeader)

@@ -6,7 +6,8 @@ import (
 	"github.com/weft-io/weft/fabric"
 )
 
-// Reason says why a MAD was rejected by [ParseMAD].
+// Reason says why a MAD was rejected by [ParseMAD]: it is the Code of the
+// *fabric.MalformedError of the parsing functions.
 type Reason uint8
 
 // Reasons for dropping a MAD.
@@ -22,7 +23,8 @@ const (
 	numReasons
 )
 
-var reasonText = [numReasons]string{
+// parseErrs holds the one error per reason.
+var parseErrs = fabric.NewMalformedSet("roce/cm MAD", []string{
 	ReasonSize:         "MAD not 256 bytes",
 	ReasonBaseVersion:  "unsupported MAD base version",
 	ReasonClass:        "management class not CM",
@@ -30,37 +32,16 @@ var reasonText = [numReasons]string{
 	ReasonMethod:       "unsupported CM method",
 	ReasonAttribute:    "unknown CM attribute",
 	ReasonField:        "CM message field out of range",
-	ReasonCMAHeader:    "malformed rdma_cm header",
-}
+	ReasonCMAHeader:    "bad rdma_cm header",
+}...)
 
 // String returns a short description of the reason.
-func (r Reason) String() string {
-	if r < numReasons && reasonText[r] != "" {
-		return reasonText[r]
-	}
-	return "unknown reason"
-}
+func (r Reason) String() string { return parseErrs.What(int(r)) }
 
-// ParseError is the error of the parsing functions. It matches
-// fabric.ErrMalformed with errors.Is. One preallocated value exists per
-// Reason, so rejecting a datagram does not allocate.
-type ParseError struct {
-	Reason Reason
-}
-
-// Error implements error.
-func (e *ParseError) Error() string { return "roce/cm: " + e.Reason.String() }
-
-// Unwrap returns fabric.ErrMalformed.
-func (e *ParseError) Unwrap() error { return fabric.ErrMalformed }
-
-var parseErrs = func() (t [numReasons]*ParseError) {
-	for r := range t {
-		t[r] = &ParseError{Reason: Reason(r)}
-	}
-	return t
-}()
-
+// malformed returns the error of the parsing functions for malformed
+// input: a *fabric.MalformedError with Where "roce/cm MAD" and Code r,
+// which matches fabric.ErrMalformed. It is preallocated, one per Reason,
+// so rejecting a datagram does not allocate.
 func malformed(r Reason) error { return parseErrs[r] }
 
 // Drops counts dropped MADs by reason. The zero value is ready; it is
@@ -69,15 +50,15 @@ type Drops struct {
 	n [numReasons]atomic.Uint64
 }
 
-// Add counts one drop for err if it is a *ParseError from this package,
+// Add counts one drop for err if it is an error of this package's
+// parsing functions (a *fabric.MalformedError of its own, not wrapped),
 // and reports whether it was.
 func (d *Drops) Add(err error) bool {
-	pe, ok := err.(*ParseError)
-	if !ok || pe.Reason >= numReasons {
-		return false
+	r, ok := parseErrs.Code(err)
+	if ok {
+		d.n[r].Add(1)
 	}
-	d.n[pe.Reason].Add(1)
-	return true
+	return ok
 }
 
 // Count returns the number of drops for r.

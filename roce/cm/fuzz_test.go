@@ -100,7 +100,7 @@ func FuzzParseMAD(f *testing.F) {
 		if err != nil {
 			var d Drops
 			if m != nil || !d.Add(err) {
-				t.Fatalf("error %v not a counted ParseError (mad %v)", err, m != nil)
+				t.Fatalf("error %v not a counted MalformedError (mad %v)", err, m != nil)
 			}
 			return
 		}

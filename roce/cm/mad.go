@@ -181,8 +181,8 @@ func (m MAD) Init(attr AttrID, tid uint64) {
 // ParseMAD validates a received CM datagram and returns it as a MAD. b
 // must be exactly MADSize bytes (the payload of a UD SEND to the GSI) with
 // base version 1, class CM, class version 2, method Send and a supported
-// attribute; the error is a *ParseError (matching fabric.ErrMalformed)
-// otherwise. Message fields are checked by the message views'
+// attribute; the error is a *fabric.MalformedError (matching
+// fabric.ErrMalformed) otherwise. Message fields are checked by the message views'
 // Check methods, which ParseMAD calls for the attribute. It does not
 // allocate.
 func ParseMAD(b []byte) (MAD, error) {

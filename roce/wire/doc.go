@@ -30,9 +30,9 @@
 //		pkt, err = wire.Parse(udp)
 //	}
 //
-// Malformed input yields a *[ParseError], which matches fabric.ErrMalformed
-// and carries a [Reason]; none of these functions allocates, on success or
-// failure.
+// Malformed input yields a preallocated *fabric.MalformedError, which
+// matches fabric.ErrMalformed and whose Code is a [Reason]; none of these
+// functions allocates, on success or failure.
 //
 // Also here: 24-bit [PSN] arithmetic, AETH [Syndrome] decoding, the [GID]
 // type (IPv4-mapped or IPv6 addresses) and the Linux choice of UDP source port

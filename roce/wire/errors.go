@@ -7,7 +7,8 @@ import (
 	"github.com/weft-io/weft/fabric"
 )
 
-// Reason says why a packet was rejected.
+// Reason says why a packet was rejected: it is the Code of the
+// *fabric.MalformedError of the parsing functions.
 type Reason uint8
 
 // Reasons for rejecting a packet.
@@ -25,7 +26,8 @@ const (
 	numReasons
 )
 
-var reasonText = [numReasons]string{
+// parseErrs holds the one error per reason.
+var parseErrs = fabric.NewMalformedSet("roce/wire packet", []string{
 	ReasonShort:     "packet shorter than BTH and ICRC",
 	ReasonUnaligned: "packet length not a multiple of 4",
 	ReasonOpCode:    "unsupported opcode",
@@ -36,39 +38,17 @@ var reasonText = [numReasons]string{
 	ReasonIPHeader:  "invalid IP header",
 	ReasonUDPHeader: "invalid UDP length",
 	ReasonICRC:      "ICRC mismatch",
-}
+}...)
 
 // String returns a short description of the reason.
-func (r Reason) String() string {
-	if r < numReasons && reasonText[r] != "" {
-		return reasonText[r]
-	}
-	return "unknown reason"
-}
+func (r Reason) String() string { return parseErrs.What(int(r)) }
 
-// ParseError is the error [Parse] and [VerifyICRC] return for malformed
-// input. It matches [fabric.ErrMalformed] with errors.Is. The functions of
-// this package return one preallocated *ParseError per Reason, so
-// rejecting a packet does not allocate; use errors.As to read the Reason,
-// for example to count drops by cause.
-type ParseError struct {
-	Reason Reason
-}
-
-// Error implements error.
-func (e *ParseError) Error() string { return "roce/wire: " + e.Reason.String() }
-
-// Unwrap returns fabric.ErrMalformed.
-func (e *ParseError) Unwrap() error { return fabric.ErrMalformed }
-
-// parseErrs holds the one error value per reason.
-var parseErrs = func() (t [numReasons]*ParseError) {
-	for r := range t {
-		t[r] = &ParseError{Reason: Reason(r)}
-	}
-	return t
-}()
-
+// malformed returns the error of [Parse], [VerifyICRC] and the other
+// parsing functions for malformed input: a *fabric.MalformedError with
+// Where "roce/wire packet" and Code r, which matches fabric.ErrMalformed.
+// It is preallocated, one per Reason, so rejecting a packet does not
+// allocate; use errors.As to read the Reason (Code), for example to count
+// drops by cause.
 func malformed(r Reason) error { return parseErrs[r] }
 
 // Errors of the builders, which report bad arguments rather than bad input.

@@ -86,7 +86,7 @@ func ExampleVerifyICRC() {
 	// Output:
 	// <nil>
 	// CNP QP 280 BECN true
-	// roce/wire: ICRC mismatch true
+	// malformed roce/wire packet: ICRC mismatch true
 }
 
 // Decode the syndrome of an AETH.

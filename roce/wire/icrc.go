@@ -93,7 +93,7 @@ func ipHeaderLen(pkt []byte) (n int, v6 bool, ok bool) {
 //
 // The result is the value to store, little-endian, in the packet's last
 // four bytes. ICRCParts does not allocate; the only error is a
-// *ParseError with ReasonIPHeader.
+// *fabric.MalformedError with Code ReasonIPHeader.
 func ICRCParts(hdr, rest []byte) (uint32, error) {
 	ipLen, v6, ok := ipHeaderLen(hdr)
 	n := ipLen + udpHeader + BTHSize
@@ -162,9 +162,9 @@ func PutICRC(pkt []byte) error {
 
 // VerifyICRC checks the invariant CRC of pkt (laid out as for [ICRC]). It
 // returns nil if the packet's last four bytes hold the right value, and
-// otherwise a *ParseError (ReasonICRC, or ReasonIPHeader if pkt has no IP,
-// UDP and BTH headers) that matches fabric.ErrMalformed. It does not
-// allocate.
+// otherwise a *fabric.MalformedError (Code ReasonICRC, or ReasonIPHeader
+// if pkt has no IP, UDP and BTH headers) that matches
+// fabric.ErrMalformed. It does not allocate.
 func VerifyICRC(pkt []byte) error {
 	crc, err := ICRC(pkt)
 	if err != nil {

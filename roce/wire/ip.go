@@ -12,8 +12,9 @@ import "encoding/binary"
 // protocol (IPv4) or next header (IPv6) is UDP with no IPv6 extension
 // headers, that the IPv4 packet is not a fragment, and that the UDP length
 // matches the IP payload length. It does not check ports or checksums. On
-// failure the error is a *ParseError (ReasonIPHeader or ReasonUDPHeader)
-// that matches fabric.ErrMalformed. It does not allocate.
+// failure the error is a *fabric.MalformedError (Code ReasonIPHeader or
+// ReasonUDPHeader) that matches fabric.ErrMalformed. It does not
+// allocate.
 func SplitIP(b []byte) (ip, udp []byte, err error) {
 	hl, v6, ok := ipHeaderLen(b)
 	if !ok || len(b) < hl {

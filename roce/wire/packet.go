@@ -34,7 +34,7 @@ func (p *Packet) OpCode() OpCode { return p.BTH.OpCode() }
 // the ICRC, that its length is a multiple of four, and that the pad count
 // fits the payload (opcodes without payload must have neither payload nor
 // pad). On success the Packet's fields are sub-slices of b. On failure
-// the error is a *ParseError that matches fabric.ErrMalformed.
+// the error is a *fabric.MalformedError that matches fabric.ErrMalformed.
 //
 // Parse does not allocate.
 func Parse(b []byte) (Packet, error) {

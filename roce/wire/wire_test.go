@@ -464,8 +464,8 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := Parse(c.b)
-		var pe *ParseError
-		if !errors.Is(err, fabric.ErrMalformed) || !errors.As(err, &pe) || pe.Reason != c.reason {
+		var pe *fabric.MalformedError
+		if !errors.Is(err, fabric.ErrMalformed) || !errors.As(err, &pe) || Reason(pe.Code) != c.reason {
 			t.Errorf("%s: %v, want reason %v", c.name, err, c.reason)
 		}
 	}
@@ -474,7 +474,7 @@ func TestParseErrors(t *testing.T) {
 			t.Errorf("reason %d has no text", r)
 		}
 	}
-	if (&ParseError{Reason: ReasonICRC}).Error() != "roce/wire: ICRC mismatch" {
+	if malformed(ReasonICRC).Error() != "malformed roce/wire packet: ICRC mismatch" {
 		t.Error("Error text")
 	}
 	// Short IP headers.
@@ -694,8 +694,8 @@ func TestSplitIP(t *testing.T) {
 	}
 	for _, c := range cases {
 		ip, udp, err := SplitIP(c.b)
-		var pe *ParseError
-		if !errors.As(err, &pe) || pe.Reason != c.reason || ip != nil || udp != nil {
+		var pe *fabric.MalformedError
+		if !errors.As(err, &pe) || Reason(pe.Code) != c.reason || ip != nil || udp != nil {
 			t.Errorf("%s: %v, want %v", c.name, err, c.reason)
 		}
 	}
@@ -721,8 +721,8 @@ func TestICRCPartsBounds(t *testing.T) {
 		}
 	}
 	for _, cut := range []int{n - 1, ipv4MinHeader, 1, 0} {
-		var pe *ParseError
-		if _, err := ICRCParts(body[:cut], body[cut:]); !errors.As(err, &pe) || pe.Reason != ReasonIPHeader {
+		var pe *fabric.MalformedError
+		if _, err := ICRCParts(body[:cut], body[cut:]); !errors.As(err, &pe) || Reason(pe.Code) != ReasonIPHeader {
 			t.Errorf("split at %d (short of the BTH): %v, want ReasonIPHeader", cut, err)
 		}
 	}

@@ -17,7 +17,7 @@ func handshakeSeed(typ uint8, session, dst uint32, nonce, echo uint64) []byte {
 }
 
 // FuzzHandshake: the handshake parser never panics, refuses with a
-// HandshakeError matching fabric.ErrMalformed, and what it accepts is a
+// handshake's *fabric.MalformedError matching fabric.ErrMalformed, and what it accepts is a
 // well-formed handshake that re-encodes to the same bytes.
 func FuzzHandshake(f *testing.F) {
 	f.Add(handshakeSeed(ptHello, 1, 0, 2, 0))
@@ -39,9 +39,9 @@ func FuzzHandshake(f *testing.F) {
 			t.Fatalf("accepted %x, whose header is not valid", b)
 		}
 		if err != nil {
-			var he *HandshakeError
-			if !errors.As(err, &he) || !errors.Is(err, fabric.ErrMalformed) {
-				t.Fatalf("error %v is not a HandshakeError matching ErrMalformed", err)
+			var he *fabric.MalformedError
+			if !errors.As(err, &he) || he.Where != hsWhere || !errors.Is(err, fabric.ErrMalformed) {
+				t.Fatalf("error %v is not a handshake's MalformedError matching ErrMalformed", err)
 			}
 			return
 		}

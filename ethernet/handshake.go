@@ -125,7 +125,7 @@ func (e *Endpoint) helloLocked(b []byte, off int) {
 			e.refuseHelloLocked()
 			return
 		}
-		e.failLocked(&RefusedError{Addr: net.HardwareAddr(b[6:12:12]).String()})
+		e.failLocked(&fabric.RefusedError{Addr: net.HardwareAddr(b[6:12:12]).String(), Reason: "backlog full"})
 		return
 	}
 	if e.peerSession == 0 {

@@ -24,8 +24,8 @@ import (
 // the others by the connection id in Weft's header.
 //
 // Handshakes are bounded by the backlog: a hello that finds it full is
-// answered with a refusal (the dialer's Open fails with an error
-// matching fabric.ErrRefused) and counted. A peer that sends a hello and
+// answered with a refusal (the dialer's Open fails with a
+// *fabric.RefusedError, which matches fabric.ErrRefused) and counted. A peer that sends a hello and
 // vanishes is given up after Options.HandshakeLimit() and counted as
 // failed. Truncated, malformed, forged (a nonce echo that does not match)
 // or replayed hellos (the connection id and nonce of a connection this
@@ -364,15 +364,3 @@ func (l *Listener) forget(e *Endpoint) {
 	}
 	l.mu.Unlock()
 }
-
-// RefusedError is a dial's failure when the listener refused it because
-// its backlog was full. It matches fabric.ErrRefused.
-type RefusedError struct {
-	// Addr is the listener's MAC address.
-	Addr string
-}
-
-func (e *RefusedError) Error() string { return "refused by " + e.Addr + ": backlog full" }
-
-// Unwrap returns fabric.ErrRefused.
-func (e *RefusedError) Unwrap() error { return fabric.ErrRefused }

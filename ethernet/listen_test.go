@@ -306,7 +306,9 @@ func TestCrossDial(t *testing.T) {
 }
 
 // TestDialClosedListener: dialing a listener that is gone fails with
-// the context's error, not a hang, and a refusal is an ErrRefused.
+// the context's error, not a hang, and a refusal is a
+// *fabric.RefusedError naming the listener and the full backlog, which
+// matches ErrRefused.
 func TestDialRefusedType(t *testing.T) {
 	lt := newListenTopo(t, "")
 	l := fabrictest.Listen(t, "ethernet", lt.listen, &fabric.Options{Backlog: 1})
@@ -319,6 +321,10 @@ func TestDialRefusedType(t *testing.T) {
 	require.ErrorIs(t, err, fabric.ErrRefused)
 	var oe *fabric.OpError
 	require.True(t, errors.As(err, &oe))
+	var re *fabric.RefusedError
+	require.True(t, errors.As(err, &re))
+	require.Equal(t, "backlog full", re.Reason)
+	require.NotEmpty(t, re.Addr)
 	require.EqualValues(t, 1, l.Stats().Refused)
 }
 

@@ -130,30 +130,22 @@ func getHdr(b []byte, h *hdr) bool {
 	return true
 }
 
-// HandshakeError is why a handshake packet was refused: truncated,
-// forged (a wrong nonce echo or connection id), replayed, or not a
-// handshake at all. It matches fabric.ErrMalformed with errors.Is.
-type HandshakeError struct {
-	// Reason says what was wrong.
-	Reason string
-}
+// hsWhere is the Where of the errors of parseHandshake.
+const hsWhere = "ethernet handshake"
 
-func (e *HandshakeError) Error() string { return "ethernet handshake: " + e.Reason }
-
-// Unwrap returns fabric.ErrMalformed.
-func (e *HandshakeError) Unwrap() error { return fabric.ErrMalformed }
-
+// Why a handshake packet was refused: truncated, forged (a wrong nonce
+// echo or connection id), replayed, or not a handshake at all.
 // Preallocated so that refusing a flood of bad handshakes allocates
 // nothing.
 var (
-	errHsTruncated = &HandshakeError{"truncated"}
-	errHsHeader    = &HandshakeError{"bad header (magic, version or type)"}
-	errHsType      = &HandshakeError{"not a handshake packet"}
-	errHsSession   = &HandshakeError{"connection id 0"}
-	errHsNonce     = &HandshakeError{"nonce 0"}
-	errHsEcho      = &HandshakeError{"nonce echo does not match: forged or stale"}
-	errHsDst       = &HandshakeError{"hello to a listener names a connection"}
-	errHsReplay    = &HandshakeError{"replayed hello of a finished connection"}
+	errHsTruncated = &fabric.MalformedError{Where: hsWhere, What: "truncated"}
+	errHsHeader    = &fabric.MalformedError{Where: hsWhere, What: "bad header (magic, version or type)"}
+	errHsType      = &fabric.MalformedError{Where: hsWhere, What: "not a handshake packet"}
+	errHsSession   = &fabric.MalformedError{Where: hsWhere, What: "connection id 0"}
+	errHsNonce     = &fabric.MalformedError{Where: hsWhere, What: "nonce 0"}
+	errHsEcho      = &fabric.MalformedError{Where: hsWhere, What: "nonce echo does not match: forged or stale"}
+	errHsDst       = &fabric.MalformedError{Where: hsWhere, What: "hello to a listener names a connection"}
+	errHsReplay    = &fabric.MalformedError{Where: hsWhere, What: "replayed hello of a finished connection"}
 )
 
 // handshakeMsg is a parsed handshake packet.

@@ -8,7 +8,7 @@
 //     QPN, PSN, GID) and the client ends with "done". Client and Server run
 //     it; Dial opens its connection. A Weft endpoint marks its Dest with
 //     WeftLID, and a refusing server answers with a refusal that a Weft
-//     client reads as a *RefusedError.
+//     client reads as a *fabric.RefusedError.
 //   - perftest's exchange (PerftestConn): the preamble, the keys of each
 //     side (PerftestKeys) and 8-byte synchronisations, as ib_send_bw and
 //     its siblings speak it.

@@ -212,7 +212,7 @@ func TestPerftestPreambleHostile(t *testing.T) {
 func TestRefusalMessage(t *testing.T) {
 	m := MarshalRefusal("backlog full")
 	_, err := ParsePingpong(m[:])
-	var re *RefusedError
+	var re *fabric.RefusedError
 	if !errors.As(err, &re) || re.Reason != "backlog full" || !errors.Is(err, fabric.ErrRefused) {
 		t.Fatalf("ParsePingpong(refusal) = %v", err)
 	}

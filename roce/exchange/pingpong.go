@@ -73,23 +73,9 @@ func MarshalRefusal(reason string) [PingpongMsgSize]byte {
 	return b
 }
 
-// RefusedError is the error of a dialer whose peer refused the connection
-// (a full backlog, a closing listener). It matches fabric.ErrRefused.
-type RefusedError struct {
-	// Reason is the reason the peer gave.
-	Reason string
-}
-
-// Error implements error.
-func (e *RefusedError) Error() string {
-	return "roce: connection refused by the peer: " + e.Reason
-}
-
-// Unwrap returns fabric.ErrRefused.
-func (e *RefusedError) Unwrap() error { return fabric.ErrRefused }
-
 // ParsePingpong parses a pingpong exchange message. A refusal
-// (MarshalRefusal) gives a *RefusedError, which matches fabric.ErrRefused;
+// (MarshalRefusal) gives a *fabric.RefusedError, with the Reason the peer
+// gave (a full backlog, a closing listener), which matches fabric.ErrRefused;
 // anything else that is not an address gives an error matching
 // fabric.ErrMalformed.
 func ParsePingpong(b []byte) (Dest, error) {
@@ -103,7 +89,7 @@ func ParsePingpong(b []byte) (Dest, error) {
 			}
 			return c
 		}, string(r))
-		return Dest{}, &RefusedError{Reason: reason}
+		return Dest{}, &fabric.RefusedError{Reason: reason}
 	}
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]

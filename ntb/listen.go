@@ -393,7 +393,7 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 			case got != nonce:
 				continue // an answer to an earlier dialer of this queue
 			case kind == connRef:
-				return fail(fmt.Errorf("queue %d: the listener's backlog is full: %w", queue, fabric.ErrRefused))
+				return fail(&fabric.RefusedError{Addr: "queue " + strconv.Itoa(queue), Reason: "backlog full"})
 			case kind != connAcc:
 				return fail(fmt.Errorf("queue %d: answer %q: %w", queue, kind, fabric.ErrMalformed))
 			}

@@ -178,6 +178,10 @@ func TestDialerHostileListener(t *testing.T) {
 				if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
 					t.Fatalf("dial = %v, want %v", err, c.want)
 				}
+				var re *fabric.RefusedError
+				if c.want == fabric.ErrRefused && (!errors.As(err, &re) || *re != (fabric.RefusedError{Addr: "queue 2", Reason: "backlog full"})) {
+					t.Fatalf("dial = %v, want a *fabric.RefusedError from queue 2, backlog full", err)
+				}
 			case <-ctx.Done():
 				t.Fatal("the dial did not end within 20 s")
 			}

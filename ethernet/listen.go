@@ -25,11 +25,12 @@ import (
 //
 // Handshakes are bounded by the backlog: a hello that finds it full is
 // answered with a refusal (the dialer's Open fails with a
-// *fabric.RefusedError, which matches fabric.ErrRefused) and counted. A peer that sends a hello and
-// vanishes is given up after Options.HandshakeLimit() and counted as
-// failed. Truncated, malformed, forged (a nonce echo that does not match)
-// or replayed hellos (the connection id and nonce of a connection this
-// listener already served) are dropped and counted as failed.
+// *fabric.RefusedError, which matches fabric.ErrRefused) and counted. A
+// peer that sends a hello and vanishes is given up after
+// Options.HandshakeLimit() and counted as failed. Truncated, malformed,
+// forged (a nonce echo that does not match) or replayed hellos (the
+// connection id and nonce of a connection this listener already served)
+// are dropped and counted as failed.
 type Listener struct {
 	cfg   EndpointConfig // the template of accepted endpoints
 	m     *mux

@@ -49,7 +49,11 @@
 // Errors wrap the sentinels of this package (ErrNotSupported, ErrAccess,
 // ErrBounds, ErrPeerGone, ErrMessageSize, ErrInvalid, ErrMalformed ...)
 // and os.ErrClosed after Close; test them with errors.Is. Operation
-// errors are *OpError, which names the operation and the backend.
+// errors are *OpError, which names the operation and the backend. Input
+// that fails validation gives a *MalformedError (where and what; one
+// preallocated value per check, so rejecting it allocates nothing), a
+// dial that a listener refused a *RefusedError; read them with
+// errors.As.
 //
 // # Backends
 //

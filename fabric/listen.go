@@ -14,7 +14,8 @@ import (
 // completed connections wait in a bounded queue (Options.Backlog) until
 // Accept takes them, as a kernel's TCP accept queue does. A connection
 // that finds the queue full is refused: the dialer's Open fails with an
-// error matching ErrRefused, and the listener counts it. A peer that
+// error matching ErrRefused (a *RefusedError where the listener's answer
+// says so), and the listener counts it. A peer that
 // starts a handshake and never finishes it is dropped after
 // Options.HandshakeTimeout and holds up nobody.
 //

@@ -193,19 +193,17 @@ type wqe struct {
 	issued bool     // read, atomic: counted in rdOut
 }
 
-// QP is a queue pair.
+// QP is a queue pair. It owns the state machine and the attributes
+// both sides share (state, type, QPN, destination, the transmit batch);
+// its requester, responder and waiters hold the rest.
 type QP struct {
-	e    *Engine
-	pd   *PD
-	cfg  QPConfig
-	qpn  uint32
-	cq   *CQ
-	ctr  fabric.Counters
-	evs  chan fabric.Event
-	spin time.Duration
-	// recvSpin and sendSpin are the spin budgets of RecvWait and
-	// SendWait (of at most spin).
-	recvSpin, sendSpin spin.Budget
+	e   *Engine
+	pd  *PD
+	cfg QPConfig
+	qpn uint32
+	cq  *CQ
+	ctr fabric.Counters
+	evs chan fabric.Event
 
 	mu     sync.Mutex
 	state  QPState
@@ -216,81 +214,26 @@ type QP struct {
 	status fabric.Status // why the QP is in ERR
 	closed atomic.Bool
 
-	// requester
-	sq         []wqe
-	inlineBuf  []byte // ring of inline payloads, in send-queue order
-	inlTail    uint64 // absolute position after the newest inline payload
-	sqHead     uint64 // oldest incomplete
-	sqNext     uint64 // next to transmit
-	sqTail     uint64 // next free
-	nextPkt    int    // packet index within sq[sqNext]
-	npsn       wire.PSN
-	txPSN      wire.PSN // PSN of the next packet to transmit
-	una        wire.PSN // oldest unacknowledged PSN
-	maxPSN     wire.PSN // one past the highest PSN ever sent
-	retries    int
-	rnrRetries int
-	deadline   time.Time
-	rnrUntil   time.Time
-	rdOut      int
-	gapNAKed   bool // a read response gap was already answered
-	retx       [numRetxCauses]retxCount
-	cwnd       int // packets the requester may have unacknowledged
-	cwndAcc    int
-	ssthresh   int // window above which cwnd grows by one packet a window
-	// After a timeout the requester resends only the first packets, up
-	// to rtoProbe, and holds back the rest of the flight, up to
-	// rtoRecover, until the acknowledgements tell whether the responder
-	// lost it (see rewind).
-	rtoHold    bool
-	rtoProbe   wire.PSN
-	rtoRecover wire.PSN
-	rttOn      bool     // a round trip is being timed: that of rttPSN,
-	rttPSN     wire.PSN // sent at rttAt (nanotime; see delaySample)
-	rttAt      int64
-	sinceAck   int       // packets sent since the last one with AckReq
-	lastActive int64     // nanotime of the last packet sent or received
-	probeAt    time.Time // keep-alive probe outstanding since
-	probeTries int
-	probeBuf   [64]byte
-	probePkt   [1]link.Packet
+	lastActive int64 // nanotime of the last packet sent or received
+	icrcBuf    [48 + wire.BTHSize]byte
+	trace      [32][3]uint32
+	traceN     int
 
-	// responder
-	epsn      wire.PSN
-	msn       uint32
-	nakSent   bool
-	inSend    bool
-	inWrite   bool
-	inWriteOp wire.OpCode
-	wbuf      []byte
-	woff      int
-	ackDirty  bool
-	ackPSN    wire.PSN
-	ackSyn    wire.Syndrome
-	ackPkts   int   // request packets taken since the last acknowledgement sent
-	ackAt     int64 // when (Unix ns) the queued acknowledgement was first due
-	ackUrgent bool  // the queued acknowledgement answers a duplicate: no delay
-	ackWait   int64 // ns an acknowledgement may wait (ackDelay, at most an eighth of the timeout)
-	ackListed bool  // in the engine's dirty list (guarded by the engine's pollMu)
-	atomics   [16]atomicResult
-	atomicIdx int
-	ackBuf    [64]byte
-	icrcBuf   [48 + wire.BTHSize]byte
-	ackPkt    [1]link.Packet
-	srcQPN    uint32 // UD: source QP of the last datagram
-	trace     [32][3]uint32
-	traceN    int
+	requester
+	responder
+	waiters
 
-	// receive buffer: a ring of records {len, imm, flags, 0} + payload
-	rq       []byte
-	rqHead   uint64   // oldest undelivered record
-	rqRel    uint64   // end of what the application gave back: room starts here
-	rqTail   uint64   // end of committed records
-	vq       []uint64 // ring positions of views not yet released, a queue
-	vHead    uint64   // oldest outstanding view in vq
-	vTail    uint64   // next free slot in vq
-	rqCur    uint64   // start of the record being filled (RC multi-packet SEND)
-	rqCurLen int
+	txPkts []link.Packet // txBatch packets and a queued acknowledgement
+	txBufs [][]byte
+	txN    int
+}
+
+// waiters owns what RecvWait, SendWait and wait sets block on.
+type waiters struct {
+	spin time.Duration
+	// recvSpin and sendSpin are the spin budgets of RecvWait and
+	// SendWait (of at most spin).
+	recvSpin, sendSpin spin.Budget
 
 	recvWaiters atomic.Int32
 	recvCh      chan struct{}
@@ -298,10 +241,6 @@ type QP struct {
 	sendWaiters atomic.Int32
 	sendCh      chan struct{}
 	done        chan struct{}
-
-	txPkts []link.Packet // txBatch packets and a queued acknowledgement
-	txBufs [][]byte
-	txN    int
 }
 
 type atomicResult struct {
@@ -352,10 +291,11 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if c == nil {
 		c = e.CreateCQ(0, spin)
 	}
-	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64), spin: spin,
-		sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize)),
-		rq: make([]byte, initRecvRing(cfg.RecvBuffer)), recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1),
-		done: make(chan struct{}), txPkts: make([]link.Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
+	qp := &QP{e: e, pd: pd, cfg: cfg, cq: c, evs: make(chan fabric.Event, 64),
+		requester: requester{sq: make([]wqe, min(initSQ, cfg.SQDepth)), inlineBuf: make([]byte, min(initRing, (cfg.SQDepth+1)*cfg.InlineSize))},
+		responder: responder{rq: make([]byte, initRecvRing(cfg.RecvBuffer))},
+		waiters:   waiters{spin: spin, recvCh: make(chan struct{}, 1), sendCh: make(chan struct{}, 1), done: make(chan struct{})},
+		txPkts:    make([]link.Packet, txBatch+1), txBufs: make([][]byte, txBatch)}
 	qp.recvSpin.Init(spin)
 	qp.sendSpin.Init(spin)
 	e.objMu.Lock()

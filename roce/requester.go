@@ -10,6 +10,47 @@ import (
 	"github.com/weft-io/weft/roce/wire"
 )
 
+// requester owns the send side of a QP: the send queue, the PSNs sent
+// and acknowledged, retries, the congestion window and keep-alive probes.
+type requester struct {
+	sq         []wqe
+	inlineBuf  []byte // ring of inline payloads, in send-queue order
+	inlTail    uint64 // absolute position after the newest inline payload
+	sqHead     uint64 // oldest incomplete
+	sqNext     uint64 // next to transmit
+	sqTail     uint64 // next free
+	nextPkt    int    // packet index within sq[sqNext]
+	npsn       wire.PSN
+	txPSN      wire.PSN // PSN of the next packet to transmit
+	una        wire.PSN // oldest unacknowledged PSN
+	maxPSN     wire.PSN // one past the highest PSN ever sent
+	retries    int
+	rnrRetries int
+	deadline   time.Time
+	rnrUntil   time.Time
+	rdOut      int
+	gapNAKed   bool // a read response gap was already answered
+	retx       [numRetxCauses]retxCount
+	cwnd       int // packets the requester may have unacknowledged
+	cwndAcc    int
+	ssthresh   int // window above which cwnd grows by one packet a window
+	// After a timeout the requester resends only the first packets, up
+	// to rtoProbe, and holds back the rest of the flight, up to
+	// rtoRecover, until the acknowledgements tell whether the responder
+	// lost it (see rewind).
+	rtoHold    bool
+	rtoProbe   wire.PSN
+	rtoRecover wire.PSN
+	rttOn      bool     // a round trip is being timed: that of rttPSN,
+	rttPSN     wire.PSN // sent at rttAt (nanotime; see delaySample)
+	rttAt      int64
+	sinceAck   int       // packets sent since the last one with AckReq
+	probeAt    time.Time // keep-alive probe outstanding since
+	probeTries int
+	probeBuf   [64]byte
+	probePkt   [1]link.Packet
+}
+
 // Send posts SEND work requests (with immediate data if FlagImm). It
 // returns how many it queued; n < len(msgs) is a full send queue.
 func (qp *QP) Send(msgs []fabric.Message) (int, error) { return qp.post(msgs, wopSend, "send", 0, 0) }

@@ -10,6 +10,44 @@ import (
 	"github.com/weft-io/weft/roce/wire"
 )
 
+// responder owns the receive side of a QP: the expected PSN, the
+// message being received, acknowledgements, atomic results for
+// duplicates, and the receive ring.
+type responder struct {
+	epsn      wire.PSN
+	msn       uint32
+	nakSent   bool
+	inSend    bool
+	inWrite   bool
+	inWriteOp wire.OpCode
+	wbuf      []byte
+	woff      int
+	ackDirty  bool
+	ackPSN    wire.PSN
+	ackSyn    wire.Syndrome
+	ackPkts   int   // request packets taken since the last acknowledgement sent
+	ackAt     int64 // when (Unix ns) the queued acknowledgement was first due
+	ackUrgent bool  // the queued acknowledgement answers a duplicate: no delay
+	ackWait   int64 // ns an acknowledgement may wait (ackDelay, at most an eighth of the timeout)
+	ackListed bool  // in the engine's dirty list (guarded by the engine's pollMu)
+	atomics   [16]atomicResult
+	atomicIdx int
+	ackBuf    [64]byte
+	ackPkt    [1]link.Packet
+	srcQPN    uint32 // UD: source QP of the last datagram
+
+	// receive buffer: a ring of records {len, imm, flags, 0} + payload
+	rq       []byte
+	rqHead   uint64   // oldest undelivered record
+	rqRel    uint64   // end of what the application gave back: room starts here
+	rqTail   uint64   // end of committed records
+	vq       []uint64 // ring positions of views not yet released, a queue
+	vHead    uint64   // oldest outstanding view in vq
+	vTail    uint64   // next free slot in vq
+	rqCur    uint64   // start of the record being filled (RC multi-packet SEND)
+	rqCurLen int
+}
+
 // request handles an incoming RC request packet (responder side).
 func (qp *QP) request(p *wire.Packet) {
 	psn := p.BTH.PSN()

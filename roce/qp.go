@@ -807,22 +807,22 @@ func (qp *QP) inlineSlot(n int) []byte {
 
 // beginRecord starts a record for a message of at most n bytes (room
 // already checked) and returns its payload area.
-func (qp *QP) beginRecord(n int) {
-	size := uint64(len(qp.rq))
+func (rsp *responder) beginRecord(n int) {
+	size := uint64(len(rsp.rq))
 	rec := uint64((recHdr + n + 15) &^ 15)
-	off := qp.rqTail % size
+	off := rsp.rqTail % size
 	if off+rec > size {
 		// Pad to the end of the ring.
-		putU32(qp.rq[off:], uint32(size-off-recHdr))
-		putU32(qp.rq[off+8:], recFlagPad)
-		qp.rqTail += size - off
+		putU32(rsp.rq[off:], uint32(size-off-recHdr))
+		putU32(rsp.rq[off+8:], recFlagPad)
+		rsp.rqTail += size - off
 	}
-	qp.rqCur, qp.rqCurLen = qp.rqTail, 0
+	rsp.rqCur, rsp.rqCurLen = rsp.rqTail, 0
 }
 
-func (qp *QP) appendRecord(p []byte) {
-	off := int(qp.rqCur%uint64(len(qp.rq))) + recHdr + qp.rqCurLen
-	qp.rqCurLen += copy(qp.rq[off:], p)
+func (rsp *responder) appendRecord(p []byte) {
+	off := int(rsp.rqCur%uint64(len(rsp.rq))) + recHdr + rsp.rqCurLen
+	rsp.rqCurLen += copy(rsp.rq[off:], p)
 }
 
 // commitRecord finishes the current record and wakes a waiting receiver.
@@ -936,10 +936,10 @@ func (qp *QP) OutstandingViews() int {
 
 // releaseLocked moves the room mark to the oldest outstanding view, or to
 // everything delivered.
-func (qp *QP) releaseLocked() {
-	qp.rqRel = qp.rqHead
-	if qp.vHead != qp.vTail {
-		qp.rqRel = qp.vq[qp.vHead%maxViews]
+func (rsp *responder) releaseLocked() {
+	rsp.rqRel = rsp.rqHead
+	if rsp.vHead != rsp.vTail {
+		rsp.rqRel = rsp.vq[rsp.vHead%maxViews]
 	}
 }
 

@@ -551,15 +551,15 @@ type retxCount struct{ rewinds, packets uint64 }
 // below ssthresh (doubling it every window, back quickly to where the
 // last loss left the threshold), by one packet per window above it, where
 // the last loss happened and the next one waits.
-func (qp *QP) growWindow(n int) {
-	if qp.cwnd < qp.ssthresh {
-		qp.cwnd = min(qp.cwnd+n, qp.ssthresh)
+func (req *requester) growWindow(n int) {
+	if req.cwnd < req.ssthresh {
+		req.cwnd = min(req.cwnd+n, req.ssthresh)
 		return
 	}
-	qp.cwndAcc += n
-	if qp.cwndAcc >= qp.cwnd {
-		qp.cwndAcc = 0
-		qp.cwnd = min(qp.cwnd+1, maxInflight)
+	req.cwndAcc += n
+	if req.cwndAcc >= req.cwnd {
+		req.cwndAcc = 0
+		req.cwnd = min(req.cwnd+1, maxInflight)
 	}
 }
 
@@ -784,9 +784,9 @@ func (qp *QP) response(p *wire.Packet) {
 
 // oldestPending returns the oldest transmitted read or atomic that has not
 // completed.
-func (qp *QP) oldestPending() *wqe {
-	for i := qp.sqHead; i < qp.sqNext; i++ {
-		w := &qp.sq[i%uint64(len(qp.sq))]
+func (req *requester) oldestPending() *wqe {
+	for i := req.sqHead; i < req.sqNext; i++ {
+		w := &req.sq[i%uint64(len(req.sq))]
 		if (w.op == wopRead || w.op == wopFetchAdd || w.op == wopCmpSwap) && !w.done {
 			return w
 		}

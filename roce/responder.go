@@ -109,14 +109,14 @@ func (qp *QP) request(p *wire.Packet) {
 // sequenceOK checks that op may follow what came before: FIRST, ONLY and
 // single-packet requests start messages; MIDDLE and LAST continue one of
 // the same kind.
-func (qp *QP) sequenceOK(op wire.OpCode) bool {
+func (rsp *responder) sequenceOK(op wire.OpCode) bool {
 	switch op {
 	case wire.OpRCSendMiddle, wire.OpRCSendLast, wire.OpRCSendLastWithImmediate:
-		return qp.inSend
+		return rsp.inSend
 	case wire.OpRCWriteMiddle, wire.OpRCWriteLast, wire.OpRCWriteLastWithImmediate:
-		return qp.inWrite
+		return rsp.inWrite
 	}
-	return !qp.inSend && !qp.inWrite
+	return !rsp.inSend && !rsp.inWrite
 }
 
 // payloadOK checks the payload size of a packet of a multi-packet
@@ -401,8 +401,8 @@ func (qp *QP) queueAck(psn wire.PSN, syn wire.Syndrome, urgent bool) {
 
 // ackDueBy reports whether the queued acknowledgement must go by now
 // (qp.mu held).
-func (qp *QP) ackDueBy(now int64) bool {
-	return qp.ackUrgent || qp.ackPkts >= ackEvery || now-qp.ackAt >= qp.ackWait
+func (rsp *responder) ackDueBy(now int64) bool {
+	return rsp.ackUrgent || rsp.ackPkts >= ackEvery || now-rsp.ackAt >= rsp.ackWait
 }
 
 // sendAckLocked sends a queued acknowledgement (qp.mu held).

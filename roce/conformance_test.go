@@ -61,21 +61,26 @@ func TestConformanceUD(t *testing.T) {
 // file named by the case key.
 func TestConformanceProcesses(t *testing.T) {
 	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
-		portFile := filepath.Join(os.TempDir(), "weft-roce-ft-"+key)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if side == fabrictest.SideA {
-			port := freePort(t)
-			os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
-			os.Rename(portFile+".tmp", portFile)
-			t.Cleanup(func() { os.Remove(portFile) })
-			ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d", port), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ep
-		}
-		var port int
+		return processSide(t, "weft-roce-ft-"+key, side, "listen:127.0.0.1:%d", "127.0.0.1:%d?local=127.0.0.2")
+	})
+}
+
+// processSide opens one side of a pair whose sides run in two processes:
+// side A listens on a free port (listenFmt) and publishes it in a file
+// named name, side B waits for the file and dials the port (dialFmt).
+func processSide(t testing.TB, name string, side fabrictest.Side, listenFmt, dialFmt string) fabric.Endpoint {
+	portFile := filepath.Join(os.TempDir(), name)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := listenFmt
+	var port int
+	if side == fabrictest.SideA {
+		port = freePort(t)
+		os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
+		os.Rename(portFile+".tmp", portFile)
+		t.Cleanup(func() { os.Remove(portFile) })
+	} else {
+		addr = dialFmt
 		for {
 			b, err := os.ReadFile(portFile)
 			if err == nil {
@@ -87,12 +92,12 @@ func TestConformanceProcesses(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2", port), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ep
-	})
+	}
+	ep, err := fabric.Open(ctx, "roce", fmt.Sprintf(addr, port), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }
 
 func TestWaitSet(t *testing.T) {

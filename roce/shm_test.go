@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -61,37 +58,8 @@ func TestConformanceShm(t *testing.T) {
 // between two address spaces.
 func TestConformanceShmProcesses(t *testing.T) {
 	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
-		portFile := filepath.Join(os.TempDir(), "weft-roce-shm-ft-"+key)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if side == fabrictest.SideA {
-			port := freePort(t)
-			os.WriteFile(portFile+".tmp", []byte(strconv.Itoa(port)), 0o600)
-			os.Rename(portFile+".tmp", portFile)
-			t.Cleanup(func() { os.Remove(portFile) })
-			ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ep
-		}
-		var port int
-		for {
-			b, err := os.ReadFile(portFile)
-			if err == nil {
-				port, _ = strconv.Atoi(string(b))
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal("no port file from side A")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s", port, shmAddr()), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ep
+		local := shmAddr().String()
+		return processSide(t, "weft-roce-shm-ft-"+key, side, "listen:127.0.0.1:%d?link=shm&local="+local, "127.0.0.1:%d?link=shm&local="+local)
 	})
 }
 

@@ -503,14 +503,20 @@ func TestMappingFormatWait(t *testing.T) {
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	formatHeader(m.Bytes(), ShmConfig{MemSize: (4<<20 - 4096) / 2 &^ 4095, MWs: 2, Spads: 16, DoorbellBits: 16})
-	b, err := fabric.Open(ctx, "ntb", addr(1), nil)
-	if err != nil {
-		t.Fatalf("open side 1: %v", err)
-	}
-	defer b.Close()
+	other := make(chan result, 1)
+	go func() {
+		ep, err := fabric.Open(ctx, "ntb", addr(1), nil)
+		other <- result{ep, err}
+	}()
+	// Side 0 first: if it gave up, side 1 would wait for it in vain.
 	r := testenv.Recv(t, done, "side 0's Open")
 	if r.err != nil {
 		t.Fatalf("side 0's Open, whose formatter took longer than Attach: %v", r.err)
 	}
-	r.ep.Close()
+	defer r.ep.Close()
+	r1 := testenv.Recv(t, other, "side 1's Open")
+	if r1.err != nil {
+		t.Fatalf("open side 1: %v", r1.err)
+	}
+	r1.ep.Close()
 }

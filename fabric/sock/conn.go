@@ -145,9 +145,16 @@ type Conn struct {
 	// that pumps receives in its own goroutine: no hand-off between a
 	// receive goroutine and the reader on the latency path.
 	pmu   sync.Mutex
-	views []fabric.View    // with vr
-	msgs  []fabric.Message // without vr
-	sges  []fabric.SGE
+	views []fabric.View // with vr
+	// direct is the slice of a Read that pumps while nothing is
+	// buffered: DATA goes straight into it (one copy, from the
+	// fabric's view into the caller's slice, where the backend lends
+	// views), and only what does not fit into the ring. directN counts
+	// the bytes it took. Both belong to the holder of pmu.
+	direct  []byte
+	directN int
+	msgs    []fabric.Message // without vr
+	sges    []fabric.SGE
 }
 
 type connStats struct {
@@ -292,13 +299,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		if c.rlen > 0 {
 			n := c.copyOutLocked(p)
-			c.unacked += int64(n)
-			var grant uint32
-			if c.unacked >= int64(len(c.rbuf)/4) && !c.peerClosed {
-				grant = uint32(c.unacked)
-				c.rxAllowed += c.unacked
-				c.unacked = 0
-			}
+			grant := c.readLocked(n)
 			more := c.rlen > 0 || c.eof
 			c.mu.Unlock()
 			if more {
@@ -315,7 +316,20 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		c.mu.Unlock()
-		if c.pump(c.rdl.ctx()) {
+		if n, ok := c.pumpInto(p); ok {
+			if n > 0 {
+				c.mu.Lock()
+				grant := c.readLocked(n)
+				more := c.rlen > 0 || c.eof
+				c.mu.Unlock()
+				if more {
+					signal(c.rdReady)
+				}
+				if grant > 0 {
+					c.sendCredit(grant)
+				}
+				return n, nil
+			}
 			continue
 		}
 		select {
@@ -323,6 +337,36 @@ func (c *Conn) Read(p []byte) (int, error) {
 		case <-c.rdl.wait():
 		}
 	}
+}
+
+// pumpInto is pump for a Read into p that found nothing buffered: the
+// DATA it receives lands in p first (see Conn.direct). It returns the
+// bytes placed in p and whether it pumped.
+func (c *Conn) pumpInto(p []byte) (int, bool) {
+	if !c.pmu.TryLock() {
+		return 0, false
+	}
+	c.direct, c.directN = p, 0
+	c.pumpLocked(c.rdl.ctx())
+	n := c.directN
+	c.direct, c.directN = nil, 0
+	c.pmu.Unlock()
+	c.endBurst()
+	return n, true
+}
+
+// readLocked accounts n bytes the application has read and returns the
+// credit to grant back now in a CREDIT frame (0: none yet), which it has
+// already added to rxAllowed.
+func (c *Conn) readLocked(n int) uint32 {
+	c.unacked += int64(n)
+	if c.unacked < int64(len(c.rbuf)/4) || c.peerClosed {
+		return 0
+	}
+	grant := uint32(c.unacked)
+	c.rxAllowed += c.unacked
+	c.unacked = 0
+	return grant
 }
 
 // copyOutLocked moves up to len(p) buffered bytes into p.
@@ -790,8 +834,18 @@ func (c *Conn) violation(err error) error {
 	return err
 }
 
-// copyInLocked appends p to the receive ring; credit guarantees room.
+// copyInLocked appends p to the stream: into the slice of the Read
+// that pumps (Conn.direct) while nothing is buffered before it, the rest
+// to the receive ring, where credit guarantees room.
 func (c *Conn) copyInLocked(p []byte) {
+	if c.rlen == 0 && c.directN < len(c.direct) {
+		k := copy(c.direct[c.directN:], p)
+		c.directN += k
+		p = p[k:]
+		if len(p) == 0 {
+			return
+		}
+	}
 	tail := (c.rhead + c.rlen) % len(c.rbuf)
 	k := copy(c.rbuf[tail:], p)
 	copy(c.rbuf, p[k:])

@@ -48,8 +48,12 @@ const (
 	// rxBurst is the number of frames the receive loop takes at once.
 	rxBurst = 32
 	// sendSlots is the number of DATA frames a Write posts in one burst
-	// where the endpoint copies them at once.
+	// where the endpoint copies them at once, and the most frames in
+	// flight where it does not.
 	sendSlots = 8
+	// ctlSlot is the least room for frames outside the data slots:
+	// every control frame (HELLO, CREDIT, FIN, ...) fits.
+	ctlSlot = 128
 )
 
 func (c *Config) resolve() Config {
@@ -104,13 +108,24 @@ type Conn struct {
 	rdl    deadline
 	wdl    deadline
 
-	wmu   sync.Mutex     // serialises Write and CloseWrite
-	smu   sync.Mutex     // serialises frames on the endpoint
-	sreg  *fabric.Region // sendSlots frames of hdrLen+maxData bytes
+	wmu  sync.Mutex // serialises Write and CloseWrite
+	smu  sync.Mutex // serialises frames on the endpoint; guards what follows
+	sreg *fabric.Region
+	// The send region is a small slot of small bytes at offset 0, for
+	// control frames and DATA frames the endpoint copies at once (see
+	// ring), and then slots data slots of hdrLen+maxData bytes.
+	small int
+	slots int
+	// ring: DATA frames of more than the endpoint's InlineSize bytes are
+	// signaled, and their slot is reused once the completion has been
+	// taken: up to slots frames in flight, the oldest at slot shead-sbusy.
+	// Without ring every frame is copied at once (slots per burst).
+	ring  bool
+	shead int
+	sbusy int
 	ssge  [sendSlots]fabric.SGE
 	smsg  [sendSlots]fabric.Message
-	slots int // frames per burst: sendSlots, or 1 where frames complete late
-	scomp [1]fabric.Completion
+	scomp [sendSlots]fabric.Completion
 	rreg  *fabric.Region
 
 	mu sync.Mutex
@@ -182,11 +197,6 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 		maxData = defaultMaxFrame
 	}
 	maxData = min(maxData, caps.MaxMsgSize-hdrLen, maxFrameLen)
-	if caps.InlineSize >= 1024 && r.MaxFrame <= 0 {
-		// Frames the endpoint copies at once need no completion before
-		// the send buffer is reused: a stream of them pipelines.
-		maxData = min(maxData, caps.InlineSize-hdrLen)
-	}
 	if maxData < 64 {
 		return nil, &net.OpError{Op: "dial", Net: caps.Backend,
 			Err: fmt.Errorf("sock: %s messages of %d bytes are too small: %w", caps.Backend, caps.MaxMsgSize, fabric.ErrNotSupported)}
@@ -203,23 +213,30 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	c.wdl.init()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
-	c.slots = sendSlots
-	if hdrLen+maxData > c.inline {
-		c.slots = 1
+	slot := hdrLen + maxData
+	c.slots, c.small = sendSlots, ctlSlot
+	if slot > c.inline {
+		// Frames as large as the endpoint takes, each signaled, in a
+		// ring of slots that bounds what is in flight by the window:
+		// per-message costs (posting, completion, the peer's receive)
+		// fall with the frame's size, and the endpoint sends from the
+		// slot without copying it.
+		c.ring = true
+		c.slots = min(max(r.Window/maxData, 2), sendSlots)
+		c.small = max(ctlSlot, min(c.inline, slot))
 	}
-	c.sreg, err = ep.Alloc(c.slots*(hdrLen+maxData), 0)
+	c.sreg, err = ep.Alloc(c.small+c.slots*slot, 0)
 	if err != nil {
 		return nil, c.setupErr(err)
 	}
-	for i := range c.slots {
-		c.ssge[i] = fabric.SGE{Region: c.sreg, Offset: i * (hdrLen + maxData)}
+	for i := range sendSlots {
+		c.ssge[i].Region = c.sreg
 		c.smsg[i].SGEs = c.ssge[i : i+1]
 	}
 	if vr, ok := ep.(fabric.ViewReceiver); ok {
 		c.vr = vr
 		c.views = make([]fabric.View, rxBurst)
 	} else {
-		slot := hdrLen + maxData
 		c.rreg, err = ep.Alloc(rxBurst*slot, fabric.AccessLocalWrite)
 		if err != nil {
 			return nil, c.setupErr(err)
@@ -446,10 +463,12 @@ func (c *Conn) Write(p []byte) (int, error) {
 		c.mu.Unlock()
 		sent, err := c.sendData(p[n : n+chunk])
 		n += sent
-		if err != nil {
+		if sent < chunk {
 			c.mu.Lock()
 			c.credit += int64(chunk - sent) // not sent
 			c.mu.Unlock()
+		}
+		if err != nil {
 			if errors.Is(err, errTimeout) && !c.wdl.expired() {
 				continue // the deadline moved on while we waited
 			}
@@ -465,11 +484,29 @@ func (c *Conn) Write(p []byte) (int, error) {
 
 // sendData sends p as DATA frames of up to maxData bytes in one burst
 // (p holds at most slots of them), piggybacking on the first the credit
-// the reader has freed. It returns the bytes of the frames posted, all of
-// p unless it fails.
+// the reader has freed. With ring it first takes the completions that
+// have arrived, waiting for one only while every slot is in flight, and
+// sends as many frames as there are free slots. It returns the bytes of
+// the frames posted: all of p unless slots ran short or it fails.
 func (c *Conn) sendData(p []byte) (int, error) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
+	slot := hdrLen + c.maxData
+	f := (len(p) + c.maxData - 1) / c.maxData
+	first := c.small // offset of the first frame
+	signal := false
+	switch {
+	case f == 1 && hdrLen+len(p) <= min(c.small, c.inline):
+		// One frame the endpoint copies at once: the small slot, no
+		// completion, no wait for a slot.
+		first = 0
+	case c.ring:
+		if err := c.reapLocked(c.wdl.ctx(), c.sbusy == c.slots); err != nil {
+			return 0, err
+		}
+		f = min(f, c.slots-c.sbusy)
+		first, signal = -1, true
+	}
 	b := c.sreg.Bytes()
 	c.mu.Lock()
 	grant := c.unacked
@@ -479,66 +516,102 @@ func (c *Conn) sendData(p []byte) (int, error) {
 	c.rxAllowed += grant
 	c.unacked -= grant
 	c.mu.Unlock()
-	slot := hdrLen + c.maxData
-	f := 0
-	for off := 0; off < len(p); f++ {
+	off := 0
+	for i := range f {
 		k := min(len(p)-off, c.maxData)
-		fb := b[f*slot:]
-		putHeader(fb, frameData, 0)
-		copy(fb[hdrLen:], p[off:off+k])
-		c.ssge[f].Length = hdrLen + k
+		o := first + i*slot
+		if first < 0 {
+			o = c.small + (c.shead+i)%c.slots*slot
+		}
+		putHeader(b[o:], frameData, 0)
+		if i == 0 {
+			binary.LittleEndian.PutUint32(b[o+4:], uint32(grant))
+		}
+		copy(b[o+hdrLen:], p[off:off+k])
+		c.ssge[i].Offset, c.ssge[i].Length = o, hdrLen+k
 		off += k
 	}
-	binary.LittleEndian.PutUint32(b[4:], uint32(grant))
-	posted, err := c.postLocked(c.wdl.ctx(), f)
+	posted, err := c.postLocked(c.wdl.ctx(), f, signal)
+	if signal {
+		c.shead = (c.shead + posted) % c.slots
+	}
 	if posted == 0 && grant > 0 {
 		c.mu.Lock()
 		c.rxAllowed -= grant
 		c.unacked += grant
 		c.mu.Unlock()
 	}
-	return min(posted*c.maxData, len(p)), err
+	return min(posted*c.maxData, off), err
 }
 
-// postLocked posts the first f frames of the send region, whose SGE
-// lengths the caller set, waiting for room with ctx, and waits for the
-// completion where the endpoint does not copy a frame at once (f is 1
-// then). It returns how many frames were posted. The caller holds smu.
-func (c *Conn) postLocked(ctx context.Context, f int) (int, error) {
-	signaled := c.ssge[0].Length > c.inline
-	for i := range f {
-		c.smsg[i].Flags = 0
+// postLocked posts the first f frames of smsg, whose SGEs the caller
+// set, waiting for room with ctx. Signaled frames are counted in sbusy
+// until reapLocked takes their completions. It returns how many frames
+// were posted. The caller holds smu.
+func (c *Conn) postLocked(ctx context.Context, f int, signal bool) (int, error) {
+	fl := fabric.MsgFlags(0)
+	if signal {
+		fl = fabric.FlagSignal
 	}
-	if signaled {
-		c.smsg[0].Flags = fabric.FlagSignal
+	for i := range f {
+		c.smsg[i].Flags = fl
 	}
 	posted := 0
-	for posted < f {
-		k, err := c.ep.SendWait(ctx, c.smsg[posted:f])
+	var err error
+	for posted < f && err == nil {
+		var k int
+		k, err = c.ep.SendWait(ctx, c.smsg[posted:f])
 		posted += k
-		if err != nil {
-			c.stats.framesTx.Add(uint64(posted))
-			return posted, err
-		}
 	}
-	c.stats.framesTx.Add(uint64(f))
-	if !signaled {
-		return f, nil
+	c.stats.framesTx.Add(uint64(posted))
+	if signal {
+		c.sbusy += posted
 	}
-	// The region is ours again once the frame has completed. Wait with
-	// the connection's context: a frame already posted cannot be
-	// recalled when a deadline passes.
-	if _, err := c.ep.CQ().Wait(c.ctx, c.scomp[:]); err != nil {
-		return f, err
-	}
-	return f, c.scomp[0].Err()
+	return posted, err
 }
 
-// postCtl posts a frame of n bytes already in slot 0.
+// reapLocked takes the completions of signaled frames that have arrived,
+// freeing their slots (they complete in order); with block it waits, with
+// ctx, for one at least. A failed frame fails the send path. The caller
+// holds smu.
+func (c *Conn) reapLocked(ctx context.Context, block bool) error {
+	if c.sbusy == 0 {
+		return nil
+	}
+	out := c.scomp[:c.sbusy]
+	n := c.ep.CQ().Poll(out)
+	if n == 0 && block {
+		var err error
+		if n, err = c.ep.CQ().Wait(ctx, out); err != nil {
+			return err
+		}
+	}
+	c.sbusy -= n
+	for i := range n {
+		if err := out[i].Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// postCtl posts a frame of n bytes already in the small slot. One the
+// endpoint does not copy at once (n above its InlineSize) is signaled,
+// and postCtl waits, with the connection's context (a frame posted cannot
+// be recalled when a deadline passes), until it and every frame before it
+// have completed. The caller holds smu.
 func (c *Conn) postCtl(ctx context.Context, n int) error {
-	c.ssge[0].Length = n
-	_, err := c.postLocked(ctx, 1)
-	return err
+	c.ssge[0].Offset, c.ssge[0].Length = 0, n
+	signal := n > c.inline
+	if _, err := c.postLocked(ctx, 1, signal); err != nil || !signal {
+		return err
+	}
+	for c.sbusy > 0 {
+		if err := c.reapLocked(c.ctx, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // trySendCtl sends a frame without payload if the endpoint takes it at
@@ -550,7 +623,7 @@ func (c *Conn) trySendCtl(typ uint8) {
 	}
 	defer c.smu.Unlock()
 	putHeader(c.sreg.Bytes(), typ, 0)
-	c.ssge[0].Length = hdrLen
+	c.ssge[0].Offset, c.ssge[0].Length = 0, hdrLen
 	c.smsg[0].Flags = 0
 	if k, _ := c.ep.Send(c.smsg[:1]); k == 1 {
 		c.stats.framesTx.Add(1)

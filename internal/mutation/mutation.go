@@ -244,6 +244,22 @@ var List = []Mutation{
 		Why: "a write deadline ends a Write blocked on the peer's window; losing it hangs the Write, which the test reports within testenv.Timeout (60 s) as a failure naming the Write, not as a package timeout",
 	},
 	{
+		Name: "sock-small-frame-in-ring-slot",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tfirst = 0\n",
+		New:  "",
+		Pkg:  "./fabric/sock/", Run: "^TestStreamMixed$",
+		Why: "a small frame goes from the small slot: a send-ring slot is reused only once its frame has completed (issue 25)",
+	},
+	{
+		Name: "sock-direct-read-uncounted",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tc.directN += k\n",
+		New:  "",
+		Pkg:  "./fabric/sock/", Run: "^TestStream$/^ntb$/^default$",
+		Why: "DATA a pumping Read takes straight into its slice is returned to it, not lost: losing it starves the stream, which the test reports within testenv.Timeout (60 s) (issue 25)",
+	},
+	{
 		Name: "ntb-dma-bounds",
 		File: "ntb/dma.go",
 		Old:  "\t\tif d.Offset > uint64(len(w)) || uint64(len(d.Local)) > uint64(len(w))-d.Offset {\n",

@@ -108,10 +108,9 @@ type Conn struct {
 	rdl    deadline
 	wdl    deadline
 
-	wmu    sync.Mutex // serialises Write and CloseWrite
-	corked corked
-	smu    sync.Mutex // serialises frames on the endpoint; guards what follows
-	sreg   *fabric.Region
+	wmu  sync.Mutex // serialises Write and CloseWrite
+	smu  sync.Mutex // serialises frames on the endpoint; guards what follows
+	sreg *fabric.Region
 	// The send region is a small slot of small bytes at offset 0, for
 	// control frames and DATA frames the endpoint copies at once (see
 	// ring), and then slots data slots of hdrLen+maxData bytes.
@@ -419,123 +418,9 @@ func (c *Conn) sendCredit(grant uint32) {
 // Write implements net.Conn. It returns once all of p has been handed to
 // the endpoint, waiting for credit from the peer as needed, or when the
 // write deadline passes (with the count of bytes sent before it).
-//
-// A small Write that finds another under way joins the batch of those
-// waiting (see corked), which the first of them to get the send side
-// sends as one frame; a lone Write goes out at once.
 func (c *Conn) Write(p []byte) (int, error) {
-	if !c.wmu.TryLock() {
-		if b, off, ok := c.cork(p); ok {
-			return c.awaitCork(b, off, len(p))
-		}
-		c.wmu.Lock()
-	}
-	defer c.wmu.Unlock()
-	return c.writeLocked(p)
-}
-
-// corked is the batch of small Writes that found the send side busy:
-// their bytes, in the order they came, and the batch's number. The
-// first of them to get wmu sends the whole batch (the others find it
-// sent), so a burst of small writes from several goroutines costs one
-// frame, not one each; a Write that finds the send side free never waits
-// for company.
-type corked struct {
-	mu    sync.Mutex
-	buf   []byte // the open batch (cap corkCap once used)
-	spare []byte // the buffer the batch being sent will give back
-	batch uint64 // number of the open batch
-	sent  uint64 // batches sent (or failed)
-	// res are the results of the last batches sent, batch b at b%len:
-	// a Write of the batch may get the send side only after later
-	// batches have gone out.
-	res [8]corkResult
-}
-
-// corkResult is what sending one batch returned.
-type corkResult struct {
-	batch uint64
-	n     int // bytes of the batch sent
-	err   error
-}
-
-// Sizes of corking: a Write of at most corkMax bytes may join a batch of
-// at most corkCap.
-const (
-	corkMax = 1024
-	corkCap = 8 << 10
-)
-
-// cork adds p to the open batch if it is small and fits, and returns the
-// batch's number and p's offset in it.
-func (c *Conn) cork(p []byte) (b uint64, off int, ok bool) {
-	if len(p) == 0 || len(p) > corkMax {
-		return 0, 0, false
-	}
-	k := &c.corked
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.buf == nil {
-		k.buf, k.spare = make([]byte, 0, corkCap), make([]byte, 0, corkCap)
-	}
-	if len(k.buf)+len(p) > cap(k.buf) {
-		return 0, 0, false
-	}
-	off = len(k.buf)
-	k.buf = append(k.buf, p...)
-	return k.batch, off, true
-}
-
-// awaitCork waits for the send side, then sends batch b unless another
-// Write of the batch has, and returns what the batch's sending returned
-// for the n bytes at off in it.
-func (c *Conn) awaitCork(b uint64, off, n int) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	k := &c.corked
-	k.mu.Lock()
-	if k.sent <= b {
-		buf := k.buf
-		k.buf, k.spare = k.spare[:0], nil
-		k.batch++
-		k.mu.Unlock()
-		sent, err := c.writeLocked(buf)
-		k.mu.Lock()
-		k.spare = buf[:0]
-		k.sent = b + 1
-		k.res[b%uint64(len(k.res))] = corkResult{batch: b, n: sent, err: err}
-	}
-	r := k.res[b%uint64(len(k.res))]
-	k.mu.Unlock()
-	if r.batch != b {
-		// Eight later batches went out first: the result is gone, and
-		// only a failed connection says anything more.
-		r = corkResult{n: off + n, err: c.writeErr()}
-		if r.err != nil {
-			r.n = 0
-		}
-	}
-	if sent := min(max(r.n-off, 0), n); sent < n {
-		return sent, r.err
-	}
-	return n, nil
-}
-
-// writeErr is the error a Write would fail with now, or nil.
-func (c *Conn) writeErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return c.opErr("write", net.ErrClosed)
-	case c.err != nil:
-		return c.opErr("write", c.err)
-	}
-	return nil
-}
-
-// writeLocked is Write; the caller holds wmu.
-func (c *Conn) writeLocked(p []byte) (int, error) {
 	n := 0
 	for {
 		c.mu.Lock()

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-io/weft/internal/spin"
 	"github.com/weft-io/weft/internal/testenv"
 )
 
@@ -314,71 +313,6 @@ func TestDeadlineMoved(t *testing.T) {
 					t.Fatal("did not complete once unblocked")
 				}
 			})
-		}
-	})
-}
-
-// TestCork: small Writes that find another Write under way go out as
-// one frame once it ends, each writer's bytes in one piece, and each
-// Write returns its length.
-func TestCork(t *testing.T) {
-	forEach(t, func(t *testing.T, be backend) {
-		a, b := connPair(t, be, &Config{KeepAlive: -1})
-		a.SetReadDeadline(testenv.Deadline())
-		// The first Write waits for the peer's HELLO; get past it.
-		one := make([]byte, 1)
-		if _, err := b.Write(one); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(a, one); err != nil {
-			t.Fatal(err)
-		}
-		const writers, size = 10, 10
-		b.wmu.Lock() // a Write under way
-		tx := b.stats.framesTx.Load()
-		errs := make(chan error, writers)
-		for i := range writers {
-			go func() {
-				n, err := b.Write(bytes.Repeat([]byte{byte('a' + i)}, size))
-				if err == nil && n != size {
-					err = errors.New("short write: " + itoa(n))
-				}
-				errs <- err
-			}()
-		}
-		ctx := testenv.Context(t)
-		w := spin.New(0)
-		for {
-			b.corked.mu.Lock()
-			k := len(b.corked.buf)
-			b.corked.mu.Unlock()
-			if k == writers*size {
-				break
-			}
-			if err := w.Wait(ctx); err != nil {
-				b.wmu.Unlock()
-				t.Fatalf("%d of %d bytes joined the batch: %v", k, writers*size, err)
-			}
-		}
-		b.wmu.Unlock()
-		for range writers {
-			if err := testenv.Recv(t, errs, "a corked Write"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if n := b.stats.framesTx.Load() - tx; n != 1 {
-			t.Errorf("%d small writes went out as %d frames, want 1", writers, n)
-		}
-		buf := make([]byte, writers*size)
-		if _, err := io.ReadFull(a, buf); err != nil {
-			t.Fatal(err)
-		}
-		seen := map[byte]bool{}
-		for i := 0; i < len(buf); i += size {
-			if !bytes.Equal(buf[i:i+size], bytes.Repeat(buf[i:i+1], size)) || seen[buf[i]] {
-				t.Fatalf("batch %q: a writer's bytes are not in one piece", buf)
-			}
-			seen[buf[i]] = true
 		}
 	})
 }

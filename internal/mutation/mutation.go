@@ -260,14 +260,6 @@ var List = []Mutation{
 		Why: "DATA a pumping Read takes straight into its slice is returned to it, not lost: losing it starves the stream, which the test reports within testenv.Timeout (60 s) (issue 25)",
 	},
 	{
-		Name: "sock-cork-never",
-		File: "fabric/sock/conn.go",
-		Old:  "\tif len(p) == 0 || len(p) > corkMax {\n",
-		New:  "\tif true {\n",
-		Pkg:  "./fabric/sock/", Run: "^TestCork$/^ntb$",
-		Why: "small Writes that find the send side busy coalesce into one frame; without it they queue, and the test's wait for the batch ends at testenv.Timeout (60 s) (issue 25)",
-	},
-	{
 		Name: "ntb-dma-bounds",
 		File: "ntb/dma.go",
 		Old:  "\t\tif d.Offset > uint64(len(w)) || uint64(len(d.Local)) > uint64(len(w))-d.Offset {\n",

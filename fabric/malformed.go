@@ -58,7 +58,7 @@ func (s MalformedSet) What(code int) string {
 // allocate.
 func (s MalformedSet) Code(err error) (int, bool) {
 	me, ok := err.(*MalformedError)
-	if !ok || me.Code < 0 || me.Code >= len(s) || s[me.Code] != me {
+	if !ok || me == nil || me.Code < 0 || me.Code >= len(s) || s[me.Code] != me {
 		return 0, false
 	}
 	return me.Code, true

@@ -127,11 +127,13 @@ func openMapping(ctx context.Context, name string, m Mapping, c MappingConfig) (
 // awaitFormat waits while a peer formats the header: until ctx ends, or
 // until deadline when ctx has no deadline of its own. Nothing rings when
 // the formatter finishes (the sides may be in different kernels), so it
-// polls every millisecond on a runtime timer.
+// polls every millisecond on a runtime timer. The error matches ErrBusy,
+// and ctx's cause too when ctx itself ended.
 func awaitFormat(ctx context.Context, magic *atomic.Uint64, deadline time.Time) error {
+	wait := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
+		wait, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	var tick *time.Ticker
@@ -141,8 +143,12 @@ func awaitFormat(ctx context.Context, magic *atomic.Uint64, deadline time.Time) 
 			defer tick.Stop()
 		}
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("a peer began formatting the bridge and has not finished (one that died leaves it so until the memory is zeroed): %w (%w)", ErrBusy, context.Cause(ctx))
+		case <-wait.Done():
+			const why = "a peer began formatting the bridge and has not finished (one that died leaves it so until the memory is zeroed)"
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w (%w)", why, ErrBusy, context.Cause(ctx))
+			}
+			return fmt.Errorf("%s: %w", why, ErrBusy)
 		case <-tick.C:
 		}
 	}

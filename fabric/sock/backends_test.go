@@ -172,3 +172,23 @@ func TestUnreliable(t *testing.T) {
 		t.Fatalf("NewConn over RoCE UD: %v, want ErrNotSupported", err)
 	}
 }
+
+// TestFrameFitsPeers: by default no frame, header included, is larger
+// than 64 KiB, the receive slot a verbs peer posts by default, whatever
+// the local endpoint could take: a peer sizes its slots from its own
+// Caps, and HELLO does not carry a frame size.
+func TestFrameFitsPeers(t *testing.T) {
+	for _, be := range backends {
+		if be.name != "ntb" && be.name != "roce" {
+			continue
+		}
+		t.Run(be.name, func(t *testing.T) {
+			a, b := connPair(t, be, nil)
+			for _, c := range []*Conn{a, b} {
+				if c.maxData+hdrLen > 64<<10 {
+					t.Errorf("frames of %d bytes: over a 64 KiB receive slot", c.maxData+hdrLen)
+				}
+			}
+		})
+	}
+}

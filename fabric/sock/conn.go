@@ -44,7 +44,7 @@ const (
 	DefaultWindow       = 256 << 10
 	DefaultKeepAlive    = time.Second
 	DefaultStallTimeout = 15 * time.Second
-	defaultMaxFrame     = 64 << 10
+	defaultMaxFrame     = 64<<10 - hdrLen // a whole frame fits a 64 KiB receive slot (verbs' default)
 	// rxBurst is the number of frames the receive loop takes at once.
 	rxBurst = 32
 	// sendSlots is the number of DATA frames a Write posts in one burst

@@ -180,6 +180,14 @@ var List = []Mutation{
 		Why: "zero-length packets are refused",
 	},
 	{
+		Name: "sock-frame-over-64k",
+		File: "fabric/sock/conn.go",
+		Old:  "\tdefaultMaxFrame     = 64<<10 - hdrLen // a whole frame fits a 64 KiB receive slot (verbs' default)\n",
+		New:  "\tdefaultMaxFrame     = 64 << 10\n",
+		Pkg:  "./fabric/sock/", Run: "^TestFrameFitsPeers$",
+		Why: "a default frame, header included, fits the 64 KiB receive slot a verbs peer posts (review of issue 25's frames)",
+	},
+	{
 		Name: "ntb-format-wait-attach",
 		File: "ntb/driver.go",
 		Old:  "\tdev, err := openMapping(ctx, a.kind+\":\"+a.path, m, a.mc)\n",

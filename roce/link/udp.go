@@ -216,9 +216,11 @@ func ListenUDPConfig(addr netip.AddrPort, c UDPConfig) (*UDPLink, error) {
 			why := err
 			conn, err = listenUDP(addr, bindExclusive)
 			if errors.Is(err, unix.EADDRINUSE) {
+				own.Release()
 				return nil, &SharedPortError{Addr: addr, Err: why}
 			}
 		} else if errors.Is(err, unix.EADDRINUSE) {
+			own.Release()
 			return nil, &SharedPortError{Addr: addr, Err: err}
 		}
 	} else {

@@ -329,7 +329,16 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		if c.eof {
 			c.mu.Unlock()
+			// A frame behind the FIN is a violation: take what has
+			// arrived, so that a reader going on past EOF learns of it.
+			c.pump(nil)
+			c.mu.Lock()
+			err := c.err
+			c.mu.Unlock()
 			signal(c.rdReady)
+			if err != nil {
+				return 0, c.opErr("read", err)
+			}
 			return 0, io.EOF
 		}
 		c.mu.Unlock()

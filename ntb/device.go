@@ -89,6 +89,38 @@ type Device interface {
 	Close() error
 }
 
+// Messenger is implemented by a Device whose bridge has message
+// registers (IDT's switches have them and no scratchpads; Switchtec's
+// have both). It is Linux's ntb_msg_* API for one peer. A message
+// register holds one 32-bit message from the moment the peer writes it
+// until this side clears its status bit; while it is set, the peer's
+// next message into that register is refused (ErrMsgBusy) and never
+// overwrites it. So, unlike a scratchpad, a message is delivered exactly
+// once and in order per register.
+type Messenger interface {
+	// MsgCount returns the number of message registers in each
+	// direction (ntb_msg_count).
+	MsgCount() int
+	// MsgStatus returns a bit per inbound message register that holds
+	// a message not yet cleared (ntb_msg_read_sts, inbound bits).
+	MsgStatus() uint64
+	// MsgClear clears inbound status bits, freeing those registers for
+	// the peer's next messages (ntb_msg_clear_sts).
+	MsgClear(bits uint64) error
+	// MsgRead reads inbound message register idx (ntb_msg_read). It
+	// does not clear its status.
+	MsgRead(idx int) (uint32, error)
+	// PeerMsgWrite sends v through message register idx
+	// (ntb_peer_msg_write). If the peer has not cleared the register's
+	// last message, nothing is delivered and the error wraps ErrMsgBusy:
+	// the caller sends again later.
+	PeerMsgWrite(idx int, v uint32) error
+}
+
+// ErrMsgBusy is returned by Messenger.PeerMsgWrite when the peer still
+// holds the register's previous message.
+var ErrMsgBusy = errors.New("ntb: the peer has not taken the previous message in that register")
+
 // LinkEvent is a change of the link state.
 type LinkEvent struct {
 	Up bool

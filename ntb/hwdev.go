@@ -71,6 +71,7 @@ type HWDevice struct {
 	o      *hwmap.Ops
 	regs   Mapping
 	rb     []byte
+	io     RegIO // nil: loads and stores on rb
 	cfg    io.ReaderAt
 	wins   []pci.Resource // each window's BAR
 	mapBAR func(bar int) (Mapping, error)
@@ -104,6 +105,22 @@ type hwParts struct {
 	revision uint8
 	mapBAR   func(bar int) (Mapping, error)
 	closer   io.Closer
+	// io, when set, performs every register access in place of loads and
+	// stores on regs (a chip model in tests); regs still gives the BAR's
+	// size.
+	io RegIO
+}
+
+// RegIO performs register accesses at byte offsets of a register BAR,
+// one access of width bytes (1, 2, 4 or 8). A hardware BAR is worked by
+// plain loads and stores; a behavioural model of a bridge (package
+// ntb/internal/chipmodel, used by tests) implements RegIO to give the
+// registers their side effects: write-one-to-clear, a doorbell that sets
+// the peer's bits, a translation that moves the peer's window. Offsets
+// reach RegIO only after the driver has checked them against the BAR.
+type RegIO interface {
+	Load(off uint32, width uint8) uint64
+	Store(off uint32, width uint8, v uint64)
 }
 
 // OpenHardware opens the hardware bridge at the PCI address addr with
@@ -215,7 +232,7 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 	if uint64(len(rb)) < m.RegBARSize || uintptr(unsafe.Pointer(unsafe.SliceData(rb)))%8 != 0 {
 		return nil, fmt.Errorf("ntb: hardware %s: register mapping of %d bytes, the map needs %#x: %w", name, len(rb), m.RegBARSize, fabric.ErrInvalid)
 	}
-	d := &HWDevice{name: name, m: m, o: &m.Ops, regs: p.regs, rb: rb, cfg: p.cfg, mapBAR: p.mapBAR, mem: c.Memory,
+	d := &HWDevice{name: name, m: m, o: &m.Ops, regs: p.regs, rb: rb, io: p.io, cfg: p.cfg, mapBAR: p.mapBAR, mem: c.Memory,
 		valid: m.DBValidMask(), spin: c.Spin, closer: p.closer,
 		events: make(chan LinkEvent, 16), stop: make(chan struct{})}
 	for _, w := range m.Ops.Windows {
@@ -338,6 +355,9 @@ func (d *HWDevice) reg(name string, idx int, flags int) (regLoc, error) {
 
 // load reads a located register with one access of its width.
 func (d *HWDevice) load(r regLoc) uint64 {
+	if d.io != nil {
+		return d.io.Load(r.off, r.width)
+	}
 	p := unsafe.Pointer(&d.rb[r.off])
 	switch r.width {
 	case 1:
@@ -353,6 +373,10 @@ func (d *HWDevice) load(r regLoc) uint64 {
 
 // store writes a located register with one access of its width.
 func (d *HWDevice) store(r regLoc, v uint64) {
+	if d.io != nil {
+		d.io.Store(r.off, r.width, v&widthMax(r.width))
+		return
+	}
 	p := unsafe.Pointer(&d.rb[r.off])
 	switch r.width {
 	case 1:

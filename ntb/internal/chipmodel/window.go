@@ -1,0 +1,168 @@
+//go:build linux
+
+package chipmodel
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Memory is a side's DMA memory: a memfd mapped in this process, with a
+// bus address (ntb.DMAMemory's method set). The peer's outbound windows
+// map the same memfd.
+type Memory struct {
+	fd  int
+	b   []byte
+	bus uint64
+}
+
+func newMemory(size, bus uint64) (*Memory, error) {
+	fd, err := unix.MemfdCreate("chipmodel-dma", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("chipmodel: memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("chipmodel: memfd: %w", err)
+	}
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("chipmodel: mmap: %w", err)
+	}
+	return &Memory{fd: fd, b: b, bus: bus}, nil
+}
+
+// Bytes returns the memory.
+func (m *Memory) Bytes() []byte { return m.b }
+
+// BusAddr returns the bus address of the memory's first byte.
+func (m *Memory) BusAddr() uint64 { return m.bus }
+
+func (m *Memory) close() error {
+	if m.b == nil {
+		return nil
+	}
+	err := errors.Join(unix.Munmap(m.b), unix.Close(m.fd))
+	m.b = nil
+	return err
+}
+
+// Window is a mapping of an outbound window BAR: its pages are the peer's
+// memory where the peer's translation puts them, and a private sink
+// beyond what the translation and limits let through.
+type Window struct {
+	s   *Side
+	bar int
+	b   []byte
+	// the current route: n bytes from the window's start map the peer's
+	// memfd at off (n 0: all sink).
+	off, n uint64
+	closed bool
+}
+
+// MapWindow maps this side's outbound window BAR bar. The mapping follows
+// the translation live until Close (or the chip's Close).
+func (s *Side) MapWindow(bar int) (*Window, error) {
+	_, size := s.BAR(bar)
+	if bar == 0 || size == 0 {
+		return nil, fmt.Errorf("%w: side %d has no window BAR %d", ErrConfig, s.idx, bar)
+	}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if s.c.closed {
+		return nil, fmt.Errorf("%w: the chip is closed", ErrConfig)
+	}
+	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("chipmodel: window mmap: %w", err)
+	}
+	w := &Window{s: s, bar: bar, b: b}
+	w.reroute()
+	s.wins = append(s.wins, w)
+	return w, nil
+}
+
+// Bytes returns the window.
+func (w *Window) Bytes() []byte { return w.b }
+
+// Close unmaps the window.
+func (w *Window) Close() error {
+	s := w.s
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for i, x := range s.wins {
+		if x == w {
+			s.wins = append(s.wins[:i], s.wins[i+1:]...)
+			break
+		}
+	}
+	return w.unmap()
+}
+
+func (w *Window) unmap() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	return unix.Munmap(w.b)
+}
+
+// Route reports where this side's outbound window on bar lands now: the
+// offset in the peer's memory of the window's first byte and how many
+// bytes from the window's start reach it (0: none; the rest is sink).
+func (s *Side) Route(bar int) (memOff, n uint64) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.route(bar)
+}
+
+// route turns the family's bus-address route into memfd terms: only whole
+// pages inside the peer's memory are mapped.
+func (s *Side) route(bar int) (memOff, n uint64) {
+	_, size := s.BAR(bar)
+	if s.c.spec.enabled != nil && !s.c.linkUp {
+		return 0, 0 // no link: the chip drops the writes
+	}
+	bus, n := s.c.spec.route(s, bar)
+	n = min(n, size)
+	peer := s.Peer().mem
+	pg := uint64(unix.Getpagesize())
+	if n == 0 || bus < peer.bus || bus-peer.bus >= uint64(len(peer.b)) || (bus-peer.bus)%pg != 0 {
+		return 0, 0
+	}
+	off := bus - peer.bus
+	n = min(n, uint64(len(peer.b))-off)
+	return off, n - n%pg
+}
+
+// reroute remaps the window if its route changed (with the chip locked).
+func (w *Window) reroute() {
+	if w.closed {
+		return
+	}
+	off, n := w.s.route(w.bar)
+	if off == w.off && n == w.n {
+		return
+	}
+	base := unsafe.Pointer(unsafe.SliceData(w.b))
+	rw := unix.PROT_READ | unix.PROT_WRITE
+	if n > 0 {
+		if _, err := unix.MmapPtr(w.s.Peer().mem.fd, int64(off), base, uintptr(n), rw, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+			w.s.fault("remapping window BAR %d onto the peer's memory: %v", w.bar, err)
+			n = 0
+		}
+	}
+	if w.n > n {
+		// Pages that were the peer's become a fresh sink (those past
+		// the old route already are).
+		if _, err := unix.MmapPtr(-1, 0, unsafe.Add(base, n), uintptr(uint64(len(w.b))-n), rw,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
+			w.s.fault("remapping window BAR %d's sink: %v", w.bar, err)
+		}
+	}
+	w.off, w.n = off, n
+}

@@ -182,6 +182,14 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ntb: window of %d bytes cannot hold %d rings of %d bytes (device memory %d, window max %d): %w",
 			lay.size, cfg.Queues, cfg.RingSize, len(mem), maxSize, fabric.ErrInvalid)
 	}
+	// A hardware device opens with every doorbell masked, as a driver
+	// starts: unmask the queues' bits (queue q has bits 2q and 2q+1, see
+	// newEndpoint), or DBWait never wakes on them. Linux's
+	// ntb_transport_create_queue clears each queue's bit from the mask
+	// likewise.
+	if err := dev.DBClearMask(1<<(2*cfg.Queues) - 1); err != nil {
+		return nil, err
+	}
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
 		return nil, err
 	}
@@ -271,11 +279,26 @@ func (t *Transport) shutdown(closeDev bool) error {
 	for _, ep := range t.eps {
 		ep.close()
 	}
+	// The device may unmap the peer's window when it closes (a hardware
+	// device does): a region closed later must not reach into it.
+	t.mu.Lock()
+	t.peerWin = nil
+	t.mu.Unlock()
 	if closeDev {
 		return t.dev.Close()
 	}
+	t.dev.DBSetMask(t.dbBits())
 	t.dev.MWClearTrans(0)
 	return nil
+}
+
+// dbBits are the doorbell bits of every queue.
+func (t *Transport) dbBits() uint64 {
+	var b uint64
+	for _, ep := range t.eps {
+		b |= ep.rxBit | ep.txBit
+	}
+	return b
 }
 
 func randUint32() uint32 {

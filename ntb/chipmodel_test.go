@@ -418,7 +418,7 @@ func TestChipModelConformance(t *testing.T) {
 func TestChipModelPingPong(t *testing.T) {
 	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
 		a, b := dialModel(t, f, Config{})
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		abuf, _ := a.Alloc(4096, fabric.AccessLocalWrite)
 		bbuf, _ := b.Alloc(4096, fabric.AccessLocalWrite)

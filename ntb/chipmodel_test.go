@@ -289,93 +289,98 @@ func windowOf(t *testing.T, d *HWDevice, bar int) int {
 // mapping; the limit bounds it (stores past it reach nothing); clearing
 // the translation closes the window.
 func TestChipModelWindows(t *testing.T) {
-	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
-		c, d := chipPair(t, f, modelRevision)
-		a, b := d[0], d[1]
-		for _, x := range d {
-			if err := x.LinkEnable(); err != nil {
+	forFamilies(t, func(t *testing.T, f chipmodel.Family) { testChipWindows(t, f, modelRevision) })
+	// Ice Lake (gen4 revisions 2 to 0xf): translations aligned to the
+	// window, log2 of the size in IMxxXBASEIDX.
+	t.Run("intel-gen4-icx", func(t *testing.T) { testChipWindows(t, chipmodel.IntelGen4, 0x4) })
+}
+
+func testChipWindows(t *testing.T, f chipmodel.Family, rev uint8) {
+	c, d := chipPair(t, f, rev)
+	a, b := d[0], d[1]
+	for _, x := range d {
+		if err := x.LinkEnable(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	linkBoth(t, d, true)
+	bmem := b.Memory()
+	for widx := range a.MWCount() {
+		bar := a.o.Windows[widx].BAR
+		aa, _, smax, err := b.MWGetAlign(widx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := a.PeerMW(widx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(len(w)) != smax {
+			t.Fatalf("window %d: %d bytes mapped, the BAR has %d", widx, len(w), smax)
+		}
+		// Not translated yet: the sender's stores reach nothing.
+		w[0] = 0xaa
+		if _, n := c.Side(0).Route(bar); n != 0 || bytes.IndexByte(bmem, 0xaa) >= 0 {
+			t.Fatalf("window %d reaches %d bytes of the peer before any translation", widx, n)
+		}
+		clear(bmem)
+		// The whole window at 0.
+		if err := b.MWSetTrans(widx, 0, smax); err != nil {
+			t.Fatal(err)
+		}
+		if off, n := c.Side(0).Route(bar); off != 0 || n != smax {
+			t.Fatalf("window %d after MWSetTrans(0, %#x): lands at %#x for %#x bytes", widx, smax, off, n)
+		}
+		binary.LittleEndian.PutUint64(w[8:], 0x1111)
+		binary.LittleEndian.PutUint64(w[smax-8:], 0x2222)
+		if binary.LittleEndian.Uint64(bmem[8:]) != 0x1111 || binary.LittleEndian.Uint64(bmem[smax-8:]) != 0x2222 {
+			t.Fatalf("window %d: stores at 8 and at the end did not land", widx)
+		}
+		// Moved: the same mapping now writes elsewhere.
+		move := aa
+		if move+smax > uint64(len(bmem)) {
+			move = 0
+		}
+		if move != 0 {
+			if err := b.MWSetTrans(widx, move, smax); err != nil {
 				t.Fatal(err)
+			}
+			binary.LittleEndian.PutUint64(w[16:], 0x3333)
+			if binary.LittleEndian.Uint64(bmem[move+16:]) != 0x3333 || binary.LittleEndian.Uint64(bmem[16:]) != 0 {
+				t.Fatalf("window %d: after moving the translation to %#x the store did not follow", widx, move)
 			}
 		}
-		linkBoth(t, d, true)
-		bmem := b.Memory()
-		for widx := range a.MWCount() {
-			bar := a.o.Windows[widx].BAR
-			aa, _, smax, err := b.MWGetAlign(widx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := a.PeerMW(widx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if uint64(len(w)) != smax {
-				t.Fatalf("window %d: %d bytes mapped, the BAR has %d", widx, len(w), smax)
-			}
-			// Not translated yet: the sender's stores reach nothing.
-			w[0] = 0xaa
-			if _, n := c.Side(0).Route(bar); n != 0 || bytes.IndexByte(bmem, 0xaa) >= 0 {
-				t.Fatalf("window %d reaches %d bytes of the peer before any translation", widx, n)
-			}
-			clear(bmem)
-			// The whole window at 0.
-			if err := b.MWSetTrans(widx, 0, smax); err != nil {
-				t.Fatal(err)
-			}
-			if off, n := c.Side(0).Route(bar); off != 0 || n != smax {
-				t.Fatalf("window %d after MWSetTrans(0, %#x): lands at %#x for %#x bytes", widx, smax, off, n)
-			}
-			binary.LittleEndian.PutUint64(w[8:], 0x1111)
-			binary.LittleEndian.PutUint64(w[smax-8:], 0x2222)
-			if binary.LittleEndian.Uint64(bmem[8:]) != 0x1111 || binary.LittleEndian.Uint64(bmem[smax-8:]) != 0x2222 {
-				t.Fatalf("window %d: stores at 8 and at the end did not land", widx)
-			}
-			// Moved: the same mapping now writes elsewhere.
-			move := aa
-			if move+smax > uint64(len(bmem)) {
-				move = 0
-			}
-			if move != 0 {
-				if err := b.MWSetTrans(widx, move, smax); err != nil {
-					t.Fatal(err)
-				}
-				binary.LittleEndian.PutUint64(w[16:], 0x3333)
-				if binary.LittleEndian.Uint64(bmem[move+16:]) != 0x3333 || binary.LittleEndian.Uint64(bmem[16:]) != 0 {
-					t.Fatalf("window %d: after moving the translation to %#x the store did not follow", widx, move)
-				}
-			}
-			// Limited to 64 KiB: bytes past it fall into the sink.
-			const lim = 64 << 10
-			if err := b.MWSetTrans(widx, 0, lim); err != nil {
-				t.Fatal(err)
-			}
-			if off, n := c.Side(0).Route(bar); off != 0 || n != lim {
-				t.Fatalf("window %d limited to %#x: lands at %#x for %#x bytes", widx, lim, off, n)
-			}
-			clear(bmem)
-			binary.LittleEndian.PutUint64(w[lim-8:], 0x4444)
-			binary.LittleEndian.PutUint64(w[lim:], 0x5555)
-			binary.LittleEndian.PutUint64(w[lim+4096:], 0x6666)
-			if binary.LittleEndian.Uint64(bmem[lim-8:]) != 0x4444 {
-				t.Fatalf("window %d: the store just inside the limit did not land", widx)
-			}
-			if i := bytes.IndexAny(bmem, "\x55\x66"); i >= 0 {
-				t.Fatalf("window %d: a store past the limit reached the peer's memory at %#x", widx, i)
-			}
-			// Cleared: closed.
-			if err := b.MWClearTrans(widx); err != nil {
-				t.Fatal(err)
-			}
-			if _, n := c.Side(0).Route(bar); n != 0 {
-				t.Fatalf("window %d still reaches %#x bytes after MWClearTrans", widx, n)
-			}
-			clear(bmem)
-			w[0] = 0x77
-			if bytes.IndexByte(bmem, 0x77) >= 0 {
-				t.Fatalf("window %d: a store reached the peer after MWClearTrans", widx)
-			}
+		// Limited to 64 KiB: bytes past it fall into the sink.
+		const lim = 64 << 10
+		if err := b.MWSetTrans(widx, 0, lim); err != nil {
+			t.Fatal(err)
 		}
-	})
+		if off, n := c.Side(0).Route(bar); off != 0 || n != lim {
+			t.Fatalf("window %d limited to %#x: lands at %#x for %#x bytes", widx, lim, off, n)
+		}
+		clear(bmem)
+		binary.LittleEndian.PutUint64(w[lim-8:], 0x4444)
+		binary.LittleEndian.PutUint64(w[lim:], 0x5555)
+		binary.LittleEndian.PutUint64(w[lim+4096:], 0x6666)
+		if binary.LittleEndian.Uint64(bmem[lim-8:]) != 0x4444 {
+			t.Fatalf("window %d: the store just inside the limit did not land", widx)
+		}
+		if i := bytes.IndexAny(bmem, "\x55\x66"); i >= 0 {
+			t.Fatalf("window %d: a store past the limit reached the peer's memory at %#x", widx, i)
+		}
+		// Cleared: closed.
+		if err := b.MWClearTrans(widx); err != nil {
+			t.Fatal(err)
+		}
+		if _, n := c.Side(0).Route(bar); n != 0 {
+			t.Fatalf("window %d still reaches %#x bytes after MWClearTrans", widx, n)
+		}
+		clear(bmem)
+		w[0] = 0x77
+		if bytes.IndexByte(bmem, 0x77) >= 0 {
+			t.Fatalf("window %d: a store reached the peer after MWClearTrans", widx)
+		}
+	}
 }
 
 // dialModel dials the transport on both sides of a fresh modelled chip

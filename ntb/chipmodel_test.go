@@ -273,17 +273,6 @@ func TestChipModelLink(t *testing.T) {
 	})
 }
 
-// window returns the window index whose BAR is bar.
-func windowOf(t *testing.T, d *HWDevice, bar int) int {
-	for i, w := range d.o.Windows {
-		if w.BAR == bar {
-			return i
-		}
-	}
-	t.Fatalf("no window on BAR %d", bar)
-	return -1
-}
-
 // TestChipModelWindows: a translation the receiving side sets is where
 // the sender's window lands; a new translation moves the sender's live
 // mapping; the limit bounds it (stores past it reach nothing); clearing

@@ -62,6 +62,12 @@ func chipParts(t testing.TB, s *chipmodel.Side, rev uint8) hwParts {
 // that the model saw no malformed access, and closes the chip.
 func chipPair(t testing.TB, f chipmodel.Family, rev uint8) (*chipmodel.Chip, [2]*HWDevice) {
 	t.Helper()
+	return chipPairPoll(t, f, rev, time.Millisecond)
+}
+
+// chipPairPoll is chipPair with a link poll of the given period.
+func chipPairPoll(t testing.TB, f chipmodel.Family, rev uint8, poll time.Duration) (*chipmodel.Chip, [2]*HWDevice) {
+	t.Helper()
 	c, err := chipmodel.New(f, chipmodel.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +82,7 @@ func chipPair(t testing.TB, f chipmodel.Family, rev uint8) (*chipmodel.Chip, [2]
 	for i := range devs {
 		s := c.Side(i)
 		d, err := newHWDevice(fmt.Sprintf("model %v side %d", f, i), m, chipParts(t, s, rev),
-			HWConfig{Memory: s.Memory(), Link: time.Millisecond})
+			HWConfig{Memory: s.Memory(), Link: poll})
 		if err != nil {
 			c.Close()
 			t.Fatal(err)
@@ -269,6 +275,51 @@ func TestChipModelLink(t *testing.T) {
 		}
 		if a.LinkIsUp() {
 			t.Fatal("link still up for the peer of the side that disabled it")
+		}
+	})
+}
+
+// TestChipModelIncarnation: once LinkIsUp has reported the link up,
+// PeerIncarnation has counted it, even if the link poll has not run
+// since: a transport that saw the link up, attached and then watches the
+// incarnation is not torn down when the poll catches up (the conformance
+// suite under the race detector lost sessions that way).
+func TestChipModelIncarnation(t *testing.T) {
+	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
+		_, d := chipPairPoll(t, f, modelRevision, time.Hour) // the poll never runs
+		a, b := d[0], d[1]
+		for _, x := range d {
+			if err := x.LinkEnable(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !a.LinkIsUp() {
+			t.Fatal("link down with both sides enabled")
+		}
+		if inc := a.PeerIncarnation(); inc != 1 {
+			t.Fatalf("PeerIncarnation %d after LinkIsUp first reported the link up, want 1", inc)
+		}
+		if err := b.LinkDisable(); err != nil {
+			t.Fatal(err)
+		}
+		if a.LinkIsUp() {
+			t.Fatal("link up after the peer disabled it")
+		}
+		if err := b.LinkEnable(); err != nil {
+			t.Fatal(err)
+		}
+		if !a.LinkIsUp() || a.PeerIncarnation() != 2 {
+			t.Fatalf("after the peer came back: up %v, incarnation %d, want 2", a.LinkIsUp(), a.PeerIncarnation())
+		}
+		for _, want := range []bool{true, false, true} {
+			select {
+			case e := <-a.LinkEvents():
+				if e.Up != want {
+					t.Fatalf("event %+v, want up=%v", e, want)
+				}
+			default:
+				t.Fatalf("no event for up=%v", want)
+			}
 		}
 	})
 }

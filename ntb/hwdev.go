@@ -91,6 +91,7 @@ type HWDevice struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	linkMu sync.Mutex // a link read and its recording, as one
 	linkUp atomic.Bool
 	inc    atomic.Uint32
 	wake   atomic.Uint32
@@ -855,7 +856,30 @@ func (d *HWDevice) readLink() bool {
 // (Intel: the PCIe link status; AMD: the peer's ready bit). IDT and
 // Switchtec keep it in switch-global state this driver does not read:
 // there it reports false.
-func (d *HWDevice) LinkIsUp() bool { return !d.closed.Load() && d.readLink() }
+func (d *HWDevice) LinkIsUp() bool { return !d.closed.Load() && d.pollLink() }
+
+// pollLink reads the link state and records a change, as the link poll
+// does: so PeerIncarnation has counted a link-up by the time LinkIsUp
+// reports it, and a client that saw the link come up and attached is not
+// torn down when the poll notices the same link-up later.
+func (d *HWDevice) pollLink() bool {
+	d.linkMu.Lock()
+	defer d.linkMu.Unlock()
+	up := d.readLink()
+	if up == d.linkUp.Load() {
+		return up
+	}
+	if up {
+		d.inc.Add(1)
+	}
+	d.linkUp.Store(up)
+	select {
+	case d.events <- LinkEvent{Up: up, PeerIncarnation: d.inc.Load()}:
+	default:
+	}
+	d.WakeLocal()
+	return up
+}
 
 func (d *HWDevice) linkUpdate(us []hwmap.Update) error {
 	if d.closed.Load() {
@@ -893,7 +917,8 @@ func (d *HWDevice) LinkEnable() error { return d.linkUpdate(d.o.Link.Enable) }
 // LinkDisable implements Device with the reverse writes.
 func (d *HWDevice) LinkDisable() error { return d.linkUpdate(d.o.Link.Disable) }
 
-// LinkEvents implements Device: changes the link poll saw.
+// LinkEvents implements Device: changes the link poll saw (and those
+// LinkIsUp read first).
 func (d *HWDevice) LinkEvents() <-chan LinkEvent { return d.events }
 
 // PeerIncarnation implements Device: the hardware cannot tell one peer
@@ -910,19 +935,7 @@ func (d *HWDevice) monitor(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		up := d.readLink()
-		if up == d.linkUp.Load() {
-			continue
-		}
-		if up {
-			d.inc.Add(1)
-		}
-		d.linkUp.Store(up)
-		select {
-		case d.events <- LinkEvent{Up: up, PeerIncarnation: d.inc.Load()}:
-		default:
-		}
-		d.WakeLocal()
+		d.pollLink()
 	}
 }
 

@@ -33,6 +33,7 @@ const (
 // Families lists every modelled family.
 func Families() []Family { return []Family{IntelGen1, IntelGen3, IntelGen4, AMD} }
 
+// String names the family (intel-gen1, intel-gen3, intel-gen4, amd).
 func (f Family) String() string {
 	switch f {
 	case IntelGen1:

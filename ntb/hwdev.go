@@ -44,6 +44,10 @@ type HWConfig struct {
 	// Spin is how long DBWait polls the doorbell register before it
 	// sleeps between polls (the bridge's interrupts are not used).
 	Spin time.Duration
+	// OpTimeout bounds each operation the bridge performs on its own
+	// (Switchtec's partition operations) before it is reported as a
+	// timeout (0: 2s).
+	OpTimeout time.Duration
 }
 
 // HWDevice is a hardware bridge worked through its register map (package
@@ -61,27 +65,33 @@ type HWConfig struct {
 //     and its link state are switch-global and not set up here), and the
 //     translation is the outbound side's: MWSetTrans, SpadWrite,
 //     PeerSpadRead and LinkEnable report fabric.ErrNotSupported;
-//   - Switchtec: doorbells only; windows are configured by partition
-//     operations on the peer's control block, and scratchpads and link
-//     state live in shared memory behind a lookup-table window, none of
-//     which is done here (fabric.ErrNotSupported).
+//   - Switchtec: windows are configured by partition operations on the
+//     peer's control block; the scratchpads and the link state live in a
+//     64 KiB region of HWConfig.Memory (its last aligned 64 KiB, which
+//     Memory() leaves out) that the peer reaches through a lookup-table
+//     window, as Linux's driver does; message registers implement
+//     Messenger. Tested against a model of the switch
+//     (ntb/internal/chipmodel), not hardware.
 type HWDevice struct {
-	name   string
-	m      *hwmap.Map
-	o      *hwmap.Ops
-	regs   Mapping
-	rb     []byte
-	io     RegIO // nil: loads and stores on rb
-	cfg    io.ReaderAt
-	wins   []pci.Resource // each window's BAR
-	mapBAR func(bar int) (Mapping, error)
-	mem    DMAMemory
-	valid  uint64
-	side   int
-	dbBase uint32 // the partition's doorbell block (Switchtec)
-	barAln bool   // translations aligned to the window, log2 written
-	spin   time.Duration
-	closer io.Closer // VFIO device, config file
+	name     string
+	m        *hwmap.Map
+	o        *hwmap.Ops
+	regs     Mapping
+	rb       []byte
+	io       RegIO // nil: loads and stores on rb
+	cfg      io.ReaderAt
+	wins     []pci.Resource // each window's BAR
+	mapBAR   func(bar int) (Mapping, error)
+	mem      DMAMemory
+	valid    uint64
+	side     int
+	dbBase   uint32 // the partition's doorbell block (Switchtec)
+	part     uint32 // this partition and the peer's (Switchtec)
+	peerPart uint32
+	sw       *swState // Switchtec's shared window and partition operations
+	barAln   bool     // translations aligned to the window, log2 written
+	spin     time.Duration
+	closer   io.Closer // VFIO device, config file
 
 	mu      sync.Mutex
 	dbMask  uint64
@@ -258,6 +268,16 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 		}
 		d.store(r, d.valid<<d.o.DB.Shift[d.side].Peer)
 	}
+	if pt := d.o.Partition; pt != nil && pt.SharedWindow {
+		if err := d.swInit(p, c); err != nil {
+			for _, m := range d.peerWin {
+				if m != nil {
+					m.Close()
+				}
+			}
+			return nil, err
+		}
+	}
 	if c.Link >= 0 {
 		if c.Link == 0 {
 			c.Link = 10 * time.Millisecond
@@ -304,9 +324,29 @@ func (d *HWDevice) findSide() error {
 	}
 	eps := (d.load(lo) | d.load(hi)<<32) &^ (1 << part)
 	peer := uint64(bits.TrailingZeros64(eps))
+	if p.TargetLo != "" {
+		// The partition's target vector, where the switch's
+		// configuration sets one, names the peer; it must be one
+		// partition with an NT endpoint.
+		tlo, err := d.regAt(p.TargetLo, int(part), 0)
+		if err != nil {
+			return err
+		}
+		thi, err := d.regAt(p.TargetHi, int(part), 0)
+		if err != nil {
+			return err
+		}
+		if tv := d.load(tlo) | d.load(thi)<<32; tv != 0 {
+			peer = uint64(bits.TrailingZeros64(tv))
+			if tv&(tv-1) != 0 || eps&(1<<peer) == 0 {
+				return fmt.Errorf("ntb: hardware %s: partition %d targets %#x, not one NT partition of %#x: %w", d.name, part, tv, eps, fabric.ErrNotSupported)
+			}
+		}
+	}
 	if eps == 0 || peer >= uint64(p.Count) {
 		return fmt.Errorf("ntb: hardware %s: partition %d has no peer partition (endpoint map %#x): %w", d.name, part, eps, fabric.ErrNotSupported)
 	}
+	d.part, d.peerPart = uint32(part), uint32(peer)
 	if part > peer {
 		d.side = 1
 	}
@@ -448,7 +488,9 @@ func (d *HWDevice) writeMask() error {
 	}
 	v := d.dbMask << d.o.DB.Shift[d.side].Local
 	if d.o.DB.MaskEnables {
-		v = ^v & widthMax(r.width)
+		// Enable this side's unmasked bits only: the other partition's
+		// half of shared doorbells stays disabled.
+		v = (^d.dbMask & d.valid) << d.o.DB.Shift[d.side].Local
 	}
 	d.store(r, v)
 	return nil
@@ -543,6 +585,12 @@ func (d *HWDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 
 // SpadCount implements Device.
 func (d *HWDevice) SpadCount() int {
+	if d.sw != nil {
+		if d.sw.shared == nil {
+			return 0
+		}
+		return hwmap.SwitchtecSharedSpads
+	}
 	if d.o.Spad.Local == "" {
 		return 0
 	}
@@ -577,6 +625,13 @@ func (d *HWDevice) noMessage(what string) error {
 
 // SpadRead implements Device (IDT: reads inbound message idx).
 func (d *HWDevice) SpadRead(idx int) (uint32, error) {
+	if d.sw != nil {
+		a, err := d.swSpad(idx, false)
+		if err != nil {
+			return 0, err
+		}
+		return a.Load(), nil
+	}
 	r, err := d.spad(idx, false)
 	if err != nil {
 		return 0, err
@@ -586,6 +641,14 @@ func (d *HWDevice) SpadRead(idx int) (uint32, error) {
 
 // SpadWrite implements Device.
 func (d *HWDevice) SpadWrite(idx int, v uint32) error {
+	if d.sw != nil {
+		a, err := d.swSpad(idx, false)
+		if err != nil {
+			return err
+		}
+		a.Store(v)
+		return nil
+	}
 	r, err := d.spad(idx, false)
 	if err != nil {
 		return err
@@ -599,6 +662,13 @@ func (d *HWDevice) SpadWrite(idx int, v uint32) error {
 
 // PeerSpadRead implements Device.
 func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
+	if d.sw != nil {
+		a, err := d.swSpad(idx, true)
+		if err != nil {
+			return 0, err
+		}
+		return a.Load(), nil
+	}
 	r, err := d.spad(idx, true)
 	if err != nil {
 		return 0, err
@@ -611,6 +681,14 @@ func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
 
 // PeerSpadWrite implements Device (IDT: sends outbound message idx).
 func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
+	if d.sw != nil {
+		a, err := d.swSpad(idx, true)
+		if err != nil {
+			return err
+		}
+		a.Store(v)
+		return nil
+	}
 	r, err := d.spad(idx, true)
 	if err != nil {
 		return err
@@ -625,6 +703,9 @@ func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
 func (d *HWDevice) Memory() []byte {
 	if d.mem == nil {
 		return nil
+	}
+	if d.sw != nil && d.sw.shared != nil {
+		return d.mem.Bytes()[:d.sw.sharedOff:d.sw.sharedOff] // the shared window follows
 	}
 	return d.mem.Bytes()
 }
@@ -660,6 +741,9 @@ func (d *HWDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, e
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return 0, 0, 0, err
+	}
+	if d.sw != nil {
+		return 4096, 4096, d.sw.winSize[widx], nil
 	}
 	addrAlign, sizeAlign, sizeMax = d.align(w, bar)
 	return addrAlign, sizeAlign, sizeMax, nil
@@ -724,6 +808,9 @@ func limitOf(rule hwmap.LimitRule, base, size, full uint64) uint64 {
 // them. A translation that is misaligned or outside the memory or the
 // window is refused before any register is written.
 func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
+	if d.sw != nil {
+		return d.swSetTrans(widx, addr, size)
+	}
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return err
@@ -787,6 +874,9 @@ func (d *HWDevice) setTrans(widx int, w hwmap.Window, bar pci.Resource, r winReg
 // MWClearTrans implements Device: the translation of window widx is
 // zeroed and its limit closes it (a size of 0).
 func (d *HWDevice) MWClearTrans(widx int) error {
+	if d.sw != nil {
+		return d.swClearTrans(widx)
+	}
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return err
@@ -804,6 +894,9 @@ func (d *HWDevice) MWClearTrans(widx int) error {
 // the peer (the transport does, through the scratchpads) how much of it
 // is backed.
 func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
+	if d.sw != nil {
+		return d.swPeerMW(widx)
+	}
 	w, _, err := d.window(widx)
 	if err != nil {
 		return nil, err
@@ -824,6 +917,9 @@ func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
 
 // readLink reads the link state from the hardware.
 func (d *HWDevice) readLink() bool {
+	if d.sw != nil {
+		return d.swLinkUp()
+	}
 	l := d.o.Link
 	var v uint64
 	switch {
@@ -912,10 +1008,20 @@ func (d *HWDevice) linkUpdate(us []hwmap.Update) error {
 // snoop bits on and its disable and lock bits off, and on gen4 the link
 // control and training bits; AMD: the register-access enables and this
 // side's ready bit).
-func (d *HWDevice) LinkEnable() error { return d.linkUpdate(d.o.Link.Enable) }
+func (d *HWDevice) LinkEnable() error {
+	if d.sw != nil {
+		return d.swLinkSet(true)
+	}
+	return d.linkUpdate(d.o.Link.Enable)
+}
 
 // LinkDisable implements Device with the reverse writes.
-func (d *HWDevice) LinkDisable() error { return d.linkUpdate(d.o.Link.Disable) }
+func (d *HWDevice) LinkDisable() error {
+	if d.sw != nil {
+		return d.swLinkSet(false)
+	}
+	return d.linkUpdate(d.o.Link.Disable)
+}
 
 // LinkEvents implements Device: changes the link poll saw (and those
 // LinkIsUp read first).
@@ -948,6 +1054,9 @@ func (d *HWDevice) Close() error {
 	var errs []error
 	if err := d.LinkDisable(); err != nil && !errors.Is(err, fabric.ErrNotSupported) {
 		errs = append(errs, err)
+	}
+	if d.sw != nil {
+		errs = append(errs, d.swClose())
 	}
 	d.mu.Lock()
 	d.dbMask = d.valid

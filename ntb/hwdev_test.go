@@ -419,35 +419,13 @@ func TestHWIDT(t *testing.T) {
 	}
 }
 
+// TestHWSwitchtec: over plain memory a Switchtec partition opens no
+// further than its partition number (its doorbells, windows, scratchpads
+// and link are tested over the model of the switch,
+// hwdev_switchtec_test.go).
 func TestHWSwitchtec(t *testing.T) {
-	const valid = 0x0fffffff
-	// Partition 1 with partition 0 as peer: the higher side, its bits in
-	// the high half of its own doorbell block (partition 1's).
-	f := newHWFake(t, 0x11f8, 0x8531)
-	f.put(0x10001, 1, 1)       // INFO_PARTITION_ID
-	f.put(0x10004, 4, 0x3)     // INFO_EP_MAP: partitions 0 and 1
-	f.put(0x10008, 4, 0)       //
-	f.put(0x79010, 8, 5<<32|3) // IDB
-	f.mustOpen(reg{0x79018, 8, ^uint64(valid << 32)}, reg{0x79008, 8, valid})
-	d := f.dev
-	if d.DBValidMask() != valid || d.DBRead() != 5 {
-		t.Errorf("mask %#x, DBRead %#x", d.DBValidMask(), d.DBRead())
-	}
-	f.expect("PeerDBSet", func() error { return d.PeerDBSet(0x5) }, reg{0x79000, 8, 0x5})
-	f.expect("DBClear", func() error { return d.DBClear(0x5) }, reg{0x79010, 8, 5 << 32})
-	f.expect("DBClearMask", func() error { return d.DBClearMask(0x1) }, reg{0x79018, 8, ^uint64((valid &^ 1) << 32)})
-	f.refuse("MWSetTrans (partition operation)", func() error { return d.MWSetTrans(0, 0, 4096) }, fabric.ErrNotSupported)
-	f.commonRefusals()
-
-	// Partition 0 with partition 2: the lower side.
-	f = newHWFake(t, 0x11f8, 0x8531)
-	f.put(0x10001, 1, 0)
-	f.put(0x10004, 4, 0x5)
-	f.put(0x10008, 4, 0)
-	f.mustOpen(reg{0x75018, 8, ^uint64(valid)}, reg{0x75008, 8, valid << 32})
-	f.expect("PeerDBSet", func() error { return f.dev.PeerDBSet(0x1) }, reg{0x75000, 8, 1 << 32})
-
 	// A partition number read from the BAR is checked before use.
+	var f *hwFake
 	for _, c := range []struct {
 		part, eps uint64
 		want      error

@@ -47,6 +47,10 @@ func switchtecRegs() []Reg {
 		{Name: "INFO_PARTITION_ID", Off: b + 0x1, Width: 1},
 		r32("INFO_EP_MAP_LO", b+0x4), r32("INFO_EP_MAP_HI", b+0x8), // a packed u64
 		r16("INFO_REQUESTER_ID", b+0xc),
+		// ntp_info[48]: per partition, crosslink and target vector.
+		arr("NTP_XLINK", b+0x20, 4, SwitchtecPartitions, 16),
+		arr("NTP_TARGET_LO", b+0x24, 4, SwitchtecPartitions, 16),
+		arr("NTP_TARGET_HI", b+0x28, 4, SwitchtecPartitions, 16),
 		r32("PARTITION_STATUS", c+0x00), r32("PARTITION_OP", c+0x04), r32("PARTITION_CTRL", c+0x08),
 		r32("BAR_SETUP", c+0x0c), r32("BAR_ERROR", c+0x10),
 		r16("LUT_TABLE_ENTRIES", c+0x14), r16("LUT_TABLE_OFFSET", c+0x16), r32("LUT_ERROR", c+0x18),

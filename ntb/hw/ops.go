@@ -20,6 +20,9 @@ type Ops struct {
 	// doorbell registers repeat per partition, and the side is which of
 	// the two partitions is the lower.
 	Partition *PartitionOps
+	// Msg locates message registers, where the bridge has them and the
+	// driver offers them (package ntb's Messenger); nil: none.
+	Msg *MsgOps
 	// BarAlignRevs is the range of PCI revisions (inclusive) whose
 	// windows need translations aligned to the window's size, with its
 	// log2 written to each Window.Log2Reg (Intel Ice Lake); zero: none.
@@ -151,6 +154,36 @@ type PartitionOps struct {
 	// partitions' doorbell blocks are.
 	Count    int
 	DBStride uint32
+	// TargetLo and TargetHi (a split 64-bit vector per partition,
+	// TargetStride apart) name the partition this one's NT function
+	// targets, where the switch's configuration says (Switchtec's
+	// ntp_info); without a target the peer is the other endpoint of a
+	// two-partition switch.
+	TargetLo, TargetHi string
+	TargetStride       uint32
+	// CtrlStride is how far apart the partitions' control blocks are:
+	// a window is configured in the peer's block (Switchtec).
+	CtrlStride uint32
+	// SharedWindow: the scratchpads and the link state are not
+	// registers but a region of each side's memory that the peer reaches
+	// through a lookup-table entry of its window, set up by partition
+	// operations on the peer's control block (Switchtec; the layout and
+	// operations are in switchtec.go).
+	SharedWindow bool
+}
+
+// MsgOps locates message registers (Linux's ntb_msg_*): Count registers
+// each way; In holds an inbound message, InStatus its full bit (Full,
+// write it to clear); Out sends. Route is the receiving side's routing
+// register (Switchtec MSG_MAP: a byte per inbound register naming the
+// sending partition and outbound register), read in the peer's block to
+// find where a message will land before it is sent.
+type MsgOps struct {
+	Count             int
+	In, InStatus, Out string
+	InMask            string
+	Route             string
+	Full              uint64
 }
 
 // PCIe Link Status "data link layer link active" (LNKSTS bit 13), as
@@ -266,7 +299,13 @@ func switchtecOps() Ops {
 		// partition operation on the peer's control block.
 		Windows: []Window{{BAR: 2}, {BAR: 4}},
 		Partition: &PartitionOps{Self: "INFO_PARTITION_ID", EPMapLo: "INFO_EP_MAP_LO", EPMapHi: "INFO_EP_MAP_HI",
-			Count: SwitchtecPartitions, DBStride: SwitchtecDBMsgStride},
+			Count: SwitchtecPartitions, DBStride: SwitchtecDBMsgStride,
+			TargetLo: "NTP_TARGET_LO", TargetHi: "NTP_TARGET_HI", TargetStride: 16,
+			CtrlStride: SwitchtecCtrlStride, SharedWindow: true},
+		// Scratchpads are emulated in the shared window (SpadCount comes
+		// from there, not from Spad).
+		Msg: &MsgOps{Count: SwitchtecMessages, In: "IMSG_MSG", InStatus: "IMSG_STATUS", InMask: "IMSG_MASK",
+			Out: "OMSG_MSG", Route: "MSG_MAP", Full: SwitchtecMsgFull},
 	}
 	o.DB.Shift[0].Peer = 32  // the lower partition: local bits low, the peer's high
 	o.DB.Shift[1].Local = 32 // the higher: the reverse

@@ -736,7 +736,9 @@ func (d *HWDevice) align(w hwmap.Window, bar pci.Resource) (addrAlign, sizeAlign
 
 // MWGetAlign implements Device with the map's rules: the translated
 // address aligned to the window's size (Intel gen1, gen3, Ice Lake) or to
-// a page (AMD, later Intel), any size up to the window's.
+// a page (AMD, later Intel, Switchtec), any size up to the window's
+// (Switchtec's MWSetTrans also wants the address aligned to the size's
+// power of two).
 func (d *HWDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, err error) {
 	w, bar, err := d.window(widx)
 	if err != nil {
@@ -805,7 +807,8 @@ func limitOf(rule hwmap.LimitRule, base, size, full uint64) uint64 {
 // widx land in Memory()[addr:addr+size]. It writes the translation
 // (HWConfig.Memory's bus address plus addr) and the limit the map's rule
 // gives, reads each back, and undoes them if the bridge did not take
-// them. A translation that is misaligned or outside the memory or the
+// them (Switchtec: a partition operation on the peer's control block).
+// A translation that is misaligned or outside the memory or the
 // window is refused before any register is written.
 func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
 	if d.sw != nil {
@@ -889,7 +892,8 @@ func (d *HWDevice) MWClearTrans(widx int) error {
 }
 
 // PeerMW implements Device: it maps the outbound window's BAR
-// (write-combining where offered). The hardware does not show the peer's
+// (write-combining where offered; Switchtec's window 0 is the part of its
+// BAR after the lookup-table windows). The hardware does not show the peer's
 // translation, so the mapping is the whole window: a client learns from
 // the peer (the transport does, through the scratchpads) how much of it
 // is backed.
@@ -949,9 +953,10 @@ func (d *HWDevice) readLink() bool {
 }
 
 // LinkIsUp implements Device: it reads the link state from the bridge
-// (Intel: the PCIe link status; AMD: the peer's ready bit). IDT and
-// Switchtec keep it in switch-global state this driver does not read:
-// there it reports false.
+// (Intel: the PCIe link status; AMD: the peer's ready bit; Switchtec:
+// this side enabled it and the peer's shared window shows the magic and
+// its link enabled). IDT keeps it in switch-global state this driver
+// does not read: there it reports false.
 func (d *HWDevice) LinkIsUp() bool { return !d.closed.Load() && d.pollLink() }
 
 // pollLink reads the link state and records a change, as the link poll
@@ -1007,7 +1012,8 @@ func (d *HWDevice) linkUpdate(us []hwmap.Update) error {
 // LinkEnable implements Device with the map's writes (Intel: NTBCNTL's
 // snoop bits on and its disable and lock bits off, and on gen4 the link
 // control and training bits; AMD: the register-access enables and this
-// side's ready bit).
+// side's ready bit; Switchtec: the link state in this side's shared
+// window).
 func (d *HWDevice) LinkEnable() error {
 	if d.sw != nil {
 		return d.swLinkSet(true)

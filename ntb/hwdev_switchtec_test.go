@@ -22,8 +22,8 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/shm"
-	"github.com/weft-io/weft/ntb/internal/chipmodel"
 	hwmap "github.com/weft-io/weft/ntb/hw"
+	"github.com/weft-io/weft/ntb/internal/chipmodel"
 	"github.com/weft-io/weft/ntb/pci"
 )
 

@@ -397,6 +397,34 @@ func TestOpsTables(t *testing.T) {
 			need("partition", p.Self, 1)
 			need("endpoint map", p.EPMapLo, 4)
 			need("endpoint map", p.EPMapHi, 4)
+			need("target vector", p.TargetLo, 4)
+			need("target vector", p.TargetHi, 4)
+			if p.SharedWindow {
+				// The partition operations and the shared window's set-up
+				// name these (package ntb's hwdev_switchtec.go).
+				for _, r := range []string{"PARTITION_STATUS", "PARTITION_OP", "PARTITION_CTRL", "BAR_ERROR", "LUT_ERROR"} {
+					need("partition operation", r, 4)
+				}
+				need("partition operation", "LUT_TABLE_ENTRIES", 2)
+				need("partition operation", "REQ_ID_TABLE_SIZE", 2)
+				need("partition operation", "REQ_ID_TABLE", 4)
+				need("window", "BAR_ENTRY_CTL", 4)
+				need("window", "BAR_ENTRY_WIN_SIZE", 4)
+				need("window", "BAR_EXT_WIN_SIZE", 4)
+				need("window", "BAR_ENTRY_XLATE_ADDR", 8)
+				need("window", "LUT_ENTRY", 8)
+				need("requester", "INFO_REQUESTER_ID", 2)
+			}
+		}
+		if mo := o.Msg; mo != nil {
+			need("message", mo.In, 4)
+			need("message", mo.Out, 4)
+			need("message status", mo.InStatus, 1)
+			need("message mask", mo.InMask, 1)
+			need("message route", mo.Route, 4)
+			if mo.Count < 1 || mo.Count > 8 || mo.Full == 0 {
+				t.Errorf("%s: %d message registers, full bit %#x", name, mo.Count, mo.Full)
+			}
 		}
 		if m.RegBARSize < m.regsFit() || m.RegBARSize&(m.RegBARSize-1) != 0 {
 			t.Errorf("%s: register BAR of %#x bytes, the registers need %#x", name, m.RegBARSize, m.regsFit())

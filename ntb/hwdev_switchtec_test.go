@@ -543,3 +543,38 @@ func TestSwitchtecModelBadValues(t *testing.T) {
 		}
 	})
 }
+
+// FuzzSwitchtecPeerRegs: whatever the peer's side holds where this side
+// reads it (its MSG_MAP and inbound message status, its shared window's
+// magic, link state and scratchpads), the operations that read it give a
+// value or a typed error, never a panic.
+func FuzzSwitchtecPeerRegs(f *testing.F) {
+	f.Add(uint32(0x07060504), uint8(1), uint64(0x1_45CC0001), uint32(7), uint8(2))
+	f.Add(uint32(0xffffffff), uint8(0xff), ^uint64(0), uint32(0xffffffff), uint8(0))
+	f.Add(uint32(0), uint8(0), uint64(0), uint32(0), uint8(3))
+	s := newSwitchtecModel(f, chipmodel.SwitchtecConfig{})
+	a, b := swPair(f, s, HWConfig{Link: -1})
+	a.LinkEnable()
+	peerShared := s.Partition(1).Bytes()[len(s.Partition(1).Bytes())-64<<10:]
+	f.Fuzz(func(t *testing.T, route uint32, status uint8, head uint64, spad uint32, idx uint8) {
+		s.Poke(stDB(1)+stMsgMap, 4, uint64(route))
+		for i := range uint32(4) {
+			s.Poke(stDB(1)+stIMsg+4+8*i, 1, uint64(status))
+		}
+		shm.U64(peerShared, 0).Store(head)
+		shm.U32(peerShared, 0x410+4*int(idx%128)).Store(spad)
+		err := a.PeerMsgWrite(int(idx%4), spad)
+		if err != nil && !errors.Is(err, ErrMsgBusy) && !errors.Is(err, fabric.ErrPeerGone) {
+			t.Fatalf("PeerMsgWrite: %v", err)
+		}
+		up := a.LinkIsUp()
+		if want := uint32(head) == 0x45CC0001 && head>>32 != 0; up != want {
+			t.Fatalf("LinkIsUp = %v over %#x", up, head)
+		}
+		if v, err := a.PeerSpadRead(int(idx % 128)); err != nil || v != spad {
+			t.Fatalf("PeerSpadRead = %#x, %v", v, err)
+		}
+		b.MsgStatus()
+		b.MsgClear(0xf)
+	})
+}

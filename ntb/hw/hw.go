@@ -277,10 +277,12 @@ var maps = []*Map{
 		RegBAR: 0,
 		Regs:   nil, // built by switchtecRegs
 		// 64 doorbell bits shared by the two partitions, 32 each, of
-		// which the top 4 are taken by message interrupts: 28.
+		// which the top 4 are taken by message interrupts: 28. No
+		// scratchpad registers: 128 are emulated in the shared window
+		// (SwitchtecSharedSpads, Ops.Partition.SharedWindow).
 		DoorbellBits: 28, LinkBit: -1, Scratchpads: 0,
 		Ops:    switchtecOps(),
-		Source: "Linux include/linux/switchtec.h (ntb_info_regs, ntb_ctrl_regs, ntb_dbmsg_regs)",
+		Source: "Linux include/linux/switchtec.h (ntb_info_regs, ntb_ctrl_regs, ntb_dbmsg_regs), drivers/ntb/hw/mscc/ntb_hw_switchtec.c (shared window, partition operations)",
 	}),
 }
 

@@ -1,12 +1,5 @@
 //go:build linux
 
-// Package chipmodel holds behavioural models of NTB bridges for tests: a
-// register BAR whose loads and stores have the chip's side effects
-// (package ntb's RegIO), each side's memory (ntb.DMAMemory) and its
-// window BARs as real mappings of the peer's memory at the translation
-// the registers set. A model is written from the chip's documented
-// behaviour, with its own offsets, never from package ntb/hw, so a test
-// that runs the driver over it compares the two.
 package chipmodel
 
 import (
@@ -379,7 +372,7 @@ func (p *SwitchtecPartition) dbBlock() uint32            { return uint32(swDB + 
 func (p *SwitchtecPartition) ctlBlock() uint32           { return uint32(swCtrl + p.id*swCtrlSize) }
 func (p *SwitchtecPartition) other() *SwitchtecPartition { return p.sw.parts[1-p.idx] }
 
-func widthOK(s *Switchtec, off uint32, width uint8) bool {
+func swWidthOK(s *Switchtec, off uint32, width uint8) bool {
 	switch width {
 	case 1, 2, 4, 8:
 	default:
@@ -388,7 +381,7 @@ func widthOK(s *Switchtec, off uint32, width uint8) bool {
 	return off%uint32(width) == 0 && uint64(off)+uint64(width) <= uint64(len(s.raw))
 }
 
-func allOnes(width uint8) uint64 {
+func swAllOnes(width uint8) uint64 {
 	if width >= 8 {
 		return ^uint64(0)
 	}
@@ -396,7 +389,7 @@ func allOnes(width uint8) uint64 {
 }
 
 // covers reports whether [off, off+width) holds all of [reg, reg+n).
-func covers(off uint32, width uint8, reg, n uint32) bool {
+func swCovers(off uint32, width uint8, reg, n uint32) bool {
 	return off <= reg && off+uint32(width) >= reg+n
 }
 
@@ -405,13 +398,13 @@ func (p *SwitchtecPartition) Load(off uint32, width uint8) uint64 {
 	s := p.sw
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ones || s.closed || !widthOK(s, off, width) {
-		return allOnes(width)
+	if s.ones || s.closed || !swWidthOK(s, off, width) {
+		return swAllOnes(width)
 	}
 	// A read of a control block's status advances its operation.
 	if off >= swCtrl && off < swCtrl+swParts*swCtrlSize {
 		id := int(off-swCtrl) / swCtrlSize
-		if st := s.ctl[id]; st != nil && covers(off, width, uint32(swCtrl+id*swCtrlSize+swCStatus), 4) {
+		if st := s.ctl[id]; st != nil && swCovers(off, width, uint32(swCtrl+id*swCtrlSize+swCStatus), 4) {
 			s.advance(id, st)
 		}
 	}
@@ -453,7 +446,7 @@ func (p *SwitchtecPartition) Store(off uint32, width uint8, v uint64) {
 	s := p.sw
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ones || s.closed || !widthOK(s, off, width) {
+	if s.ones || s.closed || !swWidthOK(s, off, width) {
 		return
 	}
 	for i := range uint32(width) {
@@ -462,7 +455,7 @@ func (p *SwitchtecPartition) Store(off uint32, width uint8, v uint64) {
 	switch {
 	case off >= swCtrl && off < swCtrl+swParts*swCtrlSize:
 		id := int(off-swCtrl) / swCtrlSize
-		if st := s.ctl[id]; st != nil && covers(off, width, uint32(swCtrl+id*swCtrlSize+swCOp), 4) {
+		if st := s.ctl[id]; st != nil && swCovers(off, width, uint32(swCtrl+id*swCtrlSize+swCOp), 4) {
 			s.startOp(id, st, uint32(s.get(uint32(swCtrl+id*swCtrlSize+swCOp), 4)))
 		}
 	case off >= swDB && off < swDB+swParts*swDBSize:
@@ -470,7 +463,7 @@ func (p *SwitchtecPartition) Store(off uint32, width uint8, v uint64) {
 			return
 		}
 		for k := range uint32(swMsgs) {
-			if covers(off, width, p.dbBlock()+swDOMsg+8*k, 4) {
+			if swCovers(off, width, p.dbBlock()+swDOMsg+8*k, 4) {
 				p.send(k)
 			}
 		}
@@ -644,7 +637,7 @@ type swWin struct {
 	entries     []uint64
 }
 
-func decodeWin(block []byte, bar int, lutMax int) swWin {
+func swDecodeWin(block []byte, bar int, lutMax int) swWin {
 	le32 := func(o int) uint64 { return uint64(binary.LittleEndian.Uint32(block[o:])) }
 	ctl := le32(swCBar + 16*bar)
 	w := swWin{lut: ctl&swBarLUT != 0, dir: ctl&swBarDir != 0}
@@ -679,7 +672,7 @@ func (s *Switchtec) validate(id int, block []byte) (barErr, lutErr uint32) {
 			continue
 		}
 		size := p.bars[bar].size
-		w := decodeWin(block, bar, s.cfg.LUTEntries)
+		w := swDecodeWin(block, bar, s.cfg.LUTEntries)
 		if w.lut {
 			if w.lutSize < swPage || w.lutN > s.cfg.LUTEntries || w.start > size {
 				barErr |= 1 << bar
@@ -733,7 +726,7 @@ func (p *SwitchtecPartition) remap() {
 			}
 			return int64(addr-q.bus) | int64(q.idx)<<48
 		}
-		w := decodeWin(st.active, bar, s.cfg.LUTEntries)
+		w := swDecodeWin(st.active, bar, s.cfg.LUTEntries)
 		if reqOK && w.lut {
 			for i, e := range w.entries {
 				if e&1 == 0 {
@@ -765,19 +758,19 @@ func (p *SwitchtecPartition) remap() {
 				continue
 			}
 			if want[pg] == swNoTarget {
-				mmapFixed(b.b, pg, -1, 0)
+				swMmapFixed(b.b, pg, -1, 0)
 			} else {
 				q := s.parts[want[pg]>>48]
-				mmapFixed(b.b, pg, q.fd, want[pg]&(1<<48-1))
+				swMmapFixed(b.b, pg, q.fd, want[pg]&(1<<48-1))
 			}
 			b.cur[pg] = want[pg]
 		}
 	}
 }
 
-// mmapFixed replaces page pg of b in place: with page off of the memfd
+// swMmapFixed replaces page pg of b in place: with page off of the memfd
 // fd, or (fd < 0) with a fresh private page, the sink.
-func mmapFixed(b []byte, pg int, fd int, off int64) {
+func swMmapFixed(b []byte, pg int, fd int, off int64) {
 	at := unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), pg*swPage)
 	flags := unix.MAP_FIXED | unix.MAP_SHARED
 	if fd < 0 {

@@ -4,9 +4,9 @@ package chipmodel
 
 import "testing"
 
-// op performs a partition operation on block id through view p and
+// swOp performs a partition operation on block id through view p and
 // returns the status it ends in (reads bounded).
-func op(t *testing.T, p *SwitchtecPartition, id int, code uint64) uint64 {
+func swOp(t *testing.T, p *SwitchtecPartition, id int, code uint64) uint64 {
 	t.Helper()
 	cb := uint32(swCtrl + id*swCtrlSize)
 	p.Store(cb+swCOp, 4, code)
@@ -34,7 +34,7 @@ func TestSwitchtecModelPartitionOps(t *testing.T) {
 	if v := s.Peek(bar2+8, 8); v != 0 {
 		t.Fatalf("an unlocked write took: %#x", v)
 	}
-	if st := op(t, b, 0, swOpLock); st != swStLocked {
+	if st := swOp(t, b, 0, swOpLock); st != swStLocked {
 		t.Fatalf("lock: status %d", st)
 	}
 	// A requester ID, then a 64 KiB direct window at BAR 2's start into
@@ -43,7 +43,7 @@ func TestSwitchtecModelPartitionOps(t *testing.T) {
 	b.Store(bar2, 4, swBarDir)
 	b.Store(bar2+4, 4, 16|64<<10)
 	b.Store(bar2+8, 8, 1|(b.BusAddr()+128<<10))
-	if st := op(t, b, 0, swOpCfg); st != swStNormal {
+	if st := swOp(t, b, 0, swOpCfg); st != swStNormal {
 		t.Fatalf("configure: status %d, BAR error %#x", st, s.Peek(cb+swCBarErr, 4))
 	}
 	if v := s.Peek(bar2, 4); v != swBarValid|swBarDir {
@@ -59,12 +59,12 @@ func TestSwitchtecModelPartitionOps(t *testing.T) {
 		t.Fatal("beyond the window's size a write landed")
 	}
 	// A bad configuration is refused and left locked; reset restores.
-	op(t, b, 0, swOpLock)
+	swOp(t, b, 0, swOpLock)
 	b.Store(bar2+4, 4, 16|(4<<20)) // larger than the BAR
-	if st := op(t, b, 0, swOpCfg); st != swStLocked || s.Peek(cb+swCBarErr, 4) != 1<<2 {
+	if st := swOp(t, b, 0, swOpCfg); st != swStLocked || s.Peek(cb+swCBarErr, 4) != 1<<2 {
 		t.Fatalf("a window beyond the BAR: status %d, BAR error %#x", st, s.Peek(cb+swCBarErr, 4))
 	}
-	if st := op(t, b, 0, swOpReset); st != swStNormal || s.Peek(bar2+4, 4) != 16|64<<10 {
+	if st := swOp(t, b, 0, swOpReset); st != swStNormal || s.Peek(bar2+4, 4) != 16|64<<10 {
 		t.Fatalf("reset: status %d, win_size %#x", st, s.Peek(bar2+4, 4))
 	}
 	// Hung: the status stays in progress.

@@ -67,6 +67,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,10 +307,18 @@ func (e *Endpoint) addConn(c *conn) {
 }
 
 // dropConn removes a drained connection of a gone peer from the ones
-// Recv polls and closes it in the background.
+// Recv polls and closes it in the background, once: a Recv that took the
+// list before the drop finds the connection failing again on its next
+// pass, and a second drop would count it out of unwaitable twice, until
+// RecvWait parked in the set while connections no set can watch were
+// left (TestDropOnce).
 func (e *Endpoint) dropConn(c *conn) {
 	e.rxMu.Lock()
 	old := *e.rx.Load()
+	if !slices.Contains(old, c) {
+		e.rxMu.Unlock()
+		return // dropped already
+	}
 	next := make([]*conn, 0, len(old))
 	for _, d := range old {
 		if d != c {

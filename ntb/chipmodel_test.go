@@ -129,6 +129,7 @@ func TestChipModelDoorbells(t *testing.T) {
 	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
 		c, d := chipPair(t, f, modelRevision)
 		a, b := d[0], d[1]
+		upBoth(t, d)
 		valid := a.DBValidMask()
 		if err := a.PeerDBSet(0x5); err != nil {
 			t.Fatal(err)
@@ -176,11 +177,13 @@ func TestChipModelDoorbells(t *testing.T) {
 }
 
 // TestChipModelScratchpads: a side's scratchpad write is what the peer's
-// PeerSpadRead reads, and PeerSpadWrite lands in the peer's SpadRead.
+// PeerSpadRead reads, and PeerSpadWrite lands in the peer's SpadRead
+// (with the link up).
 func TestChipModelScratchpads(t *testing.T) {
 	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
 		_, d := chipPair(t, f, modelRevision)
 		a, b := d[0], d[1]
+		upBoth(t, d)
 		n := a.SpadCount()
 		if n < numSpads {
 			t.Fatalf("%d scratchpads", n)
@@ -212,6 +215,19 @@ func TestChipModelScratchpads(t *testing.T) {
 			t.Errorf("a.PeerSpadRead(3) = %#x after b.SpadWrite(3, 0x77)", v)
 		}
 	})
+}
+
+// upBoth enables the link on both sides and waits for it: the peer's
+// registers are reached across it (Intel gen1's B2B window; a chip drops
+// what it would carry with the link down).
+func upBoth(t *testing.T, d [2]*HWDevice) {
+	t.Helper()
+	for _, x := range d {
+		if err := x.LinkEnable(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	linkBoth(t, d, true)
 }
 
 // linkBoth waits until both sides see the link as want.

@@ -80,7 +80,9 @@ type HWDevice struct {
 	rb       []byte
 	io       RegIO // nil: loads and stores on rb
 	cfg      io.ReaderAt
-	wins     []pci.Resource // each window's BAR
+	wins     []pci.Resource // each client window's BAR
+	wdefs    []hwmap.Window // and its table entry (Ops.Windows less a PeerRegs window)
+	pregs    *peerRegs      // the peer's registers through a window (Ops.PeerRegs)
 	mapBAR   func(bar int) (Mapping, error)
 	mem      DMAMemory
 	valid    uint64
@@ -246,8 +248,11 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 	d := &HWDevice{name: name, m: m, o: &m.Ops, regs: p.regs, rb: rb, io: p.io, cfg: p.cfg, mapBAR: p.mapBAR, mem: c.Memory,
 		valid: m.DBValidMask(), spin: c.Spin, closer: p.closer,
 		events: make(chan LinkEvent, 16), stop: make(chan struct{})}
-	for _, w := range m.Ops.Windows {
-		d.wins = append(d.wins, p.bars[w.BAR])
+	for i, w := range m.Ops.Windows {
+		if pr := m.Ops.PeerRegs; pr != nil && pr.Window == i {
+			continue // reserved for the peer's registers: no client's
+		}
+		d.wins, d.wdefs = append(d.wins, p.bars[w.BAR]), append(d.wdefs, w)
 	}
 	d.peerWin = make([]Mapping, len(d.wins))
 	if r := d.o.BarAlignRevs; r != [2]uint8{} && p.revision >= r[0] && p.revision <= r[1] {
@@ -256,15 +261,24 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 	if err := d.findSide(); err != nil {
 		return nil, err
 	}
+	if err := d.mapPeerRegs(p); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*HWDevice, error) {
+		if d.pregs != nil {
+			d.pregs.m.Close()
+		}
+		return nil, err
+	}
 	// Mask every doorbell, and enable the ones this side rings.
 	d.dbMask = d.valid
 	if err := d.writeMask(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if d.o.DB.RingMask != "" {
 		r, err := d.reg(d.o.DB.RingMask, 0, regDB)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		d.store(r, d.valid<<d.o.DB.Shift[d.side].Peer)
 	}
@@ -275,7 +289,7 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 					m.Close()
 				}
 			}
-			return nil, err
+			return fail(err)
 		}
 	}
 	if c.Link >= 0 {
@@ -395,39 +409,46 @@ func (d *HWDevice) reg(name string, idx int, flags int) (regLoc, error) {
 }
 
 // load reads a located register with one access of its width.
-func (d *HWDevice) load(r regLoc) uint64 {
-	if d.io != nil {
-		return d.io.Load(r.off, r.width)
+func (d *HWDevice) load(r regLoc) uint64 { return loadReg(d.io, d.rb, r) }
+
+// store writes a located register with one access of its width.
+func (d *HWDevice) store(r regLoc, v uint64) { storeReg(d.io, d.rb, r, v) }
+
+// loadReg reads a register located in rb: through io where set, else by
+// one load of its width.
+func loadReg(io RegIO, rb []byte, r regLoc) uint64 {
+	if io != nil {
+		return io.Load(r.off, r.width)
 	}
-	p := unsafe.Pointer(&d.rb[r.off])
+	p := unsafe.Pointer(&rb[r.off])
 	switch r.width {
 	case 1:
 		return uint64(*(*uint8)(p))
 	case 2:
 		return uint64(*(*uint16)(p))
 	case 4:
-		return uint64(shm.U32(d.rb, int(r.off)).Load())
+		return uint64(shm.U32(rb, int(r.off)).Load())
 	default:
-		return shm.U64(d.rb, int(r.off)).Load()
+		return shm.U64(rb, int(r.off)).Load()
 	}
 }
 
-// store writes a located register with one access of its width.
-func (d *HWDevice) store(r regLoc, v uint64) {
-	if d.io != nil {
-		d.io.Store(r.off, r.width, v&widthMax(r.width))
+// storeReg writes a register located in rb, as loadReg reads it.
+func storeReg(io RegIO, rb []byte, r regLoc, v uint64) {
+	if io != nil {
+		io.Store(r.off, r.width, v&widthMax(r.width))
 		return
 	}
-	p := unsafe.Pointer(&d.rb[r.off])
+	p := unsafe.Pointer(&rb[r.off])
 	switch r.width {
 	case 1:
 		*(*uint8)(p) = uint8(v)
 	case 2:
 		*(*uint16)(p) = uint16(v)
 	case 4:
-		shm.U32(d.rb, int(r.off)).Store(uint32(v))
+		shm.U32(rb, int(r.off)).Store(uint32(v))
 	default:
-		shm.U64(d.rb, int(r.off)).Store(v)
+		shm.U64(rb, int(r.off)).Store(v)
 	}
 }
 
@@ -528,10 +549,20 @@ func (d *HWDevice) DBReadMask() uint64 {
 }
 
 // PeerDBSet implements Device: the bits are written to the ring
-// register, or, where the bridge has one register per bit, 1 to each.
+// register, or, where the bridge has one register per bit, 1 to each;
+// where the peer's registers are reached through a window (Intel gen1),
+// to the peer's own doorbell register there.
 func (d *HWDevice) PeerDBSet(set uint64) error {
 	if err := d.checkDB(set); err != nil {
 		return err
+	}
+	if pr := d.pregs; pr != nil {
+		r, err := d.peerReg(d.o.PeerRegs.Ring, 0)
+		if err != nil {
+			return err
+		}
+		pr.store(r, set)
+		return nil
 	}
 	db := d.o.DB
 	if !db.RingPerBit {
@@ -597,8 +628,20 @@ func (d *HWDevice) SpadCount() int {
 	return d.m.Scratchpads
 }
 
-// spad locates scratchpad idx of this side (peer false) or the peer's.
-func (d *HWDevice) spad(idx int, peer bool) (regLoc, error) {
+// spad locates scratchpad idx of this side (peer false) or the peer's,
+// and gives the accesses that reach it: the register BAR's, or the
+// window's where the peer's registers are reached through one.
+func (d *HWDevice) spad(idx int, peer bool) (regLoc, regTarget, error) {
+	t := regTarget{d.io, d.rb}
+	r, err := d.spadLoc(idx, peer)
+	if err == nil && peer && d.pregs != nil {
+		t = d.pregs.regTarget
+		r, err = d.peerReg(d.o.PeerRegs.Spad, idx)
+	}
+	return r, t, err
+}
+
+func (d *HWDevice) spadLoc(idx int, peer bool) (regLoc, error) {
 	if d.closed.Load() {
 		return regLoc{}, d.errClosed()
 	}
@@ -632,11 +675,11 @@ func (d *HWDevice) SpadRead(idx int) (uint32, error) {
 		}
 		return a.Load(), nil
 	}
-	r, err := d.spad(idx, false)
+	r, t, err := d.spad(idx, false)
 	if err != nil {
 		return 0, err
 	}
-	return uint32(d.load(r)), nil
+	return uint32(t.load(r)), nil
 }
 
 // SpadWrite implements Device.
@@ -649,14 +692,14 @@ func (d *HWDevice) SpadWrite(idx int, v uint32) error {
 		a.Store(v)
 		return nil
 	}
-	r, err := d.spad(idx, false)
+	r, t, err := d.spad(idx, false)
 	if err != nil {
 		return err
 	}
 	if d.o.Spad.Messages {
 		return d.noMessage("writing an inbound message")
 	}
-	d.store(r, uint64(v))
+	t.store(r, uint64(v))
 	return nil
 }
 
@@ -669,14 +712,14 @@ func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
 		}
 		return a.Load(), nil
 	}
-	r, err := d.spad(idx, true)
+	r, t, err := d.spad(idx, true)
 	if err != nil {
 		return 0, err
 	}
 	if d.o.Spad.Messages {
 		return 0, d.noMessage("reading an outbound message")
 	}
-	return uint32(d.load(r)), nil
+	return uint32(t.load(r)), nil
 }
 
 // PeerSpadWrite implements Device (IDT: sends outbound message idx).
@@ -689,11 +732,11 @@ func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
 		a.Store(v)
 		return nil
 	}
-	r, err := d.spad(idx, true)
+	r, t, err := d.spad(idx, true)
 	if err != nil {
 		return err
 	}
-	d.store(r, uint64(v))
+	t.store(r, uint64(v))
 	return nil
 }
 
@@ -710,10 +753,11 @@ func (d *HWDevice) Memory() []byte {
 	return d.mem.Bytes()
 }
 
-// MWCount implements Device.
+// MWCount implements Device: the map's windows, less the one the peer's
+// registers are reached through (Ops.PeerRegs; Linux's mw_count).
 func (d *HWDevice) MWCount() int { return len(d.wins) }
 
-// PeerMWCount implements Device.
+// PeerMWCount implements Device, as MWCount.
 func (d *HWDevice) PeerMWCount() int { return len(d.wins) }
 
 func (d *HWDevice) window(widx int) (hwmap.Window, pci.Resource, error) {
@@ -723,7 +767,7 @@ func (d *HWDevice) window(widx int) (hwmap.Window, pci.Resource, error) {
 	if d.closed.Load() {
 		return hwmap.Window{}, pci.Resource{}, d.errClosed()
 	}
-	return d.o.Windows[widx], d.wins[widx], nil
+	return d.wdefs[widx], d.wins[widx], nil
 }
 
 func (d *HWDevice) align(w hwmap.Window, bar pci.Resource) (addrAlign, sizeAlign, sizeMax uint64) {
@@ -1082,6 +1126,9 @@ func (d *HWDevice) Close() error {
 		}
 	}
 	d.mu.Unlock()
+	if d.pregs != nil {
+		errs = append(errs, d.pregs.m.Close())
+	}
 	errs = append(errs, d.regs.Close())
 	if d.closer != nil {
 		errs = append(errs, d.closer.Close())

@@ -73,6 +73,7 @@ type hwFake struct {
 	rev  uint8
 	link time.Duration
 	dev  *HWDevice
+	wins map[int]*anonMap // window BARs as mapped (one mapping per BAR)
 }
 
 func newHWFake(t *testing.T, vendor, device uint16) *hwFake {
@@ -112,7 +113,18 @@ func (f *hwFake) parts() hwParts {
 		bars[w.BAR] = pci.Resource{Start: s, End: s + fakeWinSize - 1, Flags: pci.ResourceMem | pci.ResourcePrefetch | pci.ResourceMem64}
 	}
 	return hwParts{regs: &anonMap{f.bar}, cfg: bytes.NewReader(f.cfg), bars: bars, revision: f.rev,
-		mapBAR: func(bar int) (Mapping, error) { return newAnon(f.t, fakeWinSize), nil }}
+		mapBAR: func(bar int) (Mapping, error) { return f.win(bar), nil }}
+}
+
+// win is window BAR bar's mapping.
+func (f *hwFake) win(bar int) *anonMap {
+	if f.wins == nil {
+		f.wins = map[int]*anonMap{}
+	}
+	if f.wins[bar] == nil {
+		f.wins[bar] = newAnon(f.t, fakeWinSize)
+	}
+	return f.wins[bar]
 }
 
 func (f *hwFake) open() error {
@@ -244,34 +256,54 @@ func (f *hwFake) windowRefusals(widx int, addrAlign uint64) {
 
 func TestHWIntelGen1(t *testing.T) {
 	f := newHWFake(t, 0x8086, 0x3c0d) // Sandy Bridge B2B
-	f.put(0x50, 8, 0x90_0000_0008)    // SBAR45BASE (flags in the low bits)
+	f.put(0x48, 8, 0x90_0000_0008)    // SBAR23BASE (flags in the low bits)
 	f.put(0x60, 2, 0x8005)            // PDOORBELL: link bit 15, bits 0 and 2
 	f.put(0x88, 4, 0x1234)            // SPAD[2]
-	f.put(0x100, 4, 0x77)             // B2B_SPAD[0]
+	f.put(0x100, 4, 0x77)             // B2B_SPAD[0]: not the path these parts take
 	f.put(0x58, 4, 0x3)               // NTBCNTL: disabled, locked
-	f.mustOpen(reg{0x62, 2, 0x3fff})  // PDBMSK: 14 bits (bit 14 is the erratum)
+	peer := f.win(4).b                // BAR 4: the peer's registers (Linux's b2b_mw_idx -1)
+	putLE(peer[0x80:0x84], 0x99)      // the peer's SPAD[0], through it
+	f.mustOpen(reg{0x62, 2, 0x7fff})  // PDBMSK: 15 bits on the window path
 	d := f.dev
-	if d.DBValidMask() != 0x3fff || d.MWCount() != 2 || d.SpadCount() != 16 {
-		t.Fatalf("geometry: mask %#x, %d windows, %d scratchpads", d.DBValidMask(), d.MWCount(), d.SpadCount())
+	if d.DBValidMask() != 0x7fff || d.MWCount() != 1 || d.PeerMWCount() != 1 || d.SpadCount() != 16 {
+		t.Fatalf("geometry: mask %#x, %d windows (peer %d), %d scratchpads", d.DBValidMask(), d.MWCount(), d.PeerMWCount(), d.SpadCount())
 	}
 	if got := d.DBRead(); got != 0x5 {
 		t.Errorf("DBRead = %#x, want 0x5 (the link bit is not a client bit)", got)
 	}
-	f.expect("PeerDBSet", func() error { return d.PeerDBSet(0x2005) }, reg{0x140, 2, 0x2005}) // B2B_DOORBELL
+	// The peer is rung and its scratchpads reached in BAR 4, at the
+	// peer's own PDOORBELL (0x60) and SPAD (0x80): nothing in this
+	// side's register BAR, neither B2B_DOORBELL nor B2B_SPAD.
+	inPeer := func(what string, op func() error, off uint32, width int, want uint64) {
+		t.Helper()
+		before := bytes.Clone(peer)
+		f.expect(what, op)
+		if got := getLE(peer[off : off+uint32(width)]); got != want {
+			t.Errorf("%s: the peer's register %#x holds %#x, want %#x", what, off, got, want)
+		}
+		for i := range peer {
+			if peer[i] != before[i] && (uint32(i) < off || uint32(i) >= off+uint32(width)) {
+				t.Errorf("%s: wrote byte %#x of the peer's registers", what, i)
+			}
+		}
+	}
+	inPeer("PeerDBSet", func() error { return d.PeerDBSet(0x4005) }, 0x60, 2, 0x4005) // bit 14 too
+	inPeer("PeerSpadWrite", func() error { return d.PeerSpadWrite(15, 0xbeef) }, 0xbc, 4, 0xbeef)
+	f.readSpad("PeerSpadRead(0)", func() (uint32, error) { return d.PeerSpadRead(0) }, 0x99)
 	f.expect("DBClear", func() error { return d.DBClear(0x5) }, reg{0x60, 2, 0x5})
-	f.expect("DBClearMask", func() error { return d.DBClearMask(0x3) }, reg{0x62, 2, 0x3ffc})
-	f.expect("DBSetMask", func() error { return d.DBSetMask(0x1) }, reg{0x62, 2, 0x3ffd})
+	f.expect("DBClearMask", func() error { return d.DBClearMask(0x3) }, reg{0x62, 2, 0x7ffc})
+	f.expect("DBSetMask", func() error { return d.DBSetMask(0x1) }, reg{0x62, 2, 0x7ffd})
 	f.expect("SpadWrite", func() error { return d.SpadWrite(3, 0xdead) }, reg{0x8c, 4, 0xdead})
-	f.expect("PeerSpadWrite", func() error { return d.PeerSpadWrite(15, 0xbeef) }, reg{0x13c, 4, 0xbeef})
 	f.readSpad("SpadRead(2)", func() (uint32, error) { return d.SpadRead(2) }, 0x1234)
-	f.readSpad("PeerSpadRead(0)", func() (uint32, error) { return d.PeerSpadRead(0) }, 0x77)
 	// The translation is aligned to the BAR's size; a full window has
-	// no limit (0), a part one ends at SBARnBASE + size.
+	// no limit (0), a part one ends at SBARnBASE + size. The one client
+	// window is BAR 2's.
 	f.expect("MWSetTrans full", func() error { return d.MWSetTrans(0, 0x100000, fakeWinSize) },
 		reg{0x30, 8, fakeMemBus + 0x100000}, reg{0x20, 8, 0})
-	f.expect("MWSetTrans part", func() error { return d.MWSetTrans(1, 0, 0x8000) },
-		reg{0x38, 8, fakeMemBus}, reg{0x28, 8, 0x90_0000_8000})
-	f.expect("MWClearTrans", func() error { return d.MWClearTrans(1) }, reg{0x38, 8, 0}, reg{0x28, 8, 0x90_0000_0000})
+	f.expect("MWSetTrans part", func() error { return d.MWSetTrans(0, 0, 0x8000) },
+		reg{0x30, 8, fakeMemBus}, reg{0x20, 8, 0x90_0000_8000})
+	f.expect("MWClearTrans", func() error { return d.MWClearTrans(0) }, reg{0x30, 8, 0}, reg{0x20, 8, 0x90_0000_0000})
+	f.refuse("MWSetTrans(1): BAR 4 is the peer's registers", func() error { return d.MWSetTrans(1, 0, 4096) }, fabric.ErrInvalid)
 	f.windowRefusals(0, fakeWinSize)
 	f.commonRefusals()
 	// Link: PCIe link status in configuration space (0x1a2, bit 13).

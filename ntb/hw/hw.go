@@ -110,12 +110,18 @@ func (m *Map) Reg(name string) (Reg, bool) {
 	return Reg{}, false
 }
 
-// DBValidMask is the mask of the doorbell bits a client may use.
+// DBValidMask is the mask of the doorbell bits a client may use: the
+// map's DoorbellBits, or Ops.PeerRegs' where the peer is rung through a
+// window.
 func (m *Map) DBValidMask() uint64 {
-	if m.DoorbellBits >= 64 {
+	n := m.DoorbellBits
+	if pr := m.Ops.PeerRegs; pr != nil {
+		n = pr.DoorbellBits
+	}
+	if n >= 64 {
 		return ^uint64(0)
 	}
-	return 1<<m.DoorbellBits - 1
+	return 1<<n - 1
 }
 
 // Maps returns every known register map.
@@ -170,9 +176,11 @@ var maps = []*Map{
 			arr("B2B_SPAD", 0x100, 4, 16, 4),
 			r16("B2B_DOORBELL", 0x140), r32("B2B_XLAT_L", 0x144), r32("B2B_XLAT_U", 0x148),
 		},
-		// 15 doorbell bits, but on every part listed bit 14 of
-		// B2B_DOORBELL is not mirrored to the peer (an erratum the Linux
-		// driver works around by dropping it), so 14.
+		// 15 doorbell bits, but bit 14 of B2B_DOORBELL is not mirrored
+		// to the peer (NTB_HWERR_B2BDOORBELL_BIT14), so 14 on that path;
+		// every part listed also has the SDOORBELL lockup erratum, for
+		// which Linux rings the peer through a window instead, where all
+		// 15 work (Ops.PeerRegs.DoorbellBits).
 		DoorbellBits: 14, LinkBit: 15, Scratchpads: 16, RegBARSize: 64 << 10,
 		Ops:    intelGen1Ops(),
 		Source: "Linux drivers/ntb/hw/intel/ntb_hw_gen1.h, ntb_hw_gen1.c, ntb_hw_intel.h (device IDs)",

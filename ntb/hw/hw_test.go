@@ -386,6 +386,22 @@ func TestOpsTables(t *testing.T) {
 				t.Errorf("%s: window %d alignment %#x", name, i, w.AddrAlign)
 			}
 		}
+		if pr := o.PeerRegs; pr != nil {
+			// The peer's registers through a reserved window: they sit in
+			// the part of the window that reaches the peer's register BAR,
+			// the ring is wide enough for the path's bits, and a window
+			// remains for clients.
+			if pr.Window < 0 || pr.Window >= len(o.Windows) || len(o.Windows) < 2 {
+				t.Errorf("%s: peer registers through window %d of %d", name, pr.Window, len(o.Windows))
+			}
+			r, s := need("peer ring", pr.Ring, 2), need("peer scratchpads", pr.Spad, 4)
+			if uint64(r.End()) > pr.Size || uint64(s.End()) > pr.Size || s.Count < m.Scratchpads {
+				t.Errorf("%s: peer ring %s and scratchpads %s end past the %#x bytes the window reaches", name, pr.Ring, pr.Spad, pr.Size)
+			}
+			if pr.DoorbellBits < 1 || pr.DoorbellBits > int(r.Width)*8 || pr.DoorbellBits > m.LinkBit && m.LinkBit >= 0 {
+				t.Errorf("%s: %d doorbell bits through a %d-byte ring (link bit %d)", name, pr.DoorbellBits, r.Width, m.LinkBit)
+			}
+		}
 		need("link status", o.Link.Status, 2)
 		for _, u := range append(append([]Update{}, o.Link.Enable...), o.Link.Disable...) {
 			need("link update", u.Reg, 2)

@@ -23,6 +23,12 @@ type Ops struct {
 	// Msg locates message registers, where the bridge has them and the
 	// driver offers them (package ntb's Messenger); nil: none.
 	Msg *MsgOps
+	// PeerRegs is set where the peer's doorbell and scratchpads are not
+	// reached through registers of this side's BAR but through one of
+	// the memory windows, whose translation lands on the peer's own
+	// register BAR (Intel gen1 on the parts with the SDOORBELL lockup
+	// erratum); nil: DB.Ring and Spad.Peer are this side's registers.
+	PeerRegs *PeerRegWindow
 	// BarAlignRevs is the range of PCI revisions (inclusive) whose
 	// windows need translations aligned to the window's size, with its
 	// log2 written to each Window.Log2Reg (Intel Ice Lake); zero: none.
@@ -52,6 +58,39 @@ type DoorbellOps struct {
 	// peer's Shift[s].Peer bits up Ring (Switchtec: the two partitions
 	// share 64 bits, the lower partition taking the low half).
 	Shift [2]struct{ Local, Peer uint }
+}
+
+// PeerRegWindow reserves a memory window through which this side works
+// the peer's registers, as Linux's ntb_hw_gen1 does on every Xeon part it
+// lists (xeon_init_dev sets NTB_HWERR_SDOORBELL_LOCKUP: a write to
+// SDOORBELL or B2B_DOORBELL with inbound traffic to the NTB's registers
+// may hang the system; xeon_init_ntb then uses the peer's own registers
+// through b2b_mw_idx). The window's outbound translation points at the
+// peer's secondary register BAR (SB01BASE), so offset o of the window is
+// the peer's register at o: ringing the peer is writing its own doorbell
+// status register, which a write from the link side sets rather than
+// clears. The reserved window is no client's: the driver's windows are
+// the others, in order (Linux decrements mw_count and skips b2b_idx).
+//
+// The B2B set-up that makes the window land there (the secondary BARs'
+// sizes and bases, the outbound translation, B2B_XLAT) is not the
+// driver's: it is the state Linux's probe (xeon_setup_b2b_mw) or the
+// platform leaves, which HWDevice relies on.
+type PeerRegWindow struct {
+	// Window is the reserved window's index in Ops.Windows.
+	Window int
+	// Size is how many bytes at the window's start reach the peer's
+	// registers (the secondary register BAR: XEON_B2B_MIN_SIZE, 32 KiB).
+	Size uint64
+	// Ring is the peer's register written with the bits to ring it, and
+	// Spad the peer's scratchpad array, both at their offsets in the
+	// map (the peer's own PDOORBELL and SPAD).
+	Ring, Spad string
+	// DoorbellBits is the number of doorbell bits a client may use on
+	// this path: the peer's doorbell register is written directly, so
+	// B2B_DOORBELL's bit-14 erratum does not apply (Linux: db_count =
+	// XEON_DB_COUNT, 15).
+	DoorbellBits int
 }
 
 // SpadOps locates the scratchpads.
@@ -197,10 +236,25 @@ const (
 	intelSnoop24    = 1<<2 | 1<<4 | 1<<6 | 1<<8 // BAR2 and BAR4 snoop, both directions
 )
 
+// Gen1's secondary register BAR, reached through the B2B window
+// (XEON_B2B_MIN_SIZE: "the peer ntb secondary config space is 32KB fixed
+// size"), and the doorbell bits on the window path (XEON_DB_COUNT).
+const (
+	gen1B2BRegSize = 0x8000
+	gen1DBCount    = 15
+)
+
+// intelGen1Ops is Linux's B2B path on the parts with the SDOORBELL
+// lockup erratum (all the gen1 parts it lists): the peer's PDOORBELL and
+// SPAD through the last window (b2b_mw_idx -1, the default, whole: no
+// b2b_mw_share). DB.Ring and Spad.Peer name B2B_DOORBELL and B2B_SPAD,
+// the path for parts without the erratum, which PeerRegs overrides.
 func intelGen1Ops() Ops {
 	return Ops{
 		DB:   DoorbellOps{Status: "PDOORBELL", Mask: "PDBMSK", Ring: "B2B_DOORBELL"},
 		Spad: SpadOps{Local: "SPAD", Peer: "B2B_SPAD"},
+		PeerRegs: &PeerRegWindow{Window: 1, Size: gen1B2BRegSize, Ring: "PDOORBELL", Spad: "SPAD",
+			DoorbellBits: gen1DBCount},
 		Windows: []Window{
 			{BAR: 2, Xlat: "SBAR23XLAT", Limit: "SBAR23LMT", Base: "SBAR23BASE", Rule: LimitZeroWhenFull},
 			{BAR: 4, Xlat: "SBAR45XLAT", Limit: "SBAR45LMT", Base: "SBAR45BASE", Rule: LimitZeroWhenFull},

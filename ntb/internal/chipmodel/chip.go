@@ -120,6 +120,15 @@ type spec struct {
 	// address of its first byte in the peer's memory and how many bytes
 	// from the window's start the translation and limits let through.
 	route func(src *Side, bar int) (bus, n uint64)
+	// regWindow reports whether src's outbound window on bar lands on
+	// the peer's register BAR (its first regWindowSize bytes), which the
+	// window's Load and Store then work (Intel gen1's B2B window); nil:
+	// no window ever does.
+	regWindow func(src *Side, bar int) bool
+	// linkWrite applies a register write that arrives from the link side
+	// through such a window, where it differs from the local side's
+	// (gen1: PDOORBELL sets bits); false: as a local write.
+	linkWrite func(p *Side, off uint32, width uint8, v uint64) bool
 	// mirror is the range of the register BAR that is the peer's block
 	// 0x400 down (AMD); zero: none.
 	mirror [2]uint32

@@ -9,6 +9,8 @@ package chipmodel
 // the B2B address space, where it hits the peer's secondary (external)
 // BAR, which the peer translates into its own memory.
 
+import "math/bits"
+
 // The B2B addresses Linux programs for the secondary BARs
 // (XEON_B2B_BAR2_ADDR64, XEON_B2B_BAR4_ADDR64), with the BAR type bits a
 // 64-bit prefetchable BAR reads back in its low nibble.
@@ -44,22 +46,46 @@ const ntbCtlDisable = 1 << 1
 
 func ntbctlEnabled(s *Side) bool { return s.get(0x58, 4)&ntbCtlDisable == 0 }
 
+// Gen1 secondary BAR sizes in configuration space (log2 of the size; 0:
+// the BAR is disabled): PBAR23SZ, PBAR45SZ, SBAR23SZ, SBAR45SZ.
+const (
+	cfgPBAR23SZ = 0xd0
+	cfgSBAR23SZ = 0xd2
+)
+
+// gen1RegWindow is the part of the secondary register BAR (SB01BASE) the
+// link side reaches: XEON_B2B_MIN_SIZE, 32 KiB.
+const gen1RegWindow = 0x8000
+
 // gen1: PDOORBELL is this side's W1C doorbell status (16 bits, bit 15 the
-// link), PDBMSK its mask; B2B_DOORBELL rings the peer's PDOORBELL, except
-// bit 14, which these parts do not carry across (Linux's
-// NTB_HWERR_B2BDOORBELL_BIT14); SPAD are this side's 16 scratchpads and
-// B2B_SPAD reaches the peer's. Window BAR 2 (4): the outbound side's
-// PBAR23XLAT (PBAR45XLAT) puts the window at a B2B address, which must hit
-// the peer's secondary BAR at SBAR23BASE (SBAR45BASE); PBAR23LMT, if not
-// 0, ends the window at that host address; the peer's SBAR23LMT, if not
-// 0, ends it at that B2B address; the peer's SBAR23XLAT is where the
-// window's first byte lands in the peer's memory.
+// link), PDBMSK its mask; SPAD are this side's 16 scratchpads.
+//
+// The peer is reached as Linux's ntb_hw_gen1 does on every part it lists
+// (all of which have the SDOORBELL lockup erratum): through window BAR 4,
+// whose outbound translation PBAR45XLAT hits the peer's secondary
+// register BAR at SBAR0BASE, so the window's first 32 KiB are the peer's
+// registers; a write there to the peer's PDOORBELL sets its bits (the
+// link side rings, only the local side clears). B2B_DOORBELL and B2B_SPAD
+// still carry to the peer (B2B_DOORBELL without bit 14,
+// NTB_HWERR_B2BDOORBELL_BIT14), but every use of them is recorded as a
+// fault: on these parts a write to B2BDOORBELL with inbound register
+// traffic may hang the system (NTB_HWERR_SDOORBELL_LOCKUP), which is why
+// Linux never takes that path.
+//
+// Window BAR 2 (4): the outbound side's PBAR23XLAT (PBAR45XLAT) puts the
+// window at a B2B address, which must hit the peer's secondary BAR at
+// SBAR23BASE (SBAR45BASE), enabled by its size (SBAR23SZ, SBAR45SZ in
+// configuration space); PBAR23LMT, if not 0, ends the window at that host
+// address; the peer's SBAR23LMT, if not 0, ends it at that B2B address;
+// the peer's SBAR23XLAT is where the window's first byte lands in the
+// peer's memory.
 func gen1Spec() *spec {
 	var rs []reg
 	rs = append(rs,
 		reg{name: "PDOORBELL", off: 0x60, width: 2, store: w1c(0x60, 2)},
 		reg{name: "PDBMSK", off: 0x62, width: 2},
 		reg{name: "B2B_DOORBELL", off: 0x140, width: 2, load: readZero, store: func(s *Side, v uint64) {
+			s.fault("B2B_DOORBELL written (%#x): these parts have the SDOORBELL lockup erratum; Linux rings the peer through the B2B window", v)
 			p := s.Peer()
 			p.put(0x60, 2, p.get(0x60, 2)|v&0x3fff) // bits 0-13: 14 is the erratum, 15 the link
 		}},
@@ -76,8 +102,13 @@ func gen1Spec() *spec {
 	rs = append(rs, arrayRegs("SPAD", 0x80, 4, 16, 4, func(int) reg { return reg{} })...)
 	rs = append(rs, arrayRegs("B2B_SPAD", 0x100, 4, 16, 4, func(i int) reg {
 		off := 0x80 + uint32(i)*4
-		return reg{load: func(s *Side) uint64 { return s.Peer().get(off, 4) },
-			store: func(s *Side, v uint64) { s.Peer().put(off, 4, v) }}
+		return reg{load: func(s *Side) uint64 {
+			s.fault("B2B_SPAD[%d] read: these parts have the SDOORBELL lockup erratum; Linux reaches the peer's SPAD through the B2B window", i)
+			return s.Peer().get(off, 4)
+		}, store: func(s *Side, v uint64) {
+			s.fault("B2B_SPAD[%d] written: these parts have the SDOORBELL lockup erratum; Linux reaches the peer's SPAD through the B2B window", i)
+			s.Peer().put(off, 4, v)
+		}}
 	})...)
 	return &spec{
 		regBAR:      64 << 10,
@@ -86,29 +117,66 @@ func gen1Spec() *spec {
 		enabled:     ntbctlEnabled,
 		linkChanged: intelLink(0x60, 2, 1<<15, true),
 		reset: func(s *Side) {
-			// What Linux's probe (xeon_setup_b2b_mw) leaves: secondary
-			// BARs at the B2B addresses, their windows closed (limit ==
-			// base), no translation; the outbound translations pointing
-			// at the peer's secondary BARs, without limits. The link
-			// disabled and locked; every doorbell masked.
+			// What Linux's probe (xeon_setup_b2b_mw, default
+			// b2b_mw_idx -1: BAR 4 whole for the peer's registers)
+			// leaves: SBAR0BASE at BAR 4's B2B address, the secondary
+			// BAR 45 disabled (SBAR45SZ 0) at the same address, the
+			// secondary BAR 23 the size of the primary at its B2B
+			// address; the secondary windows closed (limit == base), no
+			// translation; the outbound translations pointing at the
+			// peer's secondary BARs, without limits; B2B_XLAT at the
+			// peer's BAR 4 address. The link disabled and locked; every
+			// doorbell masked.
+			sz := byte(bits.Len64(s.c.cfg.WindowSize) - 1)
+			s.cfg[cfgPBAR23SZ], s.cfg[cfgPBAR23SZ+1] = sz, sz
+			s.cfg[cfgSBAR23SZ], s.cfg[cfgSBAR23SZ+1] = sz, 0
+			s.put(0x40, 8, b2bBar4)
 			s.put(0x48, 8, b2bBar2|barType)
 			s.put(0x50, 8, b2bBar4|barType)
 			s.put(0x20, 8, b2bBar2)
 			s.put(0x28, 8, b2bBar4)
 			s.put(0x10, 8, b2bBar2)
 			s.put(0x18, 8, b2bBar4)
+			s.put(0x144, 4, b2bBar4&0xffffffff)
+			s.put(0x148, 4, b2bBar4>>32)
 			s.put(0x58, 4, 0x3)
 			s.put(0x62, 2, 0xffff)
 			s.cfg[0xd4] = 0x01 | byte(s.idx)<<4 // PPD: B2B, USD or DSD
 		},
 		route: func(src *Side, bar int) (uint64, uint64) {
-			pxlat, plmt, sbase, slmt, sxlat := uint32(0x10), uint32(0x00), uint32(0x48), uint32(0x20), uint32(0x30)
+			pxlat, plmt, sbase, slmt, sxlat, ssz := uint32(0x10), uint32(0x00), uint32(0x48), uint32(0x20), uint32(0x30), cfgSBAR23SZ
 			if bar == 4 {
-				pxlat, plmt, sbase, slmt, sxlat = 0x18, 0x08, 0x50, 0x28, 0x38
+				pxlat, plmt, sbase, slmt, sxlat, ssz = 0x18, 0x08, 0x50, 0x28, 0x38, cfgSBAR23SZ+1
 			}
-			return b2bRoute(src, bar, src.get(pxlat, 8), src.get(plmt, 8), src.Peer(), sbase, slmt, sxlat, true)
+			p := src.Peer()
+			at := src.get(pxlat, 8)
+			if gen1HitsRegs(src, bar) || p.cfg[ssz] == 0 {
+				return 0, 0 // the peer's registers, or a disabled BAR: no memory
+			}
+			bus, n := b2bRoute(src, bar, at, src.get(plmt, 8), p, sbase, slmt, sxlat, true)
+			return bus, min(n, uint64(1)<<min(p.cfg[ssz], 63))
+		},
+		regWindow: gen1HitsRegs,
+		linkWrite: func(p *Side, off uint32, width uint8, v uint64) bool {
+			if off == 0x60 && width == 2 { // PDOORBELL: the link side sets bits
+				p.put(0x60, 2, p.get(0x60, 2)|v)
+				return true
+			}
+			return false
 		},
 	}
+}
+
+// gen1HitsRegs reports whether src's outbound window on bar lands on the
+// peer's secondary register BAR: its outbound translation is the peer's
+// SBAR0BASE (the secondary BARs decode SB01 first).
+func gen1HitsRegs(src *Side, bar int) bool {
+	pxlat := uint32(0x10)
+	if bar == 4 {
+		pxlat = 0x18
+	}
+	base := src.Peer().get(0x40, 8) &^ 0xf
+	return base != 0 && src.get(pxlat, 8)&^0xf == base
 }
 
 // b2bRoute routes an outbound window through the B2B address space: the

@@ -89,6 +89,62 @@ func (s *Side) MapWindow(bar int) (*Window, error) {
 // Bytes returns the window.
 func (w *Window) Bytes() []byte { return w.b }
 
+// regs reports whether the window reaches the peer's registers now, and
+// records a fault when it does not (with the chip locked).
+func (w *Window) regs(op string, off uint32, width uint8) bool {
+	s := w.s
+	switch {
+	case w.closed:
+		s.fault("%s of %d bytes at %#x through window BAR %d after its Close", op, width, off, w.bar)
+	case s.c.spec.regWindow == nil || !s.c.spec.regWindow(s, w.bar):
+		s.fault("%s of %d bytes at %#x through window BAR %d, whose translation does not reach the peer's registers", op, width, off, w.bar)
+	case uint64(off)+uint64(width) > gen1RegWindow:
+		s.fault("%s of %d bytes at %#x through window BAR %d, past the peer's %#x bytes of registers", op, width, off, w.bar, gen1RegWindow)
+	default:
+		return true
+	}
+	return false
+}
+
+// Load reads the peer's register at off through the window, as one
+// access of width bytes (ntb.RegIO), where the window's translation
+// lands on the peer's register BAR (Intel gen1's B2B window). With the
+// link down the chip drops it (all ones); an access through a window
+// that does not reach the registers is a fault.
+func (w *Window) Load(off uint32, width uint8) uint64 {
+	s := w.s
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	ones := ^uint64(0) >> (64 - 8*uint(min(max(width, 1), 8)))
+	if !w.regs("load", off, width) {
+		return ones
+	}
+	if !s.c.linkUp {
+		return ones
+	}
+	return s.Peer().load(off, width)
+}
+
+// Store writes the peer's register at off through the window, with the
+// side effects a write from the link side has (gen1: PDOORBELL sets the
+// bits written). With the link down the chip drops it.
+func (w *Window) Store(off uint32, width uint8, v uint64) {
+	s := w.s
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if !w.regs("store", off, width) || !s.c.linkUp {
+		return
+	}
+	if width < 8 {
+		v &= 1<<(8*uint(width)) - 1
+	}
+	p := s.Peer()
+	if lw := s.c.spec.linkWrite; lw != nil && validAccess(off, width, uint64(len(p.regs))) && lw(p, off, width, v) {
+		return
+	}
+	p.store(off, width, v)
+}
+
 // Close unmaps the window.
 func (w *Window) Close() error {
 	s := w.s

@@ -1,0 +1,89 @@
+//go:build linux
+
+package ntb
+
+// The peer's registers through a memory window (hw.Ops.PeerRegs): Intel
+// gen1's way around its SDOORBELL lockup erratum, as Linux's ntb_hw_gen1
+// (xeon_init_ntb, xeon_setup_b2b_mw): one window is reserved, its
+// outbound translation lands on the peer's secondary register BAR, and
+// the peer's doorbell and scratchpads are worked there at their own
+// offsets. The facts are in package ntb/hw; this is the generic driver's
+// part of it.
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/weft-io/weft/fabric"
+)
+
+// regTarget is where register accesses go: a RegIO where set, else
+// loads and stores on b.
+type regTarget struct {
+	io RegIO
+	b  []byte
+}
+
+func (t regTarget) load(r regLoc) uint64     { return loadReg(t.io, t.b, r) }
+func (t regTarget) store(r regLoc, v uint64) { storeReg(t.io, t.b, r, v) }
+
+// peerRegs is the reserved window, mapped at open (Linux maps it at
+// probe, pci_iomap of XEON_B2B_MIN_SIZE bytes).
+type peerRegs struct {
+	regTarget // b: the part of the window that reaches the peer's registers
+	m         Mapping
+}
+
+// mapPeerRegs maps the window the map reserves for the peer's registers.
+// A mapping that itself implements RegIO (a chip model's window) performs
+// the accesses; a plain one is loaded and stored, like the register BAR.
+func (d *HWDevice) mapPeerRegs(p hwParts) error {
+	pr := d.o.PeerRegs
+	if pr == nil {
+		return nil
+	}
+	if pr.Window < 0 || pr.Window >= len(d.o.Windows) {
+		return fmt.Errorf("ntb: hardware %s: the peer's registers through window %d of %d: %w", d.name, pr.Window, len(d.o.Windows), fabric.ErrInvalid)
+	}
+	bar := d.o.Windows[pr.Window].BAR
+	if sz := p.bars[bar].Size(); sz < pr.Size {
+		return fmt.Errorf("ntb: hardware %s: BAR %d of %#x bytes cannot reach the peer's %#x bytes of registers: %w", d.name, bar, sz, pr.Size, fabric.ErrInvalid)
+	}
+	if p.mapBAR == nil {
+		return fmt.Errorf("ntb: hardware %s: BAR %d (the peer's registers) cannot be mapped: %w", d.name, bar, fabric.ErrNotSupported)
+	}
+	m, err := p.mapBAR(bar)
+	if err != nil {
+		return fmt.Errorf("ntb: hardware %s: BAR %d (the peer's registers): %w", d.name, bar, err)
+	}
+	b := m.Bytes()
+	if uint64(len(b)) < pr.Size || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		m.Close()
+		return fmt.Errorf("ntb: hardware %s: BAR %d maps %d bytes, the peer's registers need %#x: %w", d.name, bar, len(b), pr.Size, fabric.ErrInvalid)
+	}
+	t := regTarget{b: b[:pr.Size:pr.Size]}
+	if io, ok := m.(RegIO); ok {
+		t.io = io
+	}
+	d.pregs = &peerRegs{regTarget: t, m: m}
+	return nil
+}
+
+// peerReg locates element idx of the peer's register name in the
+// reserved window, checked against the part of it that reaches the
+// peer's registers.
+func (d *HWDevice) peerReg(name string, idx int) (regLoc, error) {
+	r, ok := d.m.Reg(name)
+	if !ok {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: no register %q: %w", d.name, name, fabric.ErrNotSupported)
+	}
+	off, err := r.At(idx)
+	if err != nil {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: %w", d.name, err)
+	}
+	if uint64(off)+uint64(r.Width) > uint64(len(d.pregs.b)) || off%uint32(r.Width) != 0 {
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: the peer's register %s[%d] at %#x+%d is outside the %#x bytes its window reaches: %w",
+			d.name, name, idx, off, r.Width, len(d.pregs.b), fabric.ErrBounds)
+	}
+	return regLoc{off, r.Width}, nil
+}

@@ -82,6 +82,7 @@ type HWDevice struct {
 	cfg      io.ReaderAt
 	wins     []pci.Resource // each client window's BAR
 	wdefs    []hwmap.Window // and its table entry (Ops.Windows less a PeerRegs window)
+	woff     []uint64       // and where in its BAR it starts (the second half of a shared PeerRegs window)
 	pregs    *peerRegs      // the peer's registers through a window (Ops.PeerRegs)
 	mapBAR   func(bar int) (Mapping, error)
 	mem      DMAMemory
@@ -248,11 +249,19 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 	d := &HWDevice{name: name, m: m, o: &m.Ops, regs: p.regs, rb: rb, io: p.io, cfg: p.cfg, mapBAR: p.mapBAR, mem: c.Memory,
 		valid: m.DBValidMask(), spin: c.Spin, closer: p.closer,
 		events: make(chan LinkEvent, 16), stop: make(chan struct{})}
+	share, err := peerRegsShare(name, m, p)
+	if err != nil {
+		return nil, err
+	}
 	for i, w := range m.Ops.Windows {
+		off := uint64(0)
 		if pr := m.Ops.PeerRegs; pr != nil && pr.Window == i {
-			continue // reserved for the peer's registers: no client's
+			if share == 0 {
+				continue // reserved for the peer's registers: no client's
+			}
+			off = share // the second half is a window still
 		}
-		d.wins, d.wdefs = append(d.wins, p.bars[w.BAR]), append(d.wdefs, w)
+		d.wins, d.wdefs, d.woff = append(d.wins, p.bars[w.BAR]), append(d.wdefs, w), append(d.woff, off)
 	}
 	d.peerWin = make([]Mapping, len(d.wins))
 	if r := d.o.BarAlignRevs; r != [2]uint8{} && p.revision >= r[0] && p.revision <= r[1] {
@@ -770,8 +779,12 @@ func (d *HWDevice) window(widx int) (hwmap.Window, pci.Resource, error) {
 	return d.wdefs[widx], d.wins[widx], nil
 }
 
-func (d *HWDevice) align(w hwmap.Window, bar pci.Resource) (addrAlign, sizeAlign, sizeMax uint64) {
-	addrAlign, sizeAlign, sizeMax = w.AddrAlign, max(w.SizeAlign, 1), bar.Size()
+// align gives window widx's alignments and largest size: the size is
+// what of its BAR the window has (all of it, or the half past the peer's
+// registers), the address alignment still the BAR's size (Linux's
+// intel_ntb_mw_get_align).
+func (d *HWDevice) align(widx int, w hwmap.Window, bar pci.Resource) (addrAlign, sizeAlign, sizeMax uint64) {
+	addrAlign, sizeAlign, sizeMax = w.AddrAlign, max(w.SizeAlign, 1), bar.Size()-d.woff[widx]
 	if addrAlign == 0 || d.barAln {
 		addrAlign = bar.Size()
 	}
@@ -791,7 +804,7 @@ func (d *HWDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, e
 	if d.sw != nil {
 		return 4096, 4096, d.sw.winSize[widx], nil
 	}
-	addrAlign, sizeAlign, sizeMax = d.align(w, bar)
+	addrAlign, sizeAlign, sizeMax = d.align(widx, w, bar)
 	return addrAlign, sizeAlign, sizeMax, nil
 }
 
@@ -873,7 +886,7 @@ func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
 		return fmt.Errorf("ntb: hardware %s: window %d: %#x+%#x outside %#x bytes of memory: %w", d.name, widx, addr, size, n, fabric.ErrBounds)
 	}
 	bus := d.mem.BusAddr() + addr
-	aa, sa, smax := d.align(w, bar)
+	aa, sa, smax := d.align(widx, w, bar)
 	if err := hwmap.CheckTranslation(bus, size, aa, sa, smax); err != nil {
 		return fmt.Errorf("ntb: hardware %s: window %d: %w", d.name, widx, err)
 	}
@@ -881,14 +894,14 @@ func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
 }
 
 func (d *HWDevice) setTrans(widx int, w hwmap.Window, bar pci.Resource, r winRegs, bus, size uint64) error {
-	base := bar.Start
+	base, full := bar.Start+d.woff[widx], bar.Size()-d.woff[widx]
 	if r.hasBase {
 		base = d.load(r.base) &^ 0xf
 	}
-	limit := limitOf(w.Rule, base, size, bar.Size())
+	limit := limitOf(w.Rule, base, size, full)
 	var mlimit uint64
 	if r.hasMirror {
-		mlimit = limitOf(w.Rule, d.load(r.mbase)&^0xf, size, bar.Size())
+		mlimit = limitOf(w.Rule, d.load(r.mbase)&^0xf, size, full)
 	}
 	if limit > widthMax(r.limit.width) || (r.hasMirror && mlimit > widthMax(r.mlimit.width)) {
 		return fmt.Errorf("ntb: hardware %s: window %d: limit %#x does not fit its register: %w", d.name, widx, limit, fabric.ErrBounds)
@@ -897,7 +910,7 @@ func (d *HWDevice) setTrans(widx int, w hwmap.Window, bar pci.Resource, r winReg
 	defer d.mu.Unlock()
 	undo := func(what string, want, got uint64) error {
 		d.store(r.xlat, 0)
-		d.store(r.limit, limitOf(w.Rule, base, 0, bar.Size()))
+		d.store(r.limit, limitOf(w.Rule, base, 0, full))
 		return fmt.Errorf("ntb: hardware %s: window %d: the bridge did not take %s %#x (read back %#x): %w",
 			d.name, widx, what, want, got, fabric.ErrInvalid)
 	}
@@ -958,7 +971,14 @@ func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
 		}
 		d.peerWin[widx] = m
 	}
-	return d.peerWin[widx].Bytes(), nil
+	b := d.peerWin[widx].Bytes()
+	if off := d.woff[widx]; off > 0 {
+		if uint64(len(b)) <= off {
+			return nil, fmt.Errorf("ntb: hardware %s: window %d's BAR maps %d bytes, the window starts at %#x: %w", d.name, widx, len(b), off, fabric.ErrInvalid)
+		}
+		b = b[off:len(b):len(b)]
+	}
+	return b, nil
 }
 
 // Link.

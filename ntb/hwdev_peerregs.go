@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
+	hwmap "github.com/weft-io/weft/ntb/hw"
 )
 
 // regTarget is where register accesses go: a RegIO where set, else
@@ -32,6 +33,38 @@ func (t regTarget) store(r regLoc, v uint64) { storeReg(t.io, t.b, r, v) }
 type peerRegs struct {
 	regTarget // b: the part of the window that reaches the peer's registers
 	m         Mapping
+}
+
+// peerRegsShare reads how the B2B set-up split the reserved window
+// (PeerRegWindow.SizeCfg): 0 when the peer's registers take all of it,
+// else the offset of its second half, which stays a client window
+// (Linux's b2b_mw_share). Sizes that are neither are a set-up this
+// driver does not know: fabric.ErrNotSupported.
+func peerRegsShare(name string, m *hwmap.Map, p hwParts) (uint64, error) {
+	pr := m.Ops.PeerRegs
+	if pr == nil || pr.SizeCfg == 0 || p.cfg == nil {
+		return 0, nil
+	}
+	if pr.Window < 0 || pr.Window >= len(m.Ops.Windows) {
+		return 0, fmt.Errorf("ntb: hardware %s: the peer's registers through window %d of %d: %w", name, pr.Window, len(m.Ops.Windows), fabric.ErrInvalid)
+	}
+	var sec, pri [1]byte
+	if n, err := p.cfg.ReadAt(sec[:], pr.SizeCfg); n != 1 {
+		return 0, fmt.Errorf("ntb: hardware %s: configuration byte %#x (the B2B window's secondary size): %v: %w", name, pr.SizeCfg, err, fabric.ErrNotSupported)
+	}
+	if n, err := p.cfg.ReadAt(pri[:], pr.PrimarySizeCfg); n != 1 {
+		return 0, fmt.Errorf("ntb: hardware %s: configuration byte %#x (the B2B window's primary size): %v: %w", name, pr.PrimarySizeCfg, err, fabric.ErrNotSupported)
+	}
+	bar := p.bars[m.Ops.Windows[pr.Window].BAR]
+	switch {
+	case sec[0] == 0:
+		return 0, nil
+	case pri[0] > 0 && sec[0] == pri[0]-1 && pri[0] < 64 && bar.Size() == 1<<pri[0] && bar.Size()/2 >= pr.Size:
+		return bar.Size() / 2, nil
+	}
+	return 0, fmt.Errorf("ntb: hardware %s: the B2B window (BAR %d, %#x bytes) has secondary size 2^%d against primary 2^%d: "+
+		"neither reserved whole for the peer's registers (0) nor shared (one less); the B2B set-up is not one this driver knows: %w",
+		name, m.Ops.Windows[pr.Window].BAR, bar.Size(), sec[0], pri[0], fabric.ErrNotSupported)
 }
 
 // mapPeerRegs maps the window the map reserves for the peer's registers.

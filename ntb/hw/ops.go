@@ -91,6 +91,17 @@ type PeerRegWindow struct {
 	// B2B_DOORBELL's bit-14 erratum does not apply (Linux: db_count =
 	// XEON_DB_COUNT, 15).
 	DoorbellBits int
+	// SizeCfg and PrimarySizeCfg are the configuration-space bytes that
+	// hold log2 of the window's secondary and primary BAR sizes (gen1
+	// SBAR45SZ 0xd3, PBAR45SZ 0xd1). They tell how the B2B set-up split
+	// the window (Linux's xeon_setup_b2b_mw): a secondary size of 0, the
+	// whole window reaches the peer's registers (Linux's default); one
+	// less than the primary, its first half does and its second half,
+	// the peer's secondary BAR at the B2B address plus half, stays a
+	// client window in its place (b2b_mw_share). Anything else is a
+	// set-up the driver does not know, and it refuses to open. SizeCfg
+	// 0: not read, the whole window.
+	SizeCfg, PrimarySizeCfg int64
 }
 
 // SpadOps locates the scratchpads.
@@ -246,15 +257,15 @@ const (
 
 // intelGen1Ops is Linux's B2B path on the parts with the SDOORBELL
 // lockup erratum (all the gen1 parts it lists): the peer's PDOORBELL and
-// SPAD through the last window (b2b_mw_idx -1, the default, whole: no
-// b2b_mw_share). DB.Ring and Spad.Peer name B2B_DOORBELL and B2B_SPAD,
+// SPAD through the last window (b2b_mw_idx -1, the default), whole or
+// shared as the configuration space's BAR sizes say. DB.Ring and Spad.Peer name B2B_DOORBELL and B2B_SPAD,
 // the path for parts without the erratum, which PeerRegs overrides.
 func intelGen1Ops() Ops {
 	return Ops{
 		DB:   DoorbellOps{Status: "PDOORBELL", Mask: "PDBMSK", Ring: "B2B_DOORBELL"},
 		Spad: SpadOps{Local: "SPAD", Peer: "B2B_SPAD"},
 		PeerRegs: &PeerRegWindow{Window: 1, Size: gen1B2BRegSize, Ring: "PDOORBELL", Spad: "SPAD",
-			DoorbellBits: gen1DBCount},
+			DoorbellBits: gen1DBCount, SizeCfg: 0xd3, PrimarySizeCfg: 0xd1},
 		Windows: []Window{
 			{BAR: 2, Xlat: "SBAR23XLAT", Limit: "SBAR23LMT", Base: "SBAR23BASE", Rule: LimitZeroWhenFull},
 			{BAR: 4, Xlat: "SBAR45XLAT", Limit: "SBAR45LMT", Base: "SBAR45BASE", Rule: LimitZeroWhenFull},

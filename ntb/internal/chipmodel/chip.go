@@ -73,6 +73,12 @@ type Config struct {
 	// WindowSize is each window BAR's size (0: 4 MiB), a power of two of
 	// at least a page.
 	WindowSize uint64
+	// Gen1B2BShare sets Intel gen1 up as Linux's b2b_mw_share does: the
+	// first half of window BAR 4 reaches the peer's registers and its
+	// second half is a memory window (SBAR45 half-size, half-way up).
+	// Without it BAR 4 reaches only the registers (SBAR45 disabled), as
+	// with Linux's defaults.
+	Gen1B2BShare bool
 }
 
 // ErrConfig is returned by New for sizes it cannot model.
@@ -120,6 +126,10 @@ type spec struct {
 	// address of its first byte in the peer's memory and how many bytes
 	// from the window's start the translation and limits let through.
 	route func(src *Side, bar int) (bus, n uint64)
+	// memStart is how far into src's window on bar the routed bytes
+	// start (the first part reaching the peer's registers: Intel gen1
+	// with Config.Gen1B2BShare); nil: 0.
+	memStart func(src *Side, bar int) uint64
 	// regWindow reports whether src's outbound window on bar lands on
 	// the peer's register BAR (its first regWindowSize bytes), which the
 	// window's Load and Store then work (Intel gen1's B2B window); nil:

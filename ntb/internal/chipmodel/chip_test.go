@@ -122,3 +122,109 @@ func TestWindowRemap(t *testing.T) {
 		t.Fatalf("faults: %s", strings.Join(f, "; "))
 	}
 }
+
+// gen1Up enables the link on both sides of a gen1 chip.
+func gen1Up(t *testing.T, c *Chip) {
+	t.Helper()
+	for i := range 2 {
+		c.Side(i).Store(0x58, 4, 0) // NTBCNTL: enabled
+	}
+	if !c.LinkUp() {
+		t.Fatal("link not up with both sides enabled")
+	}
+}
+
+// TestGen1B2BWindow: window BAR 4, translated onto the peer's SBAR0BASE,
+// reaches the peer's registers: a doorbell write there sets the peer's
+// PDOORBELL bits (bit 14 too), a scratchpad write lands in the peer's
+// SPAD, and no memory is behind it. The old path (B2B_DOORBELL,
+// B2B_SPAD) still carries but is recorded as a fault: the parts have the
+// SDOORBELL lockup erratum.
+func TestGen1B2BWindow(t *testing.T) {
+	c := newChip(t, IntelGen1)
+	a, b := c.Side(0), c.Side(1)
+	w, err := a.MapWindow(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Store(0x60, 2, 0x1) // link down: dropped, and no fault
+	if b.Load(0x60, 2) != 0 {
+		t.Fatal("a ring through the window crossed a link that is down")
+	}
+	gen1Up(t, c)
+	b.Store(0x60, 2, 0x8000) // the link-up bit, cleared
+	w.Store(0x60, 2, 0x4001)
+	w.Store(0x60, 2, 0x2)
+	if got := b.Load(0x60, 2); got != 0x4003 || a.Load(0x60, 2)&0x7fff != 0 {
+		t.Fatalf("the peer's PDOORBELL %#x after rings of 0x4001 and 0x2 through the window, want 0x4003", got)
+	}
+	w.Store(0x84, 4, 0x55)
+	b.Store(0x88, 4, 0x66)
+	if b.Load(0x84, 4) != 0x55 || w.Load(0x88, 4) != 0x66 || a.Load(0x84, 4) != 0 {
+		t.Fatal("the window does not reach the peer's SPAD")
+	}
+	if _, n := a.Route(4); n != 0 {
+		t.Fatalf("window BAR 4 reaches %#x bytes of memory; it is the peer's registers", n)
+	}
+	if f := append(a.Faults(), b.Faults()...); len(f) != 0 {
+		t.Fatalf("faults on the window path: %s", strings.Join(f, "; "))
+	}
+	// BAR 2 does not reach registers: an access there is a fault.
+	w2, err := a.MapWindow(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	w2.Store(0x60, 2, 1)
+	if f := a.Faults(); len(f) != 1 || !strings.Contains(f[0], "does not reach the peer's registers") {
+		t.Fatalf("faults %q, want one for a register store through BAR 2", f)
+	}
+	a.Store(0x140, 2, 0x4001) // B2B_DOORBELL: carried without bit 14, and a fault
+	a.Store(0x104, 4, 0x77)   // B2B_SPAD[1]
+	if b.Load(0x60, 2)&0x4001 != 0x4001 || b.Load(0x84, 4) != 0x77 {
+		t.Fatal("the B2B registers no longer carry")
+	}
+	if f := a.Faults(); len(f) != 3 || !strings.Contains(f[1], "B2B_DOORBELL") || !strings.Contains(f[2], "B2B_SPAD[1]") {
+		t.Fatalf("faults %q, want B2B_DOORBELL and B2B_SPAD recorded", f)
+	}
+}
+
+// TestGen1B2BShare: with Linux's b2b_mw_share, window BAR 4's first half
+// is the peer's registers and its second half a memory window, routed by
+// the peer's SBAR45 (half-way up, half the size).
+func TestGen1B2BShare(t *testing.T) {
+	c, err := New(IntelGen1, Config{Gen1B2BShare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, b := c.Side(0), c.Side(1)
+	w, err := a.MapWindow(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	gen1Up(t, c)
+	half := uint64(4<<20) / 2
+	if s := a.MemStart(4); s != half {
+		t.Fatalf("memory starts at %#x of BAR 4, want %#x", s, half)
+	}
+	b.Store(0x38, 8, b.Memory().BusAddr()) // SBAR45XLAT
+	b.Store(0x28, 8, 0)                    // SBAR45LMT: none
+	if off, n := a.Route(4); off != 0 || n != half {
+		t.Fatalf("route %#x+%#x, want 0+%#x", off, n, half)
+	}
+	w.Bytes()[half+8] = 0x5a
+	w.Store(0x80, 4, 0x99)
+	if b.Memory().Bytes()[8] != 0x5a || b.Load(0x80, 4) != 0x99 {
+		t.Fatal("the second half does not reach memory, or the first the registers")
+	}
+	w.Bytes()[8] = 0xa5 // the registers' half: no memory behind
+	if bytes.IndexByte(b.Memory().Bytes(), 0xa5) >= 0 {
+		t.Fatal("a store into the registers' half reached memory")
+	}
+	if f := append(a.Faults(), b.Faults()...); len(f) != 0 {
+		t.Fatalf("faults: %s", strings.Join(f, "; "))
+	}
+}

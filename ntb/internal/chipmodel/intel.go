@@ -127,14 +127,23 @@ func gen1Spec() *spec {
 			// peer's secondary BARs, without limits; B2B_XLAT at the
 			// peer's BAR 4 address. The link disabled and locked; every
 			// doorbell masked.
+			// With Config.Gen1B2BShare (b2b_mw_share), SBAR45 is
+			// half the primary's size and starts half-way: BAR 4's
+			// first half reaches the peer's registers, its second half
+			// is a memory window.
 			sz := byte(bits.Len64(s.c.cfg.WindowSize) - 1)
+			half := uint64(0)
 			s.cfg[cfgPBAR23SZ], s.cfg[cfgPBAR23SZ+1] = sz, sz
 			s.cfg[cfgSBAR23SZ], s.cfg[cfgSBAR23SZ+1] = sz, 0
+			if s.c.cfg.Gen1B2BShare {
+				half = s.c.cfg.WindowSize / 2
+				s.cfg[cfgSBAR23SZ+1] = sz - 1
+			}
 			s.put(0x40, 8, b2bBar4)
 			s.put(0x48, 8, b2bBar2|barType)
-			s.put(0x50, 8, b2bBar4|barType)
+			s.put(0x50, 8, (b2bBar4+half)|barType)
 			s.put(0x20, 8, b2bBar2)
-			s.put(0x28, 8, b2bBar4)
+			s.put(0x28, 8, b2bBar4+half)
 			s.put(0x10, 8, b2bBar2)
 			s.put(0x18, 8, b2bBar4)
 			s.put(0x144, 4, b2bBar4&0xffffffff)
@@ -149,13 +158,25 @@ func gen1Spec() *spec {
 				pxlat, plmt, sbase, slmt, sxlat, ssz = 0x18, 0x08, 0x50, 0x28, 0x38, cfgSBAR23SZ+1
 			}
 			p := src.Peer()
-			at := src.get(pxlat, 8)
-			if gen1HitsRegs(src, bar) || p.cfg[ssz] == 0 {
-				return 0, 0 // the peer's registers, or a disabled BAR: no memory
+			skip := gen1MemStart(src, bar)
+			if p.cfg[ssz] == 0 || (skip == 0 && gen1HitsRegs(src, bar)) {
+				return 0, 0 // a disabled BAR, or the peer's registers: no memory
 			}
-			bus, n := b2bRoute(src, bar, at, src.get(plmt, 8), p, sbase, slmt, sxlat, true)
-			return bus, min(n, uint64(1)<<min(p.cfg[ssz], 63))
+			start, size := src.BAR(bar)
+			at, n := src.get(pxlat, 8)+skip, size-skip
+			if olmt := src.get(plmt, 8); olmt != 0 {
+				n = min(n, sub0(olmt, start+skip))
+			}
+			base := p.get(sbase, 8) &^ 0xf
+			if at != base {
+				return 0, 0 // the window misses the peer's BAR: master abort
+			}
+			if lmt := p.get(slmt, 8); lmt != 0 {
+				n = min(n, sub0(lmt, base))
+			}
+			return p.get(sxlat, 8), min(n, uint64(1)<<min(p.cfg[ssz], 63))
 		},
+		memStart:  gen1MemStart,
 		regWindow: gen1HitsRegs,
 		linkWrite: func(p *Side, off uint32, width uint8, v uint64) bool {
 			if off == 0x60 && width == 2 { // PDOORBELL: the link side sets bits
@@ -165,6 +186,26 @@ func gen1Spec() *spec {
 			return false
 		},
 	}
+}
+
+// gen1MemStart is where the memory part of src's outbound window on bar
+// starts: past the peer's registers when the window reaches them and
+// the peer's secondary BAR starts further in (b2b_mw_share: half-way);
+// else 0.
+func gen1MemStart(src *Side, bar int) uint64 {
+	if !gen1HitsRegs(src, bar) {
+		return 0
+	}
+	pxlat, sbase := uint32(0x10), uint32(0x48) // PBAR23XLAT, the peer's SBAR23BASE
+	if bar == 4 {
+		pxlat, sbase = 0x18, 0x50
+	}
+	_, size := src.BAR(bar)
+	at, base := src.get(pxlat, 8)&^0xf, src.Peer().get(sbase, 8)&^0xf
+	if base > at && base-at < size {
+		return base - at
+	}
+	return 0
 }
 
 // gen1HitsRegs reports whether src's outbound window on bar lands on the

@@ -58,9 +58,9 @@ type Window struct {
 	s   *Side
 	bar int
 	b   []byte
-	// the current route: n bytes from the window's start map the peer's
-	// memfd at off (n 0: all sink).
-	off, n uint64
+	// the current route: n bytes from skip into the window map the
+	// peer's memfd at off (n 0: all sink).
+	skip, off, n uint64
 	closed bool
 }
 
@@ -168,12 +168,30 @@ func (w *Window) unmap() error {
 }
 
 // Route reports where this side's outbound window on bar lands now: the
-// offset in the peer's memory of the window's first byte and how many
-// bytes from the window's start reach it (0: none; the rest is sink).
+// offset in the peer's memory of the window's first routed byte and how
+// many bytes from there reach it (0: none; the rest is sink). The routed
+// bytes start at the window's start, or past the peer's registers where
+// the window reaches them first (MemStart).
 func (s *Side) Route(bar int) (memOff, n uint64) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	return s.route(bar)
+}
+
+// MemStart reports how far into this side's outbound window on bar the
+// routed bytes start (Intel gen1 with Config.Gen1B2BShare: BAR 4's
+// second half).
+func (s *Side) MemStart(bar int) uint64 {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.memStart(bar)
+}
+
+func (s *Side) memStart(bar int) uint64 {
+	if f := s.c.spec.memStart; f != nil {
+		return f(s, bar)
+	}
+	return 0
 }
 
 // route turns the family's bus-address route into memfd terms: only whole
@@ -184,7 +202,7 @@ func (s *Side) route(bar int) (memOff, n uint64) {
 		return 0, 0 // no link: the chip drops the writes
 	}
 	bus, n := s.c.spec.route(s, bar)
-	n = min(n, size)
+	n = min(n, size-min(size, s.memStart(bar)))
 	peer := s.Peer().mem
 	pg := uint64(unix.Getpagesize())
 	if n == 0 || bus < peer.bus || bus-peer.bus >= uint64(len(peer.b)) || (bus-peer.bus)%pg != 0 {
@@ -201,24 +219,37 @@ func (w *Window) reroute() {
 		return
 	}
 	off, n := w.s.route(w.bar)
-	if off == w.off && n == w.n {
+	skip := w.s.memStart(w.bar)
+	if n == 0 {
+		skip, off = 0, 0
+	}
+	if skip == w.skip && off == w.off && n == w.n {
 		return
 	}
 	base := unsafe.Pointer(unsafe.SliceData(w.b))
 	rw := unix.PROT_READ | unix.PROT_WRITE
 	if n > 0 {
-		if _, err := unix.MmapPtr(w.s.Peer().mem.fd, int64(off), base, uintptr(n), rw, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		if _, err := unix.MmapPtr(w.s.Peer().mem.fd, int64(off), unsafe.Add(base, skip), uintptr(n), rw, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
 			w.s.fault("remapping window BAR %d onto the peer's memory: %v", w.bar, err)
 			n = 0
 		}
 	}
-	if w.n > n {
-		// Pages that were the peer's become a fresh sink (those past
-		// the old route already are).
-		if _, err := unix.MmapPtr(-1, 0, unsafe.Add(base, n), uintptr(uint64(len(w.b))-n), rw,
+	// Pages that were the peer's and are not now become a fresh sink
+	// (the rest of the window already is).
+	sink := func(from, to uint64) {
+		if from >= to {
+			return
+		}
+		if _, err := unix.MmapPtr(-1, 0, unsafe.Add(base, from), uintptr(to-from), rw,
 			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
 			w.s.fault("remapping window BAR %d's sink: %v", w.bar, err)
 		}
 	}
-	w.off, w.n = off, n
+	if oldEnd := w.skip + w.n; n == 0 {
+		sink(w.skip, oldEnd)
+	} else {
+		sink(w.skip, min(oldEnd, skip))
+		sink(max(w.skip, skip+n), oldEnd)
+	}
+	w.skip, w.off, w.n = skip, off, n
 }

@@ -61,7 +61,7 @@ type Window struct {
 	// the current route: n bytes from skip into the window map the
 	// peer's memfd at off (n 0: all sink).
 	skip, off, n uint64
-	closed bool
+	closed       bool
 }
 
 // MapWindow maps this side's outbound window BAR bar. The mapping follows

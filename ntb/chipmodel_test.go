@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,7 +69,14 @@ func chipPair(t testing.TB, f chipmodel.Family, rev uint8) (*chipmodel.Chip, [2]
 // chipPairPoll is chipPair with a link poll of the given period.
 func chipPairPoll(t testing.TB, f chipmodel.Family, rev uint8, poll time.Duration) (*chipmodel.Chip, [2]*HWDevice) {
 	t.Helper()
-	c, err := chipmodel.New(f, chipmodel.Config{})
+	return chipPairWith(t, f, chipmodel.Config{}, nil, rev, poll)
+}
+
+// chipPairWith is chipPairPoll over a chip configured by cfg, with the
+// map edited by edit (nil: the map as it is).
+func chipPairWith(t testing.TB, f chipmodel.Family, cfg chipmodel.Config, edit func(*hwmap.Map), rev uint8, poll time.Duration) (*chipmodel.Chip, [2]*HWDevice) {
+	t.Helper()
+	c, err := chipmodel.New(f, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +85,11 @@ func chipPairPoll(t testing.TB, f chipmodel.Family, rev uint8, poll time.Duratio
 	if err != nil {
 		c.Close()
 		t.Fatal(err)
+	}
+	if edit != nil {
+		mc := *m
+		m = &mc
+		edit(m)
 	}
 	var devs [2]*HWDevice
 	for i := range devs {
@@ -345,14 +358,19 @@ func TestChipModelIncarnation(t *testing.T) {
 // mapping; the limit bounds it (stores past it reach nothing); clearing
 // the translation closes the window.
 func TestChipModelWindows(t *testing.T) {
-	forFamilies(t, func(t *testing.T, f chipmodel.Family) { testChipWindows(t, f, modelRevision) })
+	forFamilies(t, func(t *testing.T, f chipmodel.Family) { testChipWindows(t, f, chipmodel.Config{}, modelRevision) })
 	// Ice Lake (gen4 revisions 2 to 0xf): translations aligned to the
 	// window, log2 of the size in IMxxXBASEIDX.
-	t.Run("intel-gen4-icx", func(t *testing.T) { testChipWindows(t, chipmodel.IntelGen4, 0x4) })
+	t.Run("intel-gen4-icx", func(t *testing.T) { testChipWindows(t, chipmodel.IntelGen4, chipmodel.Config{}, 0x4) })
+	// Gen1 with b2b_mw_share: BAR 4's second half is window 1.
+	t.Run("intel-gen1-share", func(t *testing.T) { testChipWindows(t, chipmodel.IntelGen1, gen1Share, modelRevision) })
 }
 
-func testChipWindows(t *testing.T, f chipmodel.Family, rev uint8) {
-	c, d := chipPair(t, f, rev)
+// gen1Share is the gen1 model set up as Linux's b2b_mw_share leaves it.
+var gen1Share = chipmodel.Config{Gen1B2BShare: true}
+
+func testChipWindows(t *testing.T, f chipmodel.Family, cfg chipmodel.Config, rev uint8) {
+	c, d := chipPairWith(t, f, cfg, nil, rev, time.Millisecond)
 	a, b := d[0], d[1]
 	for _, x := range d {
 		if err := x.LinkEnable(); err != nil {
@@ -362,7 +380,7 @@ func testChipWindows(t *testing.T, f chipmodel.Family, rev uint8) {
 	linkBoth(t, d, true)
 	bmem := b.Memory()
 	for widx := range a.MWCount() {
-		bar := a.o.Windows[widx].BAR
+		bar := a.wdefs[widx].BAR
 		aa, _, smax, err := b.MWGetAlign(widx)
 		if err != nil {
 			t.Fatal(err)
@@ -443,7 +461,13 @@ func testChipWindows(t *testing.T, f chipmodel.Family, rev uint8) {
 // and returns queue 0's endpoints, each closing its transport.
 func dialModel(t *testing.T, f chipmodel.Family, tc Config) (a, b *Endpoint) {
 	t.Helper()
-	_, d := chipPair(t, f, modelRevision)
+	return dialModelCfg(t, f, chipmodel.Config{}, tc)
+}
+
+// dialModelCfg is dialModel over a chip configured by cfg.
+func dialModelCfg(t *testing.T, f chipmodel.Family, cfg chipmodel.Config, tc Config) (a, b *Endpoint) {
+	t.Helper()
+	_, d := chipPairWith(t, f, cfg, nil, modelRevision, time.Millisecond)
 	return fabrictest.OpenPair(t, 30*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
 		dev := d[int(s)]
 		if err := dev.LinkEnable(); err != nil {
@@ -477,54 +501,57 @@ func TestChipModelConformance(t *testing.T) {
 // modelled chip: every byte crosses the model's windows and every wakeup
 // is a modelled doorbell.
 func TestChipModelPingPong(t *testing.T) {
-	forFamilies(t, func(t *testing.T, f chipmodel.Family) {
-		a, b := dialModel(t, f, Config{})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		abuf, _ := a.Alloc(4096, fabric.AccessLocalWrite)
-		bbuf, _ := b.Alloc(4096, fabric.AccessLocalWrite)
-		errc := make(chan error, 1)
-		const rounds = 500
-		go func() {
-			for i := range rounds {
-				msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(bbuf)}}}
-				if _, err := b.RecvWait(ctx, msgs); err != nil {
-					errc <- fmt.Errorf("b recv %d: %w", i, err)
-					return
-				}
-				if _, err := b.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: bbuf, Length: msgs[0].Len}}}}); err != nil {
-					errc <- fmt.Errorf("b send %d: %w", i, err)
-					return
-				}
-			}
-			errc <- nil
-		}()
+	forFamilies(t, func(t *testing.T, f chipmodel.Family) { pingPong(t, f, chipmodel.Config{}) })
+	t.Run("intel-gen1-share", func(t *testing.T) { pingPong(t, chipmodel.IntelGen1, gen1Share) })
+}
+
+func pingPong(t *testing.T, f chipmodel.Family, cfg chipmodel.Config) {
+	a, b := dialModelCfg(t, f, cfg, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	abuf, _ := a.Alloc(4096, fabric.AccessLocalWrite)
+	bbuf, _ := b.Alloc(4096, fabric.AccessLocalWrite)
+	errc := make(chan error, 1)
+	const rounds = 500
+	go func() {
 		for i := range rounds {
-			n := 1 + (i*97)%4096
-			for j := range n {
-				abuf.Bytes()[j] = byte(i + j)
+			msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(bbuf)}}}
+			if _, err := b.RecvWait(ctx, msgs); err != nil {
+				errc <- fmt.Errorf("b recv %d: %w", i, err)
+				return
 			}
-			if _, err := a.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: abuf, Length: n}}}}); err != nil {
-				t.Fatalf("a send %d: %v", i, err)
-			}
-			clear(abuf.Bytes())
-			msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(abuf)}}}
-			if _, err := a.RecvWait(ctx, msgs); err != nil {
-				t.Fatalf("a recv %d: %v", i, err)
-			}
-			if msgs[0].Len != n {
-				t.Fatalf("round %d: echo of %d bytes came back as %d", i, n, msgs[0].Len)
-			}
-			for j := range n {
-				if abuf.Bytes()[j] != byte(i+j) {
-					t.Fatalf("round %d: byte %d of the echo differs", i, j)
-				}
+			if _, err := b.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: bbuf, Length: msgs[0].Len}}}}); err != nil {
+				errc <- fmt.Errorf("b send %d: %w", i, err)
+				return
 			}
 		}
-		if err := <-errc; err != nil {
-			t.Fatal(err)
+		errc <- nil
+	}()
+	for i := range rounds {
+		n := 1 + (i*97)%4096
+		for j := range n {
+			abuf.Bytes()[j] = byte(i + j)
 		}
-	})
+		if _, err := a.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: abuf, Length: n}}}}); err != nil {
+			t.Fatalf("a send %d: %v", i, err)
+		}
+		clear(abuf.Bytes())
+		msgs := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(abuf)}}}
+		if _, err := a.RecvWait(ctx, msgs); err != nil {
+			t.Fatalf("a recv %d: %v", i, err)
+		}
+		if msgs[0].Len != n {
+			t.Fatalf("round %d: echo of %d bytes came back as %d", i, n, msgs[0].Len)
+		}
+		for j := range n {
+			if abuf.Bytes()[j] != byte(i+j) {
+				t.Fatalf("round %d: byte %d of the echo differs", i, j)
+			}
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestChipModelQueues runs three queues over each modelled chip: every
@@ -566,6 +593,82 @@ func TestChipModelQueues(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatalf("queue %d: %v", q, err)
 			}
+		}
+	})
+}
+
+// TestChipModelGen1B2B: Intel gen1 works the peer's doorbell and
+// scratchpads through the reserved B2B window, as Linux on these parts:
+// one client window (Linux's mw_count less the B2B one), 15 doorbell bits
+// (bit 14 rings: the B2B_DOORBELL erratum does not apply); with
+// b2b_mw_share, two windows, the second the half of BAR 4 past the peer's
+// registers, aligned to the whole BAR. A driver on the old path
+// (B2B_DOORBELL, B2B_SPAD) makes the model record faults.
+func TestChipModelGen1B2B(t *testing.T) {
+	const size = 4 << 20 // the model's default window BAR
+	t.Run("whole", func(t *testing.T) {
+		c, d := chipPair(t, chipmodel.IntelGen1, modelRevision)
+		a, b := d[0], d[1]
+		if a.MWCount() != 1 || a.PeerMWCount() != 1 || a.DBValidMask() != 0x7fff {
+			t.Fatalf("%d windows (peer %d), doorbells %#x; want 1, 1, 0x7fff", a.MWCount(), a.PeerMWCount(), a.DBValidMask())
+		}
+		if a.wdefs[0].BAR != 2 {
+			t.Fatalf("the client window is BAR %d, want 2 (BAR 4 is the peer's registers)", a.wdefs[0].BAR)
+		}
+		if _, _, _, err := a.MWGetAlign(1); !errors.Is(err, fabric.ErrInvalid) {
+			t.Fatalf("MWGetAlign(1) on the B2B window: %v", err)
+		}
+		upBoth(t, d)
+		if err := a.PeerDBSet(0x4000); err != nil || b.DBRead() != 0x4000 {
+			t.Fatalf("ring of bit 14: %v, the peer reads %#x", err, b.DBRead())
+		}
+		if _, n := c.Side(0).Route(4); n != 0 {
+			t.Fatalf("BAR 4 reaches %#x bytes of the peer's memory", n)
+		}
+	})
+	t.Run("share", func(t *testing.T) {
+		_, d := chipPairWith(t, chipmodel.IntelGen1, gen1Share, nil, modelRevision, time.Millisecond)
+		a := d[0]
+		if a.MWCount() != 2 || a.PeerMWCount() != 2 {
+			t.Fatalf("%d windows (peer %d) with the B2B window shared, want 2", a.MWCount(), a.PeerMWCount())
+		}
+		aa, _, smax, err := a.MWGetAlign(1)
+		if err != nil || aa != size || smax != size/2 {
+			t.Fatalf("MWGetAlign(1) = %#x, _, %#x, %v; want %#x, %#x", aa, smax, err, size, size/2)
+		}
+		w, err := a.PeerMW(1)
+		if err != nil || len(w) != size/2 {
+			t.Fatalf("PeerMW(1) = %d bytes, %v; want %#x", len(w), err, size/2)
+		}
+	})
+	t.Run("old-path-faults", func(t *testing.T) {
+		// The map as it was before: no PeerRegs, so B2B_DOORBELL and
+		// B2B_SPAD. The model must record it.
+		c, err := chipmodel.New(chipmodel.IntelGen1, chipmodel.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		m, _ := hwmap.Lookup(chipmodel.IntelGen1.PCIID())
+		mc := *m
+		mc.Ops.PeerRegs = nil
+		var d [2]*HWDevice
+		for i := range d {
+			s := c.Side(i)
+			if d[i], err = newHWDevice("old path", &mc, chipParts(t, s, modelRevision), HWConfig{Memory: s.Memory(), Link: -1}); err != nil {
+				t.Fatal(err)
+			}
+			defer d[i].Close()
+		}
+		if err := d[0].PeerDBSet(0x1); err != nil {
+			t.Fatal(err)
+		}
+		if err := d[0].PeerSpadWrite(0, 1); err != nil {
+			t.Fatal(err)
+		}
+		f := c.Side(0).Faults()
+		if len(f) != 2 || !strings.Contains(f[0], "B2B_DOORBELL") || !strings.Contains(f[1], "B2B_SPAD") {
+			t.Fatalf("faults %q, want B2B_DOORBELL and B2B_SPAD recorded", f)
 		}
 	})
 }

@@ -318,6 +318,43 @@ func TestHWIntelGen1(t *testing.T) {
 	f.expect("LinkDisable", d.LinkDisable, reg{0x58, 4, 0x3})
 }
 
+// TestHWIntelGen1Share: the B2B window's split is read from the
+// configuration space, as the B2B set-up left it: SBAR45SZ one less than
+// PBAR45SZ is Linux's b2b_mw_share (window 1 is BAR 4's second half, its
+// limit computed from SBAR45BASE, which the set-up put half-way, and its
+// translation aligned to the whole BAR); another split is refused.
+func TestHWIntelGen1Share(t *testing.T) {
+	f := newHWFake(t, 0x8086, 0x3c0d)
+	f.cfg[0xd1], f.cfg[0xd3] = 20, 19 // PBAR45SZ: 1 MiB; SBAR45SZ: half
+	const half = fakeWinSize / 2
+	f.put(0x50, 8, 0x90_0008_000c)   // SBAR45BASE: the B2B address plus half
+	f.mustOpen(reg{0x62, 2, 0x7fff}) // PDBMSK
+	d := f.dev
+	if d.MWCount() != 2 || d.PeerMWCount() != 2 {
+		t.Fatalf("%d windows (peer %d), want 2", d.MWCount(), d.PeerMWCount())
+	}
+	aa, sa, smax, err := d.MWGetAlign(1)
+	if err != nil || aa != fakeWinSize || sa != 1 || smax != half {
+		t.Fatalf("MWGetAlign(1) = %#x, %#x, %#x, %v; want %#x, 1, %#x", aa, sa, smax, err, fakeWinSize, half)
+	}
+	f.expect("MWSetTrans whole half", func() error { return d.MWSetTrans(1, 0, half) }, reg{0x38, 8, fakeMemBus}, reg{0x28, 8, 0})
+	f.expect("MWSetTrans part", func() error { return d.MWSetTrans(1, 0, 0x8000) }, reg{0x28, 8, 0x90_0008_8000})
+	f.refuse("MWSetTrans past the half", func() error { return d.MWSetTrans(1, 0, half+4096) }, fabric.ErrBounds)
+	w, err := d.PeerMW(1)
+	if err != nil || len(w) != half || &w[0] != &f.win(4).b[half] {
+		t.Fatalf("PeerMW(1): %d bytes, %v; want BAR 4's second half", len(w), err)
+	}
+	if err := d.PeerDBSet(0x1); err != nil || getLE(f.win(4).b[0x60:0x62]) != 0x1 {
+		t.Fatalf("the ring does not reach BAR 4's first half: %v", err)
+	}
+
+	g := newHWFake(t, 0x8086, 0x3c0d)
+	g.cfg[0xd1], g.cfg[0xd3] = 20, 20 // a secondary BAR as large as the primary: no B2B set-up for the registers
+	if err := g.open(); !errors.Is(err, fabric.ErrNotSupported) {
+		t.Fatalf("open with SBAR45SZ = PBAR45SZ: %v, want ErrNotSupported", err)
+	}
+}
+
 func TestHWIntelGen3(t *testing.T) {
 	f := newHWFake(t, 0x8086, 0x201c)
 	f.put(0x40, 8, 0x1_0000_0005)    // IM_INT_STATUS: the link bit 32, bits 0 and 2

@@ -71,7 +71,16 @@ type HWConfig struct {
 //     Memory() leaves out) that the peer reaches through a lookup-table
 //     window, as Linux's driver does; message registers implement
 //     Messenger. Tested against a model of the switch
-//     (ntb/internal/chipmodel), not hardware.
+//     (ntb/internal/chipmodel), not hardware;
+//   - Intel gen1: the peer's doorbell and scratchpads are worked through
+//     window BAR 4, whose translation lands on the peer's register BAR,
+//     as Linux does on every listed part (their SDOORBELL lockup erratum
+//     makes B2B_DOORBELL unsafe): that window is no client's (MWCount 1),
+//     or only its second half is (MWCount 2) where the B2B set-up shares
+//     it. The B2B set-up itself (secondary BAR sizes and bases, outbound
+//     translations) is left to the platform or an earlier Linux probe;
+//     the device reads the split from configuration space and refuses
+//     one it does not know.
 type HWDevice struct {
 	name     string
 	m        *hwmap.Map

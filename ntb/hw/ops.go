@@ -258,8 +258,9 @@ const (
 // intelGen1Ops is Linux's B2B path on the parts with the SDOORBELL
 // lockup erratum (all the gen1 parts it lists): the peer's PDOORBELL and
 // SPAD through the last window (b2b_mw_idx -1, the default), whole or
-// shared as the configuration space's BAR sizes say. DB.Ring and Spad.Peer name B2B_DOORBELL and B2B_SPAD,
-// the path for parts without the erratum, which PeerRegs overrides.
+// shared as the configuration space's BAR sizes say. DB.Ring and
+// Spad.Peer name B2B_DOORBELL and B2B_SPAD, the path for parts without
+// the erratum, which PeerRegs overrides.
 func intelGen1Ops() Ops {
 	return Ops{
 		DB:   DoorbellOps{Status: "PDOORBELL", Mask: "PDBMSK", Ring: "B2B_DOORBELL"},

@@ -41,6 +41,10 @@ type HWConfig struct {
 	// Link is the period of the link poll that feeds LinkEvents (0:
 	// 10ms); negative: no poll (LinkIsUp still reads the hardware).
 	Link time.Duration
+	// PeerPort chooses the peer NT function on a switch with more than
+	// two (IDT): the peer's switch port. 0 is the lowest-numbered other
+	// active NT port (which is port 0 itself when that is one).
+	PeerPort int
 	// Spin is how long DBWait polls the doorbell register before it
 	// sleeps between polls (the bridge's interrupts are not used).
 	Spin time.Duration
@@ -101,9 +105,15 @@ type HWDevice struct {
 	part     uint32 // this partition and the peer's (Switchtec)
 	peerPart uint32
 	sw       *swState // Switchtec's shared window and partition operations
-	barAln   bool     // translations aligned to the window, log2 written
-	spin     time.Duration
-	closer   io.Closer // VFIO device, config file
+	// dbLocal and dbPeer place this side's doorbell bits in the status
+	// and mask registers and the peer's in the ring register.
+	dbLocal, dbPeer uint
+	idt             *idtState  // IDT switch state (hwdev_idt.go); nil for other families
+	gmu             sync.Mutex // orders GASA address/data pairs
+	msgMu           sync.Mutex // orders a message's route, send and status check
+	barAln          bool       // translations aligned to the window, log2 written
+	spin            time.Duration
+	closer          io.Closer // VFIO device, config file
 
 	mu      sync.Mutex
 	dbMask  uint64
@@ -126,6 +136,7 @@ type hwParts struct {
 	cfg      io.ReaderAt
 	bars     [pci.NumBARs]pci.Resource
 	revision uint8
+	device   uint16 // PCI device ID (IDT: which switch, so which ports are NT ports)
 	mapBAR   func(bar int) (Mapping, error)
 	closer   io.Closer
 	// io, when set, performs every register access in place of loads and
@@ -181,7 +192,7 @@ func openHardware(bus pci.Bus, addr string, c HWConfig) (*HWDevice, error) {
 	if err := checkBARs(name, m, d.BARs); err != nil {
 		return nil, err
 	}
-	p := hwParts{bars: d.BARs, revision: d.Revision}
+	p := hwParts{bars: d.BARs, revision: d.Revision, device: d.DeviceID}
 	var closers multiCloser
 	if d.Driver == "vfio-pci" {
 		v, err := pci.OpenVFIO(d)
@@ -279,6 +290,7 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 	if err := d.findSide(); err != nil {
 		return nil, err
 	}
+	d.dbLocal, d.dbPeer = d.o.DB.Shift[d.side].Local, d.o.DB.Shift[d.side].Peer
 	if err := d.mapPeerRegs(p); err != nil {
 		return nil, err
 	}
@@ -286,7 +298,16 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 		if d.pregs != nil {
 			d.pregs.m.Close()
 		}
+		d.idtRelease()
 		return nil, err
+	}
+	if d.o.Global != nil {
+		if err := d.idtOpen(p, c); err != nil {
+			return fail(err)
+		}
+	}
+	if err := d.maskMessages(); err != nil {
+		return fail(err)
 	}
 	// Mask every doorbell, and enable the ones this side rings.
 	d.dbMask = d.valid
@@ -298,7 +319,7 @@ func newHWDevice(name string, m *hwmap.Map, p hwParts, c HWConfig) (*HWDevice, e
 		if err != nil {
 			return fail(err)
 		}
-		d.store(r, d.valid<<d.o.DB.Shift[d.side].Peer)
+		d.store(r, d.valid<<d.dbPeer)
 	}
 	if pt := d.o.Partition; pt != nil && pt.SharedWindow {
 		if err := d.swInit(p, c); err != nil {
@@ -502,7 +523,7 @@ func (d *HWDevice) DBRead() uint64 {
 	if err != nil || d.closed.Load() {
 		return 0
 	}
-	return d.load(r) >> d.o.DB.Shift[d.side].Local & d.valid
+	return d.load(r) >> d.dbLocal & d.valid
 }
 
 // DBClear implements Device: it writes ones to the bits (they clear on
@@ -515,7 +536,7 @@ func (d *HWDevice) DBClear(bits uint64) error {
 	if err != nil {
 		return err
 	}
-	d.store(r, bits<<d.o.DB.Shift[d.side].Local)
+	d.store(r, bits<<d.dbLocal)
 	return nil
 }
 
@@ -525,11 +546,11 @@ func (d *HWDevice) writeMask() error {
 	if err != nil {
 		return err
 	}
-	v := d.dbMask << d.o.DB.Shift[d.side].Local
+	v := d.dbMask << d.dbLocal
 	if d.o.DB.MaskEnables {
 		// Enable this side's unmasked bits only: the other partition's
 		// half of shared doorbells stays disabled.
-		v = (^d.dbMask & d.valid) << d.o.DB.Shift[d.side].Local
+		v = (^d.dbMask & d.valid) << d.dbLocal
 	}
 	d.store(r, v)
 	return nil
@@ -588,7 +609,7 @@ func (d *HWDevice) PeerDBSet(set uint64) error {
 		if err != nil {
 			return err
 		}
-		d.store(r, set<<db.Shift[d.side].Peer)
+		d.store(r, set<<d.dbPeer)
 		return nil
 	}
 	var rs []regLoc
@@ -680,11 +701,7 @@ func (d *HWDevice) spadLoc(idx int, peer bool) (regLoc, error) {
 	return d.reg(name, idx, 0)
 }
 
-func (d *HWDevice) noMessage(what string) error {
-	return fmt.Errorf("ntb: hardware %s: %s: the bridge has message registers, not scratchpads: %w", d.name, what, fabric.ErrNotSupported)
-}
-
-// SpadRead implements Device (IDT: reads inbound message idx).
+// SpadRead implements Device.
 func (d *HWDevice) SpadRead(idx int) (uint32, error) {
 	if d.sw != nil {
 		a, err := d.swSpad(idx, false)
@@ -714,9 +731,6 @@ func (d *HWDevice) SpadWrite(idx int, v uint32) error {
 	if err != nil {
 		return err
 	}
-	if d.o.Spad.Messages {
-		return d.noMessage("writing an inbound message")
-	}
 	t.store(r, uint64(v))
 	return nil
 }
@@ -734,13 +748,10 @@ func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if d.o.Spad.Messages {
-		return 0, d.noMessage("reading an outbound message")
-	}
 	return uint32(t.load(r)), nil
 }
 
-// PeerSpadWrite implements Device (IDT: sends outbound message idx).
+// PeerSpadWrite implements Device.
 func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
 	if d.sw != nil {
 		a, err := d.swSpad(idx, true)
@@ -772,11 +783,23 @@ func (d *HWDevice) Memory() []byte {
 }
 
 // MWCount implements Device: the map's windows, less the one the peer's
-// registers are reached through (Ops.PeerRegs; Linux's mw_count).
-func (d *HWDevice) MWCount() int { return len(d.wins) }
+// registers are reached through (Ops.PeerRegs; Linux's mw_count); IDT:
+// the peer's windows.
+func (d *HWDevice) MWCount() int {
+	if d.idt != nil {
+		return len(d.idt.in)
+	}
+	return len(d.wins)
+}
 
-// PeerMWCount implements Device, as MWCount.
-func (d *HWDevice) PeerMWCount() int { return len(d.wins) }
+// PeerMWCount implements Device, as MWCount; IDT: this function's
+// windows.
+func (d *HWDevice) PeerMWCount() int {
+	if d.idt != nil {
+		return len(d.idt.out)
+	}
+	return len(d.wins)
+}
 
 func (d *HWDevice) window(widx int) (hwmap.Window, pci.Resource, error) {
 	if widx < 0 || widx >= len(d.wins) {
@@ -806,6 +829,9 @@ func (d *HWDevice) align(widx int, w hwmap.Window, bar pci.Resource) (addrAlign,
 // (Switchtec's MWSetTrans also wants the address aligned to the size's
 // power of two).
 func (d *HWDevice) MWGetAlign(widx int) (addrAlign, sizeAlign, sizeMax uint64, err error) {
+	if d.idt != nil {
+		return d.idtGetAlign(widx)
+	}
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return 0, 0, 0, err
@@ -880,6 +906,9 @@ func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
 	if d.sw != nil {
 		return d.swSetTrans(widx, addr, size)
 	}
+	if d.idt != nil {
+		return d.idtSetTrans(widx, addr, size)
+	}
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return err
@@ -946,6 +975,9 @@ func (d *HWDevice) MWClearTrans(widx int) error {
 	if d.sw != nil {
 		return d.swClearTrans(widx)
 	}
+	if d.idt != nil {
+		return d.idtClearTrans(widx)
+	}
 	w, bar, err := d.window(widx)
 	if err != nil {
 		return err
@@ -966,6 +998,9 @@ func (d *HWDevice) MWClearTrans(widx int) error {
 func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
 	if d.sw != nil {
 		return d.swPeerMW(widx)
+	}
+	if d.idt != nil {
+		return d.idtPeerMW(widx)
 	}
 	w, _, err := d.window(widx)
 	if err != nil {
@@ -996,6 +1031,9 @@ func (d *HWDevice) PeerMW(widx int) ([]byte, error) {
 func (d *HWDevice) readLink() bool {
 	if d.sw != nil {
 		return d.swLinkUp()
+	}
+	if d.idt != nil {
+		return d.idtLinkUp()
 	}
 	l := d.o.Link
 	var v uint64
@@ -1091,6 +1129,9 @@ func (d *HWDevice) LinkEnable() error {
 	if d.sw != nil {
 		return d.swLinkSet(true)
 	}
+	if d.idt != nil {
+		return d.idtLink(true)
+	}
 	return d.linkUpdate(d.o.Link.Enable)
 }
 
@@ -1098,6 +1139,9 @@ func (d *HWDevice) LinkEnable() error {
 func (d *HWDevice) LinkDisable() error {
 	if d.sw != nil {
 		return d.swLinkSet(false)
+	}
+	if d.idt != nil {
+		return d.idtLink(false)
 	}
 	return d.linkUpdate(d.o.Link.Disable)
 }
@@ -1158,6 +1202,7 @@ func (d *HWDevice) Close() error {
 	if d.pregs != nil {
 		errs = append(errs, d.pregs.m.Close())
 	}
+	errs = append(errs, d.idtRelease())
 	errs = append(errs, d.regs.Close())
 	if d.closer != nil {
 		errs = append(errs, d.closer.Close())

@@ -257,7 +257,7 @@ var maps = []*Map{
 		Devices: []uint16{0x8091, 0x808f, 0x8088, 0x8092, 0x8090, 0x808e, 0x808c, 0x808a},
 		RegBAR:  0,
 		Regs: []Reg{
-			r32("PCICMDSTS", 0x004), r32("PCIELCTLSTS", 0x050),
+			r32("PCICMDSTS", 0x004), arr("PCIBAR", 0x010, 4, 6, 4), r32("PCIELCAP", 0x04c), r32("PCIELCTLSTS", 0x050),
 			r32("NTCTL", 0x400), r32("NTINTSTS", 0x404), r32("NTINTMSK", 0x408),
 			r32("NTSDATA", 0x40c), r32("NTGSIGNAL", 0x410),
 			r32("OUTDBELLSET", 0x420), r32("INDBELLSTS", 0x428), r32("INDBELLMSK", 0x42c),
@@ -269,10 +269,12 @@ var maps = []*Map{
 			r32("LUTOFFSET", 0x4e0), r32("LUTLDATA", 0x4e4), r32("LUTMDATA", 0x4e8), r32("LUTUDATA", 0x4ec),
 			r32("GASAADDR", 0xff8), r32("GASADATA", 0xffc),
 		},
-		// IDT has no scratchpads: four message registers per direction.
-		DoorbellBits: 32, LinkBit: -1, Scratchpads: 4,
+		// IDT has no scratchpads: four message registers per direction
+		// (Ops.Msg). The 32 doorbell bits are global to the switch and
+		// shared out between the NT partitions (package ntb's HWDevice).
+		DoorbellBits: 32, LinkBit: -1, Scratchpads: 0,
 		Ops:    idtOps(),
-		Source: "Linux drivers/ntb/hw/idt/ntb_hw_idt.h, ntb_hw_idt.c (port lists)",
+		Source: "Linux drivers/ntb/hw/idt/ntb_hw_idt.h, ntb_hw_idt.c; global doorbell masks: the 89HPES24NT6AG2 manual via T-Platforms' 2016 driver",
 	}),
 	sortRegs(&Map{
 		Family: "switchtec", Gen: "PSX/PFX (Microsemi/Microchip)", Vendor: 0x11f8,

@@ -29,6 +29,14 @@ type Ops struct {
 	// register BAR (Intel gen1 on the parts with the SDOORBELL lockup
 	// erratum); nil: DB.Ring and Spad.Peer are this side's registers.
 	PeerRegs *PeerRegWindow
+	// Global, where set, is the indirect window into a switch's global
+	// registers (IDT GASAADDR/GASADATA), through which a function reaches
+	// the switch's port and partition registers and its peer's.
+	Global *GlobalOps
+	// BARScan: the windows are not fixed by the map but read at open
+	// from each BAR's set-up register (IDT BARSETUP, IDTScanWindows);
+	// Windows is then empty.
+	BARScan bool
 	// BarAlignRevs is the range of PCI revisions (inclusive) whose
 	// windows need translations aligned to the window's size, with its
 	// log2 written to each Window.Log2Reg (Intel Ice Lake); zero: none.
@@ -112,10 +120,14 @@ type SpadOps struct {
 	// Halves: Local and Peer are one array that the sides split, side 0
 	// taking the first Map.Scratchpads elements (AMD).
 	Halves bool
-	// Messages: message registers instead of scratchpads (IDT): Local
-	// holds inbound messages, which the peer wrote and this side only
-	// reads; Peer sends, and cannot be read back.
-	Messages bool
+}
+
+// GlobalOps locates a global address space access pair: Addr takes the
+// global register's address, then Data reads or writes it. Max is the
+// highest address; global registers are 4 bytes wide and aligned.
+type GlobalOps struct {
+	Addr, Data string
+	Max        uint32
 }
 
 // LimitRule is how a window's limit register is computed.
@@ -223,17 +235,30 @@ type PartitionOps struct {
 }
 
 // MsgOps locates message registers (Linux's ntb_msg_*): Count registers
-// each way; In holds an inbound message, InStatus its full bit (Full,
-// write it to clear); Out sends. Route is the receiving side's routing
-// register (Switchtec MSG_MAP: a byte per inbound register naming the
-// sending partition and outbound register), read in the peer's block to
-// find where a message will land before it is sent.
+// each way; In holds an inbound message, Out sends. Their status is kept
+// one of two ways:
+//
+//   - per register (Switchtec): InStatus[i] holds Full while register i
+//     holds a message (write Full to clear), InMask masks it; Route is
+//     the receiving side's routing register (MSG_MAP: a byte per inbound
+//     register naming the sending partition and outbound register), read
+//     in the peer's block to find where a message will land before it is
+//     sent, so a full register is never written;
+//   - in one register (IDT): Status has a bit per inbound register that
+//     holds a message at InShift up, and a bit per outbound register
+//     whose last message was refused (the peer's register was full) at
+//     OutShift up, both cleared by writing ones; Mask masks them; Src
+//     holds the partition each inbound message came from. The sender
+//     finds out after the write, from its failure bit.
 type MsgOps struct {
 	Count             int
 	In, InStatus, Out string
 	InMask            string
 	Route             string
 	Full              uint64
+	Src               string
+	Status, Mask      string
+	InShift, OutShift uint
 }
 
 // PCIe Link Status "data link layer link active" (LNKSTS bit 13), as
@@ -350,11 +375,18 @@ func amdOps(bars ...int) Ops {
 	return o
 }
 
+// idtOps: doorbells in the NT function's own registers (their routing
+// between partitions is switch-global, set up by the driver through
+// Global: see package ntb's HWDevice); four message registers and no
+// scratchpads; windows found from the BAR set-up; the link and the
+// translations are worked on the switch's global registers.
 func idtOps() Ops {
 	return Ops{
-		DB:      DoorbellOps{Status: "INDBELLSTS", Mask: "INDBELLMSK", Ring: "OUTDBELLSET"},
-		Spad:    SpadOps{Local: "INMSG", Peer: "OUTMSG", Messages: true},
-		Windows: []Window{{BAR: 2}, {BAR: 4}},
+		DB: DoorbellOps{Status: "INDBELLSTS", Mask: "INDBELLMSK", Ring: "OUTDBELLSET"},
+		Msg: &MsgOps{Count: 4, In: "INMSG", Out: "OUTMSG", Src: "INMSGSRC", Status: "MSGSTS", Mask: "MSGSTSMSK",
+			InShift: IDTMsgInShift, OutShift: IDTMsgOutShift},
+		Global:  &GlobalOps{Addr: "GASAADDR", Data: "GASADATA", Max: IDTGlobalMax},
+		BARScan: true,
 	}
 }
 

@@ -582,6 +582,9 @@ func (d *HWDevice) idtPeerMW(widx int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		if base == allOnes32 || base&1 != 0 {
+			return nil, d.idtErr(fabric.ErrMalformed, "window %d: BAR %d reads %#08x, not a memory BAR (absent or hung?)", widx, w.BAR, base)
+		}
 		l, b := uint64(lim), uint64(base&^0xf)
 		if w.Type64 {
 			lh, err1 := d.nload("BARLIMIT", w.BAR+1)

@@ -465,29 +465,6 @@ func TestHWAMD(t *testing.T) {
 		reg{0x838, 8, fakeMemBus}, reg{0x818, 8, 0x1000})
 }
 
-func TestHWIDT(t *testing.T) {
-	f := newHWFake(t, 0x111d, 0x8091) // 89HPES24NT6AG2
-	f.put(0x428, 4, 0x11)             // INDBELLSTS
-	f.put(0x444, 4, 0x55)             // INMSG[1]
-	f.mustOpen(reg{0x42c, 4, 0xffffffff})
-	d := f.dev
-	if d.DBRead() != 0x11 {
-		t.Errorf("DBRead = %#x", d.DBRead())
-	}
-	f.expect("PeerDBSet", func() error { return d.PeerDBSet(0x80000001) }, reg{0x420, 4, 0x80000001})
-	f.expect("DBClear", func() error { return d.DBClear(0x1) }, reg{0x428, 4, 0x1})
-	f.readSpad("SpadRead (inbound message 1)", func() (uint32, error) { return d.SpadRead(1) }, 0x55)
-	f.expect("PeerSpadWrite (outbound message 3)", func() error { return d.PeerSpadWrite(3, 0x99) }, reg{0x43c, 4, 0x99})
-	f.refuse("SpadWrite on message registers", func() error { return d.SpadWrite(0, 1) }, fabric.ErrNotSupported)
-	f.refuse("PeerSpadRead on message registers", func() error { _, err := d.PeerSpadRead(0); return err }, fabric.ErrNotSupported)
-	f.refuse("MWSetTrans (outbound translation)", func() error { return d.MWSetTrans(0, 0, 4096) }, fabric.ErrNotSupported)
-	f.refuse("LinkEnable (switch-global)", d.LinkEnable, fabric.ErrNotSupported)
-	f.commonRefusals()
-	if d.LinkIsUp() {
-		t.Error("IDT link reported up")
-	}
-}
-
 // TestHWSwitchtec: over plain memory a Switchtec partition opens no
 // further than its partition number (its doorbells, windows, scratchpads
 // and link are tested over the model of the switch,

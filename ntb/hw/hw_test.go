@@ -101,11 +101,14 @@ func TestMapsConsistent(t *testing.T) {
 		// per side (AMD: half of a shared array).
 		for _, sp := range []string{"SPAD", "IM_SPAD", "INMSG"} {
 			if r, ok := m.Reg(sp); ok {
-				per := r.Count
+				per, want := r.Count, m.Scratchpads
 				if m.Family == "amd" {
 					per /= 2
 				}
-				if per != m.Scratchpads {
+				if sp == "INMSG" {
+					want = m.Ops.Msg.Count
+				}
+				if per != want {
 					t.Errorf("%s: %s has %d entries per side, map says %d", name, sp, per, m.Scratchpads)
 				}
 			}
@@ -364,8 +367,24 @@ func TestOpsTables(t *testing.T) {
 				t.Errorf("%s: scratchpad arrays of %d and %d for %d", name, loc.Count, per.Count, n)
 			}
 		}
-		if len(o.Windows) == 0 {
-			t.Errorf("%s: no windows", name)
+		if (len(o.Windows) == 0) != o.BARScan {
+			t.Errorf("%s: %d windows, BARScan %v: the map must list its windows or scan for them", name, len(o.Windows), o.BARScan)
+		}
+		if mo := o.Msg; mo.Count > 0 {
+			for _, r := range []string{mo.In, mo.Out, mo.Src} {
+				if x := need("message register", r, 4); r != "" && x.Count < mo.Count {
+					t.Errorf("%s: %s has %d entries for %d messages", name, r, x.Count, mo.Count)
+				}
+			}
+			need("message status", mo.Status, 4)
+			need("message mask", mo.Mask, 4)
+			if mo.InShift+uint(mo.Count) > 32 || mo.OutShift+uint(mo.Count) > 32 {
+				t.Errorf("%s: message status bits beyond 32", name)
+			}
+		}
+		if g := o.Global; g != nil {
+			need("global address", g.Addr, 4)
+			need("global data", g.Data, 4)
 		}
 		seen := map[int]bool{}
 		for i, w := range o.Windows {

@@ -163,6 +163,9 @@ func IDTScanWindows(setup [6]uint32) ([]IDTWindow, error) {
 	var ws []IDTWindow
 	for b := 0; b < 6; b++ {
 		v := setup[b]
+		if v == 0xffffffff {
+			return nil, fmt.Errorf("hw: IDT BARSETUP%d reads all ones (device absent or hung): %w", b, fabric.ErrMalformed)
+		}
 		if v&IDTBarSetupEnable == 0 {
 			continue
 		}

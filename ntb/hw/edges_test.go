@@ -188,3 +188,63 @@ func TestRegBARSize(t *testing.T) {
 		}
 	}
 }
+
+// FuzzIDTScanWindows: any six BARSETUP values give windows a switch can
+// have, or fabric.ErrMalformed.
+func FuzzIDTScanWindows(f *testing.F) {
+	f.Add(uint32(0x80000000|0x400|12<<4), uint32(0), uint32(0x8000000c|20<<4), uint32(0), uint32(0x8000000c|21<<4|1<<11), uint32(0))
+	f.Add(uint32(0xffffffff), uint32(0), uint32(0), uint32(0), uint32(0), uint32(0))
+	f.Add(uint32(0x80000004|40<<4), uint32(0), uint32(0), uint32(0), uint32(0), uint32(0x80000004|20<<4))
+	f.Fuzz(func(t *testing.T, s0, s1, s2, s3, s4, s5 uint32) {
+		ws, err := IDTScanWindows([6]uint32{s0, s1, s2, s3, s4, s5})
+		if err != nil {
+			if !errors.Is(err, fabric.ErrMalformed) || ws != nil {
+				t.Fatalf("%v with %d windows", err, len(ws))
+			}
+			return
+		}
+		if len(ws) > IDTWindowsMax {
+			t.Fatalf("%d windows", len(ws))
+		}
+		for _, w := range ws {
+			if w.BAR < 0 || w.BAR > 5 || w.Size == 0 || w.Size&(w.Size-1) != 0 || w.BARSize < 4096 ||
+				uint64(w.Index+1)*w.Size > w.BARSize || (w.Trans != IDTTransDirect && w.BAR != 2 && w.BAR != 4) ||
+				(w.Type64 && w.BAR == 5) || (!w.Type64 && w.BARSize > 1<<31) {
+				t.Fatalf("impossible window %+v", w)
+			}
+		}
+	})
+}
+
+func TestIDTGlobalAddresses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    func() (uint32, error)
+		want uint32
+	}{
+		{"SWPORT0STS", func() (uint32, error) { return IDTSwPortSts(0) }, 0x3e204},
+		{"SWPORT20STS", func() (uint32, error) { return IDTSwPortSts(20) }, 0x3e484},
+		{"SWPART7STS", func() (uint32, error) { return IDTSwPartSts(7) }, 0x3e1e4},
+		{"SWP3MSGCTL2", func() (uint32, error) { return IDTSwMsgCtl(3, 2) }, 0x3ee4c},
+		{"SWP7MSGCTL3", func() (uint32, error) { return IDTSwMsgCtl(7, 3) }, 0x3ee7c},
+		{"route to register 2 of partition 5", func() (uint32, error) { return IDTMsgRoute(2, 5) }, 0x52},
+		{"LUTUDATA partition 3", func() (uint32, error) { return IDTLUTUData(3) }, 0x80000003},
+	} {
+		if got, err := c.f(); got != c.want || err != nil {
+			t.Errorf("%s = %#x, %v; want %#x", c.name, got, err, c.want)
+		}
+	}
+	for _, f := range []func() (uint32, error){
+		func() (uint32, error) { return IDTSwPortSts(24) }, func() (uint32, error) { return IDTSwPortSts(-1) },
+		func() (uint32, error) { return IDTSwPartSts(8) }, func() (uint32, error) { return IDTSwMsgCtl(0, 4) },
+		func() (uint32, error) { return IDTSwMsgCtl(8, 0) }, func() (uint32, error) { return IDTMsgRoute(4, 0) },
+		func() (uint32, error) { return IDTMsgRoute(0, 8) }, func() (uint32, error) { return IDTLUTUData(-1) },
+	} {
+		if _, err := f(); !errors.Is(err, fabric.ErrInvalid) {
+			t.Errorf("out of range: %v", err)
+		}
+	}
+	if s := DecodeIDTPortStatus(0x10 | 3<<6 | 5<<10); !s.LinkUp || !s.NT() || s.Partition != 5 {
+		t.Errorf("decode %+v", s)
+	}
+}

@@ -64,11 +64,16 @@ type HWConfig struct {
 //   - doorbells are polled (DBWait), not taken as interrupts;
 //   - the peer's translation cannot be read on hardware, so PeerMW maps
 //     the whole outbound window whatever the peer set;
-//   - IDT: scratchpads are message registers (SpadRead reads an inbound
-//     message, PeerSpadWrite sends one; the switch's routing of messages
-//     and its link state are switch-global and not set up here), and the
-//     translation is the outbound side's: MWSetTrans, SpadWrite,
-//     PeerSpadRead and LinkEnable report fabric.ErrNotSupported;
+//   - IDT (hwdev_idt.go): one HWDevice per NT function, with one peer NT
+//     function (HWConfig.PeerPort); no scratchpads, four message registers
+//     (Messenger); the switch's 32 doorbell bits are shared out between
+//     the active NT partitions through the global doorbell masks; windows
+//     are found from the BAR set-up, and MWSetTrans writes the PEER
+//     function's translation (the outbound side's, as the chip has it)
+//     through the global address space; the link is the NT mapping table
+//     and completion enable of both functions, as Linux's ntb_hw_idt reads
+//     it. Tested against a behavioural model (ntb/internal/chipmodel), not
+//     a switch;
 //   - Switchtec: windows are configured by partition operations on the
 //     peer's control block; the scratchpads and the link state live in a
 //     64 KiB region of HWConfig.Memory (its last aligned 64 KiB, which
@@ -1066,8 +1071,8 @@ func (d *HWDevice) readLink() bool {
 // LinkIsUp implements Device: it reads the link state from the bridge
 // (Intel: the PCIe link status; AMD: the peer's ready bit; Switchtec:
 // this side enabled it and the peer's shared window shows the magic and
-// its link enabled). IDT keeps it in switch-global state this driver
-// does not read: there it reports false.
+// its link enabled; IDT: both NT functions' bus mastering, completion
+// enable and mapping-table entry, and the peer port's PCIe link).
 func (d *HWDevice) LinkIsUp() bool { return !d.closed.Load() && d.pollLink() }
 
 // pollLink reads the link state and records a change, as the link poll

@@ -65,7 +65,8 @@ type Map struct {
 	// LinkBit is the doorbell bit the hardware uses for link events
 	// (-1: none).
 	DoorbellBits, LinkBit int
-	// Scratchpads (or message registers, for IDT) per side.
+	// Scratchpads per side (IDT has none: its message registers are
+	// Ops.Msg).
 	Scratchpads int
 	// PeerOffset is where the peer's mirror of the local register block
 	// starts, relative to the local one (0: no mirror in this BAR).

@@ -382,3 +382,120 @@ func TestIDTModelBadRegisters(t *testing.T) {
 		t.Errorf("PeerMW on an absent function: %v", err)
 	}
 }
+
+// TestIDTModelLUT24: a 24-entry lookup table gives 24 windows of a 32nd
+// of the BAR each; the last one lands too.
+func TestIDTModelLUT24(t *testing.T) {
+	sw, err := chipmodel.NewIDTSwitch(chipmodel.IDTConfig{BAR4Trans: 2,
+		Ports: []chipmodel.IDTPortConfig{{Port: 0, Partition: 0}, {Port: 2, Partition: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sw.Close() })
+	a, b := idtMust(t, sw, 0, 0), idtMust(t, sw, 2, 0)
+	if a.MWCount() != 25 || b.PeerMWCount() != 25 {
+		t.Fatalf("windows %d/%d, want 1 direct + 24", a.MWCount(), b.PeerMWCount())
+	}
+	const slot = 2 << 20 / 32
+	if _, _, sm, _ := a.MWGetAlign(24); sm != slot {
+		t.Errorf("LUT24 window of %#x bytes, want %#x", sm, slot)
+	}
+	if err := a.MWSetTrans(24, 3*slot, slot); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.PeerMW(24)
+	if err != nil || len(w) != slot {
+		t.Fatalf("PeerMW(24): %d, %v", len(w), err)
+	}
+	w[0], w[slot-1] = 1, 2
+	if m := a.Memory(); m[3*slot] != 1 || m[4*slot-1] != 2 {
+		t.Error("the last LUT24 window did not land")
+	}
+	if _, _, _, err := a.MWGetAlign(25); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("window 25: %v", err)
+	}
+}
+
+// TestIDTModelMessagesOnce: a sender retrying on ErrMsgBusy and a
+// receiver taking each message and clearing its status: every message
+// arrives exactly once and in order.
+func TestIDTModelMessagesOnce(t *testing.T) {
+	sw := idtModel(t, 0, 2)
+	a, b := idtMust(t, sw, 0, 0), idtMust(t, sw, 2, 0)
+	const n = 2000
+	deadline := time.Now().Add(30 * time.Second)
+	errc := make(chan error, 1)
+	go func() {
+		for i := uint32(1); i <= n; {
+			switch err := a.PeerMsgWrite(1, i); {
+			case err == nil:
+				i++
+			case errors.Is(err, ErrMsgBusy):
+				if time.Now().After(deadline) {
+					errc <- fmt.Errorf("message %d still refused at the deadline", i)
+					return
+				}
+			default:
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for want := uint32(1); want <= n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("message %d not received by the deadline", want)
+		}
+		if b.MsgStatus()&2 == 0 {
+			continue
+		}
+		v, err := b.MsgRead(1)
+		if err != nil || v != want {
+			t.Fatalf("message %d: read %d, %v", want, v, err)
+		}
+		b.MsgClear(2)
+		want++
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if b.MsgStatus() != 0 {
+		t.Errorf("a message beyond the last: status %#x", b.MsgStatus())
+	}
+}
+
+// TestIDTModelLinkEvents: the link poll reports the link coming up when
+// both sides enable it, and going down when one disables it.
+func TestIDTModelLinkEvents(t *testing.T) {
+	sw := idtModel(t, 0, 2)
+	m, _ := hwmap.Lookup(0x111d, idt24NT6)
+	a, err := newHWDevice("idt port 0", m, idtParts(t, sw, 0), HWConfig{Memory: sw.Port(0).Memory(), Link: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b := idtMust(t, sw, 2, 0)
+	wait := func(up bool) {
+		t.Helper()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		for {
+			select {
+			case ev := <-a.LinkEvents():
+				if ev.Up == up {
+					return
+				}
+			case <-timer.C:
+				t.Fatalf("no link event up=%v", up)
+			}
+		}
+	}
+	a.LinkEnable()
+	b.LinkEnable()
+	wait(true)
+	if a.PeerIncarnation() != 1 {
+		t.Errorf("incarnation %d after the first link up", a.PeerIncarnation())
+	}
+	b.LinkDisable()
+	wait(false)
+}

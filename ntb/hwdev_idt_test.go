@@ -24,6 +24,12 @@ import (
 
 const idt24NT6 = 0x8091 // 89HPES24NT6AG2: NT ports 0, 2, 4, 6, 8, 12
 
+// The model's port is a register BAR and its memory DMA memory.
+var (
+	_ RegIO     = (*chipmodel.IDTPort)(nil)
+	_ DMAMemory = (*chipmodel.IDTMemory)(nil)
+)
+
 func idtModel(t testing.TB, ports ...int) *chipmodel.IDTSwitch {
 	t.Helper()
 	c := chipmodel.IDTConfig{BAR4Trans: 1}

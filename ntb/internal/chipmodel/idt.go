@@ -1,13 +1,14 @@
 //go:build linux
 
-// Package chipmodel holds behavioural models of the chips behind Weft's
-// hardware NTB register maps, for tests: each gives every port a
+// The IDT switch model of package chipmodel (whose doc.go, shared with
+// the Intel and AMD models, says what a model is): every NT port gets a
 // register view with the chip's side effects (package ntb's RegIO method
 // set: Load, Store), host memory on a memfd (ntb.DMAMemory's: Bytes,
 // BusAddr) and window BARs that are real mappings of the memory a
-// translation points at. A model is written from the chip's documented
-// behaviour with its own offsets, never from Weft's maps, so a test of
-// the driver over the model compares the two. A model is not hardware.
+// translation points at. Written from the chip's documented behaviour
+// with its own offsets, never from Weft's map (ntb/hw), so a test of the
+// driver over the model compares the two. A model is not hardware.
+
 package chipmodel
 
 import (

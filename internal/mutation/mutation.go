@@ -1014,8 +1014,8 @@ var List = []Mutation{
 	{
 		Name: "ntb-model-ring-shifted",
 		File: "ntb/hwdev.go",
-		Old:  "\t\td.store(r, set<<db.Shift[d.side].Peer)\n",
-		New:  "\t\td.store(r, set<<db.Shift[d.side].Peer<<1)\n",
+		Old:  "\t\td.store(r, set<<d.dbPeer)\n",
+		New:  "\t\td.store(r, set<<d.dbPeer<<1)\n",
 		Pkg:  "./ntb/", Run: "^TestChipModelDoorbells$",
 		Why: "a ring sets exactly the peer's inbound bits it names, on the Intel gen1 and AMD chip models (issue 27)",
 	},
@@ -1030,8 +1030,8 @@ var List = []Mutation{
 	{
 		Name: "ntb-model-mask-inverted",
 		File: "ntb/hwdev.go",
-		Old:  "\tv := d.dbMask << d.o.DB.Shift[d.side].Local\n",
-		New:  "\tv := ^d.dbMask << d.o.DB.Shift[d.side].Local\n",
+		Old:  "\tv := d.dbMask << d.dbLocal\n",
+		New:  "\tv := ^d.dbMask << d.dbLocal\n",
 		Pkg:  "./ntb/", Run: "^TestChipModelDoorbells$",
 		Why: "the mask the driver writes is the one the chip applies to its interrupts (a set bit masks), on every chip model (issue 27)",
 	},
@@ -1150,7 +1150,7 @@ var List = []Mutation{
 	{
 		Name: "ntb-switchtec-idb-own-half",
 		File: "ntb/hwdev.go",
-		Old:  "\t\tv = (^d.dbMask & d.valid) << d.o.DB.Shift[d.side].Local\n",
+		Old:  "\t\tv = (^d.dbMask & d.valid) << d.dbLocal\n",
 		New:  "\t\tv = ^v & widthMax(r.width)\n",
 		Pkg:  "./ntb/", Run: "^TestSwitchtecModelDoorbells$",
 		Why: "a Switchtec partition enables interrupts for its own unmasked doorbells only, not the other partition's half (issue 27)",

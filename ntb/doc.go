@@ -23,8 +23,11 @@
 // HWDevice).
 //
 // Transport runs over a Device, in the spirit of Linux ntb_transport: a
-// handshake over the scratchpads, then one SPSC ring per queue and
-// direction in the receiver's window, with coalesced doorbells. Every
+// handshake over the scratchpads, or, on a bridge that has none but has
+// message registers (Messenger, as IDT's switches, where Linux's
+// ntb_transport does not run), over those, chosen at attach; then one
+// SPSC ring per queue and direction in the receiver's window, with
+// coalesced doorbells. Every
 // store crosses the bridge as a write into the peer's window; nothing
 // reads across it on the message path. Endpoint is one queue of a
 // Transport as a fabric.Endpoint: Send and Recv of message bursts,

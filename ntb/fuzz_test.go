@@ -149,3 +149,159 @@ func FuzzCheckRemote(f *testing.F) {
 		}
 	})
 }
+
+// fuzzMsg is a Messenger whose inbound registers the fuzzer fills:
+// whenever side A finds no status bit set, the next bytes of the input
+// give the status word (bits past the registers included) and every
+// register's value.
+type fuzzMsg struct {
+	n      int
+	data   []byte
+	sts    uint64
+	val    []uint32
+	strays uint64 // bits cleared past the registers the channel uses
+	mask   uint64
+	ref    msgRef // what the messages delivered so far say
+}
+
+// msgRef is the fuzz target's own reading of the messages, from their
+// documented layout: the last half at each place with its snapshot
+// number; the words change when all sixteen places hold one number.
+type msgRef struct {
+	words [numSpads]uint32
+	half  [msgHalves]uint32
+	seq   [msgHalves]int
+}
+
+func (r *msgRef) reset() {
+	for i := range r.seq {
+		r.seq[i] = -1
+	}
+}
+
+func (r *msgRef) feed(m uint32) {
+	switch {
+	case m == 0x2e<<26:
+		r.words[spadState], r.words[spadNonce] = hsClosed, 0
+	case m>>26 == 0x2d:
+		place, seq := int(m>>16&15), int(m>>20&63)
+		r.half[place], r.seq[place] = m&0xffff, seq
+		for _, s := range r.seq {
+			if s != seq {
+				return
+			}
+		}
+		for w := range r.words {
+			r.words[w] = r.half[2*w] | r.half[2*w+1]<<16
+		}
+		r.reset()
+	}
+}
+
+func (f *fuzzMsg) MsgCount() int { return f.n }
+func (f *fuzzMsg) MsgStatus() uint64 {
+	if f.sts&f.mask == 0 && len(f.data) >= 2+4*f.n {
+		f.sts = uint64(binary.LittleEndian.Uint16(f.data))
+		for i := range f.val {
+			f.val[i] = binary.LittleEndian.Uint32(f.data[2+4*i:])
+		}
+		f.data = f.data[2+4*f.n:]
+		for i, v := range f.val {
+			if f.sts&f.mask>>i&1 != 0 {
+				f.ref.feed(v)
+			}
+		}
+	}
+	return f.sts
+}
+func (f *fuzzMsg) MsgClear(bits uint64) error {
+	f.strays |= bits &^ f.mask
+	f.sts &^= bits
+	return nil
+}
+func (f *fuzzMsg) MsgRead(idx int) (uint32, error) {
+	if idx < 0 || idx >= f.n {
+		return 0, fabric.ErrBounds
+	}
+	return f.val[idx], nil
+}
+func (f *fuzzMsg) PeerMsgWrite(int, uint32) error { return ErrMsgBusy }
+
+// FuzzMsgRecv feeds arbitrary message registers to the decode of
+// inbound control messages (transport_msg.go): what a peer without
+// scratchpads sends in the handshake. Whatever they hold, a poll must
+// not panic, must take at most msgPollBudget batches, must fail only
+// with a protocol error (ErrMalformed when the registers were
+// readable), must clear no status bit past the registers it uses, and
+// must read the peer's words as the message layout says: a close, or a
+// whole snapshot (all sixteen halves of one seq since the last one),
+// never a mix of two.
+func FuzzMsgRecv(f *testing.F) {
+	batch := func(sts uint16, words ...uint32) []byte {
+		b := binary.LittleEndian.AppendUint16(nil, sts)
+		for _, w := range words {
+			b = binary.LittleEndian.AppendUint32(b, w)
+		}
+		return b
+	}
+	snap := func(seq uint8, w [numSpads]uint32) (b []byte) {
+		for i, v := range w {
+			b = append(b, batch(0x3, msgHalf(seq, i, 0, v), msgHalf(seq, i, 1, v))...)
+		}
+		return b
+	}
+	w := [numSpads]uint32{protoVersion, 1, 8192, 4000, 256, 0x5a5a5a5b, 0, hsPosted}
+	// The first argument is the number of registers less 1.
+	f.Add(byte(1), snap(1, w))
+	f.Add(byte(1), append(snap(1, w)[:60], snap(2, w)...))
+	f.Add(byte(1), batch(0x3, msgClose, msgClose|1))
+	f.Add(byte(3), batch(0xffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff))
+	f.Add(byte(0), batch(0x1, 0xdeadbeef))
+	var flood []byte
+	for range msgPollBudget + 8 {
+		flood = append(flood, batch(0x1, msgHalf(3, 7, 1, 0))...)
+	}
+	f.Add(byte(0), flood)
+	f.Add(byte(0), []byte{})
+	f.Fuzz(func(t *testing.T, regs byte, data []byte) {
+		n := int(regs)%16 + 1
+		for h := 0; h+4 <= len(data) && h < 64; h++ {
+			m := binary.LittleEndian.Uint32(data[h:])
+			closed, seq, place, _, err := decodeMsg(m)
+			if err != nil && (!errors.Is(err, fabric.ErrMalformed) || !errors.Is(err, errProtocol)) {
+				t.Fatalf("message %#x: untyped error %v", m, err)
+			}
+			if err == nil && !closed && (seq > 63 || place < 0 || place >= msgHalves) {
+				t.Fatalf("message %#x decoded to seq %d place %d", m, seq, place)
+			}
+		}
+		fm := &fuzzMsg{n: n, data: data, val: make([]uint32, n)}
+		fm.ref.reset()
+		c := newMsgCtrl(noLink{}, fm)
+		fm.mask = c.mask
+		for polls := 0; polls < 1000; polls++ {
+			left := len(fm.data)
+			err := c.poll()
+			if err != nil && (!errors.Is(err, errProtocol) || !errors.Is(err, fabric.ErrMalformed)) {
+				t.Fatalf("poll: untyped error %v", err)
+			}
+			if took := (left - len(fm.data)) / (2 + 4*n); took > msgPollBudget+1 {
+				t.Fatalf("one poll took %d batches, the budget is %d", took, msgPollBudget)
+			}
+			if fm.strays != 0 {
+				t.Fatalf("cleared status bits %#x past the %d registers used", fm.strays, n)
+			}
+			if c.shadow != fm.ref.words {
+				t.Fatalf("the peer's words are %x; its messages say %x", c.shadow, fm.ref.words)
+			}
+			if err == nil && len(fm.data) == left {
+				break
+			}
+		}
+	})
+}
+
+// noLink is a Device whose link is down; only LinkIsUp is called.
+type noLink struct{ Device }
+
+func (noLink) LinkIsUp() bool { return false }

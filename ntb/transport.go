@@ -15,11 +15,12 @@ import (
 )
 
 // Transport is the NTB transport, in the spirit of Linux ntb_transport: it
-// negotiates with the peer over scratchpads, lays out its inbound memory
-// window, and carries messages on SPSC rings in the receiver's window,
-// one ring per queue and direction. Every store across the bridge is a
-// write into the peer's window (PCIe posted writes); nothing reads across
-// the bridge on the message path.
+// negotiates with the peer over scratchpads, or over message registers
+// on a bridge without scratchpads (transport_msg.go), lays out its
+// inbound memory window, and carries messages on SPSC rings in the
+// receiver's window, one ring per queue and direction. Every store
+// across the bridge is a write into the peer's window (PCIe posted
+// writes); nothing reads across the bridge on the message path.
 //
 // Window 0 of each side holds, at fixed offsets:
 //
@@ -36,6 +37,7 @@ import (
 // is back.
 type Transport struct {
 	dev   Device
+	ctl   ctrlChan // scratchpads, or message registers (transport_msg.go)
 	cfg   Config
 	win   []byte // local inbound window 0
 	lay   layout
@@ -173,8 +175,10 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ntb: ring size %d is not a multiple of 4096 of at least 8192: %w", cfg.RingSize, fabric.ErrInvalid)
 	case cfg.MaxMsgSize < 1 || cfg.MaxMsgSize > cfg.RingSize/2-4*recHdr:
 		return nil, fmt.Errorf("ntb: max message size %d does not fit twice in a %d-byte ring: %w", cfg.MaxMsgSize, cfg.RingSize, fabric.ErrInvalid)
-	case dev.SpadCount() < numSpads:
-		return nil, fmt.Errorf("ntb: the device has %d scratchpads, the handshake needs %d: %w", dev.SpadCount(), numSpads, fabric.ErrNotSupported)
+	}
+	ctl, err := newCtrl(dev)
+	if err != nil {
+		return nil, err
 	}
 	lay := layout{queues: cfg.Queues, ring: cfg.RingSize, heapOff: ringsOff + cfg.Queues*cfg.RingSize, size: cfg.WindowSize}
 	lay.size -= lay.size % int(max(align, salign, 4096))
@@ -193,7 +197,7 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
 		return nil, err
 	}
-	t := &Transport{dev: dev, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay, dom: fabric.Domain{Name: "ntb", HostMemory: true},
+	t := &Transport{dev: dev, ctl: ctl, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay, dom: fabric.Domain{Name: "ntb", HostMemory: true},
 		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.heap.init(lay.heapOff, lay.size)
@@ -269,10 +273,8 @@ func (t *Transport) shutdown(closeDev bool) error {
 		ep.closed.Store(true)
 	}
 	// Tell the peer at once, without waiting for its link poll, and that
-	// this is a close, not a crash: the state first, so that a peer that
-	// sees the nonce change also finds why.
-	t.dev.PeerSpadWrite(spadState, hsClosed)
-	t.dev.PeerSpadWrite(spadNonce, 0)
+	// this is a close, not a crash.
+	t.ctl.closing()
 	close(t.stop)
 	t.dev.WakeLocal()
 	t.wg.Wait()
@@ -353,31 +355,29 @@ func (t *Transport) sleep(d time.Duration) bool {
 	}
 }
 
+// post sends our handshake words to the peer, the state last.
 func (t *Transport) post(state uint32, ack uint32) {
-	d := t.dev
-	d.PeerSpadWrite(spadVersion, protoVersion)
-	d.PeerSpadWrite(spadQueues, uint32(t.lay.queues))
-	d.PeerSpadWrite(spadRing, uint32(t.lay.ring))
-	d.PeerSpadWrite(spadMaxMsg, uint32(t.cfg.MaxMsgSize))
-	d.PeerSpadWrite(spadWinPages, uint32(t.lay.size/4096))
-	d.PeerSpadWrite(spadNonce, t.nonce)
-	d.PeerSpadWrite(spadAck, ack)
-	d.PeerSpadWrite(spadState, state)
+	var w [numSpads]uint32
+	w[spadVersion] = protoVersion
+	w[spadQueues] = uint32(t.lay.queues)
+	w[spadRing] = uint32(t.lay.ring)
+	w[spadMaxMsg] = uint32(t.cfg.MaxMsgSize)
+	w[spadWinPages] = uint32(t.lay.size / 4096)
+	w[spadNonce] = t.nonce
+	w[spadAck] = ack
+	w[spadState] = state
+	t.ctl.post(&w)
 }
 
-func (t *Transport) spad(i int) uint32 {
-	v, _ := t.dev.SpadRead(i)
-	return v
-}
+// spad returns handshake word i as the peer last posted it.
+func (t *Transport) spad(i int) uint32 { return t.ctl.get(i) }
 
 // handshake negotiates a session (see the package documentation).
 func (t *Transport) handshake() error {
 	d := t.dev
 	t.nonce = randUint32() | 1
-	// Anything in our scratchpads is from an earlier session.
-	for _, i := range []int{spadState, spadNonce, spadAck} {
-		d.SpadWrite(i, 0)
-	}
+	// Anything the peer posted so far is from an earlier session.
+	t.ctl.reset()
 	// Step 1: post our parameters; wait for the peer's (it has quiesced).
 	var pn uint32
 	for {
@@ -388,6 +388,9 @@ func (t *Transport) handshake() error {
 			return errLinkDown
 		}
 		t.post(hsPosted, 0)
+		if err := t.ctl.poll(); err != nil {
+			return err
+		}
 		if st := t.spad(spadState); (st == hsPosted || st == hsReady) && t.spad(spadNonce) != 0 {
 			pn = t.spad(spadNonce)
 			break
@@ -420,6 +423,9 @@ negotiate:
 			return errLinkDown
 		}
 		t.post(hsReady, pn)
+		if err := t.ctl.poll(); err != nil {
+			return err
+		}
 		n := t.spad(spadNonce)
 		if n != pn && n != 0 {
 			pn = n // the peer restarted its handshake: negotiate again
@@ -494,6 +500,7 @@ func (t *Transport) goDown() {
 	if !t.up.Load() {
 		return
 	}
+	t.ctl.poll() // what the peer sent before it went: its Close says so
 	closed := t.spad(spadState) == hsClosed
 	t.peerClosed.Store(closed)
 	why := fabric.ErrPeerGone
@@ -527,12 +534,97 @@ func (t *Transport) watch() {
 			return
 		case <-tick.C:
 		}
-		tick.Reset(p.next(false))
+		if err := t.ctl.poll(); err != nil {
+			t.broadcast(fabric.Event{Kind: fabric.EventError, Time: time.Now(), Err: err})
+			return
+		}
+		if t.ctl.idle() {
+			tick.Reset(p.next(false))
+		} else {
+			tick.Reset(200 * time.Microsecond) // our last words are still going out
+		}
 		if !d.LinkIsUp() || d.PeerIncarnation() != inc ||
 			t.spad(spadNonce) != t.peerNonce || t.spad(spadState) != hsReady {
 			return
 		}
 	}
+}
+
+// ctrlChan is what the handshake and the session watch speak over: eight
+// 32-bit words each way (version, queues, ring, max message, window
+// pages, nonce, ack, state, indexed by the spad* constants). Over
+// scratchpads (spadCtrl) the peer writes ours and we write its; over
+// message registers (msgCtrl, transport_msg.go) the words travel as
+// messages into a shadow copy. newCtrl picks one at attach. Only the
+// manage goroutine and shutdown call it.
+type ctrlChan interface {
+	// reset forgets what the peer posted so far: a handshake starts.
+	reset()
+	// post sends our words to the peer, the state last.
+	post(w *[numSpads]uint32)
+	// get returns word i as the peer last posted it.
+	get(i int) uint32
+	// poll takes in what the peer sent and sends what is still pending;
+	// input that does not decode is an error wrapping errProtocol and
+	// fabric.ErrMalformed.
+	poll() error
+	// idle reports whether everything posted has gone out.
+	idle() bool
+	// closing tells the peer that this side is closing (state hsClosed,
+	// nonce 0), best effort and in bounded time.
+	closing()
+}
+
+// newCtrl picks the control channel at attach: scratchpads when the
+// device has enough of them (the wire behaviour every existing peer
+// speaks), otherwise message registers when it has them.
+func newCtrl(dev Device) (ctrlChan, error) {
+	if dev.SpadCount() >= numSpads {
+		return spadCtrl{dev}, nil
+	}
+	if m, ok := dev.(Messenger); ok && m.MsgCount() >= msgMinRegs {
+		return newMsgCtrl(dev, m), nil
+	}
+	n := 0
+	if m, ok := dev.(Messenger); ok {
+		n = m.MsgCount()
+	}
+	return nil, fmt.Errorf("ntb: the device has %d scratchpads and %d message registers; the handshake needs %d scratchpads or %d message registers: %w",
+		dev.SpadCount(), n, numSpads, msgMinRegs, fabric.ErrNotSupported)
+}
+
+// spadCtrl is the handshake over scratchpads: we write the peer's, the
+// peer writes ours.
+type spadCtrl struct{ dev Device }
+
+func (c spadCtrl) reset() {
+	for _, i := range []int{spadState, spadNonce, spadAck} {
+		c.dev.SpadWrite(i, 0)
+	}
+}
+
+func (c spadCtrl) post(w *[numSpads]uint32) {
+	for i, v := range w {
+		if i != spadState {
+			c.dev.PeerSpadWrite(i, v)
+		}
+	}
+	c.dev.PeerSpadWrite(spadState, w[spadState])
+}
+
+func (c spadCtrl) get(i int) uint32 {
+	v, _ := c.dev.SpadRead(i)
+	return v
+}
+
+func (c spadCtrl) poll() error { return nil }
+func (c spadCtrl) idle() bool  { return true }
+
+// closing writes the state first, so that a peer that sees the nonce
+// change also finds why.
+func (c spadCtrl) closing() {
+	c.dev.PeerSpadWrite(spadState, hsClosed)
+	c.dev.PeerSpadWrite(spadNonce, 0)
 }
 
 // fault ends the session after malformed input from the peer.

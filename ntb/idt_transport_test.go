@@ -4,7 +4,6 @@ package ntb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -36,9 +35,7 @@ func idtTransportPair(t testing.TB, tc Config) (a, b *Endpoint) {
 		if err != nil {
 			return nil, err
 		}
-		// HWDevice opens with every doorbell masked, as a driver does;
-		// the transport does not unmask the bits it waits on.
-		if err := errors.Join(d.DBClearMask(d.DBValidMask()), d.LinkEnable()); err != nil {
+		if err := d.LinkEnable(); err != nil {
 			d.Close()
 			return nil, err
 		}

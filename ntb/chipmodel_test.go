@@ -470,10 +470,7 @@ func dialModelCfg(t *testing.T, f chipmodel.Family, cfg chipmodel.Config, tc Con
 	_, d := chipPairWith(t, f, cfg, nil, modelRevision, time.Millisecond)
 	return fabrictest.OpenPair(t, 30*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
 		dev := d[int(s)]
-		if err := dev.LinkEnable(); err != nil {
-			return nil, err
-		}
-		tr, err := Dial(ctx, dev, tc)
+		tr, err := Dial(ctx, dev, tc) // Dial enables the link
 		if err != nil {
 			return nil, err
 		}

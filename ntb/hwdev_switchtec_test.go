@@ -416,10 +416,8 @@ func TestSwitchtecModelTransport(t *testing.T) {
 	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
 		s := newSwitchtecModel(t, cfg)
 		a, b := swPair(t, s, HWConfig{Link: time.Millisecond})
-		// Dial does not enable the link: the client does (Linux's
-		// ntb_transport calls ntb_link_enable).
-		a.LinkEnable()
-		b.LinkEnable()
+		// Dial enables the link, as Linux's ntb_transport calls
+		// ntb_link_enable.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		var ta, tb *Transport

@@ -35,11 +35,7 @@ func idtTransportPair(t testing.TB, tc Config) (a, b *Endpoint) {
 		if err != nil {
 			return nil, err
 		}
-		if err := d.LinkEnable(); err != nil {
-			d.Close()
-			return nil, err
-		}
-		tr, err := Dial(ctx, d, tc)
+		tr, err := Dial(ctx, d, tc) // Dial enables the link
 		if err != nil {
 			d.Close()
 			return nil, err

@@ -197,6 +197,13 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
 		return nil, err
 	}
+	// The transport enables this side of the link, as Linux's
+	// ntb_transport_probe calls ntb_link_enable: a hardware bridge opens
+	// with it disabled. A device that keeps its link elsewhere says
+	// fabric.ErrNotSupported.
+	if err := dev.LinkEnable(); err != nil && !errors.Is(err, fabric.ErrNotSupported) {
+		return nil, err
+	}
 	t := &Transport{dev: dev, ctl: ctl, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay, dom: fabric.Domain{Name: "ntb", HostMemory: true},
 		spin: (&fabric.Options{Spin: cfg.Spin}).SpinBudget(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}

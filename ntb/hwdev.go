@@ -57,9 +57,14 @@ type HWConfig struct {
 // HWDevice is a hardware bridge worked through its register map (package
 // ntb/hw): one driver for every family, reading the map's tables (Ops)
 // for where each register is and how its fields are computed. It is
-// UNTESTED ON HARDWARE: its tests run it over memory laid out like each
-// bridge's register BAR and check the registers it writes against the
-// documented layouts. It implements Device with these limits:
+// UNTESTED ON HARDWARE. Its tests check the registers each operation
+// writes against the documented layouts, over memory laid out like each
+// register BAR; and they run two HWDevices, one per side, over a
+// behavioural model of each chip family (package ntb/internal/chipmodel:
+// Intel gen1, gen3, gen4, AMD, IDT, Switchtec, written from the
+// documented behaviour, not from this driver), through the transport and
+// the whole fabrictest conformance suite. It implements Device (and
+// Messenger where the bridge has message registers) with these limits:
 //
 //   - doorbells are polled (DBWait), not taken as interrupts;
 //   - the peer's translation cannot be read on hardware, so PeerMW maps

@@ -12,7 +12,8 @@
 // switch port's global copy) sit where the layout says, and that field
 // encodings round-trip, and that the driver tables (Ops) name registers
 // the map has. Package ntb's HWDevice, one driver over these tables, is
-// as untested on hardware.
+// as untested on hardware, and is run end to end over behavioural models
+// of each family's chip (package ntb/internal/chipmodel).
 package hw
 
 import (

@@ -25,6 +25,7 @@ import (
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
 	hwmap "github.com/weft-io/weft/ntb/hw"
 	"github.com/weft-io/weft/ntb/internal/chipmodel"
 	"github.com/weft-io/weft/ntb/pci"
@@ -119,12 +120,8 @@ func chipPairWith(t testing.TB, f chipmodel.Family, cfg chipmodel.Config, edit f
 // eventually waits for cond, failing the test after a deadline.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
+	if !testenv.Eventually(10*time.Second, cond) {
+		t.Fatalf("%s: not within 10s", what)
 	}
 }
 

@@ -433,6 +433,22 @@ const (
 
 // reg locates element idx of the register called name.
 func (d *HWDevice) reg(name string, idx int, flags int) (regLoc, error) {
+	var add uint64
+	if flags&regDB != 0 {
+		add += uint64(d.dbBase)
+	}
+	if flags&regPeer != 0 {
+		add += uint64(d.m.PeerOffset)
+	}
+	return d.locate(name, idx, add, false)
+}
+
+// locate finds element idx of the register called name, add bytes up,
+// and checks it against what it is reached through: the register BAR,
+// or (inPeer) the part of the reserved window that reaches the peer's
+// registers (Ops.PeerRegs). An offset outside it, or not aligned to the
+// register's width, is fabric.ErrBounds.
+func (d *HWDevice) locate(name string, idx int, add uint64, inPeer bool) (regLoc, error) {
 	r, ok := d.m.Reg(name)
 	if !ok {
 		return regLoc{}, fmt.Errorf("ntb: hardware %s: no register %q: %w", d.name, name, fabric.ErrNotSupported)
@@ -441,20 +457,23 @@ func (d *HWDevice) reg(name string, idx int, flags int) (regLoc, error) {
 	if err != nil {
 		return regLoc{}, fmt.Errorf("ntb: hardware %s: %w", d.name, err)
 	}
-	end := uint64(off) + uint64(r.Width)
-	if flags&regDB != 0 {
-		end += uint64(d.dbBase)
-		off += d.dbBase
+	size := len(d.rb)
+	if inPeer {
+		size = 0
+		if d.pregs != nil {
+			size = len(d.pregs.b)
+		}
 	}
-	if flags&regPeer != 0 {
-		end += uint64(d.m.PeerOffset)
-		off += d.m.PeerOffset
+	at := uint64(off) + add
+	if at+uint64(r.Width) > uint64(size) || at%uint64(r.Width) != 0 {
+		where := "the register BAR"
+		if inPeer {
+			where = "the part of the reserved window that reaches the peer's registers"
+		}
+		return regLoc{}, fmt.Errorf("ntb: hardware %s: register %s[%d] at %#x+%d is outside the %#x bytes of %s: %w",
+			d.name, name, idx, at, r.Width, size, where, fabric.ErrBounds)
 	}
-	if end > uint64(len(d.rb)) || off%uint32(r.Width) != 0 {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: register %s[%d] at %#x+%d is outside the %#x-byte register BAR: %w",
-			d.name, name, idx, off, r.Width, len(d.rb), fabric.ErrBounds)
-	}
-	return regLoc{off, r.Width}, nil
+	return regLoc{uint32(at), r.Width}, nil
 }
 
 // load reads a located register with one access of its width.
@@ -927,13 +946,10 @@ func (d *HWDevice) MWSetTrans(widx int, addr, size uint64) error {
 	if err != nil {
 		return err
 	}
-	if d.mem == nil {
-		return fmt.Errorf("ntb: hardware %s: window %d: no DMA memory to translate into (HWConfig.Memory): %w", d.name, widx, fabric.ErrNotSupported)
+	bus, err := d.memBus(widx, addr, size)
+	if err != nil {
+		return err
 	}
-	if n := uint64(len(d.mem.Bytes())); addr > n || size > n-addr {
-		return fmt.Errorf("ntb: hardware %s: window %d: %#x+%#x outside %#x bytes of memory: %w", d.name, widx, addr, size, n, fabric.ErrBounds)
-	}
-	bus := d.mem.BusAddr() + addr
 	aa, sa, smax := d.align(widx, w, bar)
 	if err := hwmap.CheckTranslation(bus, size, aa, sa, smax); err != nil {
 		return fmt.Errorf("ntb: hardware %s: window %d: %w", d.name, widx, err)
@@ -977,6 +993,18 @@ func (d *HWDevice) setTrans(widx int, w hwmap.Window, bar pci.Resource, r winReg
 		d.store(r.log2, uint64(bits.Len64(size)-1))
 	}
 	return nil
+}
+
+// memBus checks that Memory()[addr:addr+size] is memory the device has
+// and returns the bus address of addr (window widx names the error).
+func (d *HWDevice) memBus(widx int, addr, size uint64) (uint64, error) {
+	if d.mem == nil {
+		return 0, fmt.Errorf("ntb: hardware %s: window %d: no DMA memory to translate into (HWConfig.Memory): %w", d.name, widx, fabric.ErrNotSupported)
+	}
+	if n := uint64(len(d.mem.Bytes())); addr > n || size > n-addr {
+		return 0, fmt.Errorf("ntb: hardware %s: window %d: %#x+%#x outside %#x bytes of memory: %w", d.name, widx, addr, size, n, fabric.ErrBounds)
+	}
+	return d.mem.BusAddr() + addr, nil
 }
 
 // MWClearTrans implements Device: the translation of window widx is

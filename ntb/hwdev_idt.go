@@ -456,13 +456,10 @@ func (d *HWDevice) idtSetTrans(widx int, addr, size uint64) error {
 	if err != nil {
 		return err
 	}
-	if d.mem == nil {
-		return fmt.Errorf("ntb: hardware %s: window %d: no DMA memory to translate into (HWConfig.Memory): %w", d.name, widx, fabric.ErrNotSupported)
+	bus, err := d.memBus(widx, addr, size)
+	if err != nil {
+		return err
 	}
-	if n := uint64(len(d.mem.Bytes())); addr > n || size > n-addr {
-		return fmt.Errorf("ntb: hardware %s: window %d: %#x+%#x outside %#x bytes of memory: %w", d.name, widx, addr, size, n, fabric.ErrBounds)
-	}
-	bus := d.mem.BusAddr() + addr
 	aa, sa, smax := idtAlign(w)
 	if err := hwmap.CheckTranslation(bus, size, aa, sa, smax); err != nil {
 		return fmt.Errorf("ntb: hardware %s: window %d: %w", d.name, widx, err)

@@ -106,17 +106,5 @@ func (d *HWDevice) mapPeerRegs(p hwParts) error {
 // reserved window, checked against the part of it that reaches the
 // peer's registers.
 func (d *HWDevice) peerReg(name string, idx int) (regLoc, error) {
-	r, ok := d.m.Reg(name)
-	if !ok {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: no register %q: %w", d.name, name, fabric.ErrNotSupported)
-	}
-	off, err := r.At(idx)
-	if err != nil {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: %w", d.name, err)
-	}
-	if uint64(off)+uint64(r.Width) > uint64(len(d.pregs.b)) || off%uint32(r.Width) != 0 {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: the peer's register %s[%d] at %#x+%d is outside the %#x bytes its window reaches: %w",
-			d.name, name, idx, off, r.Width, len(d.pregs.b), fabric.ErrBounds)
-	}
-	return regLoc{off, r.Width}, nil
+	return d.locate(name, idx, 0, true)
 }

@@ -54,20 +54,7 @@ type swState struct {
 // regAt locates element idx of register name, add bytes up (another
 // partition's block), checked against the BAR like reg.
 func (d *HWDevice) regAt(name string, idx int, add uint32) (regLoc, error) {
-	r, ok := d.m.Reg(name)
-	if !ok {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: no register %q: %w", d.name, name, fabric.ErrNotSupported)
-	}
-	off, err := r.At(idx)
-	if err != nil {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: %w", d.name, err)
-	}
-	at := uint64(off) + uint64(add)
-	if at+uint64(r.Width) > uint64(len(d.rb)) || at%uint64(r.Width) != 0 {
-		return regLoc{}, fmt.Errorf("ntb: hardware %s: register %s[%d] at %#x+%d is outside the %#x-byte register BAR: %w",
-			d.name, name, idx, at, r.Width, len(d.rb), fabric.ErrBounds)
-	}
-	return regLoc{uint32(at), r.Width}, nil
+	return d.locate(name, idx, uint64(add), false)
 }
 
 // swRegs locates several registers of one block; the first error wins.

@@ -105,18 +105,6 @@ func swPair(t testing.TB, s *chipmodel.Switchtec, c HWConfig) (a, b *HWDevice) {
 	return a, b
 }
 
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 10s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 func TestSwitchtecModelOpen(t *testing.T) {
 	for _, c := range []chipmodel.SwitchtecConfig{{}, {IDs: [2]int{5, 2}, Target: true}} {
 		t.Run(fmt.Sprint(c.IDs), func(t *testing.T) {

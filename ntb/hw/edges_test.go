@@ -52,6 +52,16 @@ func TestIndexBounds(t *testing.T) {
 		{"IDTMappingEntry", func(p int) (uint32, error) { return IDTMappingEntry(0x0100, p) }, 0, 7},
 		{"IDTLUTOffset(bar)", func(b int) (uint32, error) { return IDTLUTOffset(b, 5) }, 0, 7},
 		{"IDTLUTOffset(index)", func(i int) (uint32, error) { return IDTLUTOffset(3, i) }, 0, 31},
+		// Linux ntb_hw_idt.h: IDT_MAX_NR_PARTS 8 partitions, IDT_MAX_NR_PORTS
+		// 24 ports, IDT_MSG_CNT 4 message registers (SWPxMSGCTL's REG
+		// field is IDT_SWPxMSGCTL_REG_MASK 0x3), LUTUDATA's partition field.
+		{"IDTSwPartSts", IDTSwPartSts, 0, IDTPartitions - 1},
+		{"IDTSwPortSts", IDTSwPortSts, 0, 23},
+		{"IDTSwMsgCtl(part)", func(p int) (uint32, error) { return IDTSwMsgCtl(p, 2) }, 0, 7},
+		{"IDTSwMsgCtl(msg)", func(m int) (uint32, error) { return IDTSwMsgCtl(5, m) }, 0, 3},
+		{"IDTMsgRoute(reg)", func(r int) (uint32, error) { return IDTMsgRoute(r, 6) }, 0, 3},
+		{"IDTMsgRoute(part)", func(p int) (uint32, error) { return IDTMsgRoute(1, p) }, 0, 7},
+		{"IDTLUTUData", IDTLUTUData, 0, 7},
 	} {
 		f := c.f
 		for _, v := range []int{c.lo - 1, c.lo, c.lo + 1, c.hi - 1, c.hi, c.hi + 1} {
@@ -76,6 +86,16 @@ func TestIndexBounds(t *testing.T) {
 		{"IDTLUTOffset(7, 31)", func() (uint32, error) { return IDTLUTOffset(7, 31) }, 31 | 7<<8},
 		{"IDTLUTOffset(0, 0)", func() (uint32, error) { return IDTLUTOffset(0, 0) }, 0},
 		{"IDTMappingEntry(0xffff, 7)", func() (uint32, error) { return IDTMappingEntry(0xffff, 7) }, 1 | 0xffff<<1 | 7<<17},
+		// ntb_hw_idt.h: SWPART0STS 0x3E104, SWPORTxSTS from 0x3E204 with a
+		// 0x20 stride, SWP0MSGCTL0 0x3EE00; SWPxMSGCTL REG bits 1:0, PART
+		// bits 6:4; LUTUDATA PART bits 3:0 and VALID bit 31.
+		{"IDTSwPartSts(0)", func() (uint32, error) { return IDTSwPartSts(0) }, 0x3e104},
+		{"IDTSwPortSts(23)", func() (uint32, error) { return IDTSwPortSts(23) }, 0x3e200 + 23*0x20 + 4},
+		{"IDTSwMsgCtl(0, 0)", func() (uint32, error) { return IDTSwMsgCtl(0, 0) }, 0x3ee00},
+		{"IDTMsgRoute(3, 7)", func() (uint32, error) { return IDTMsgRoute(3, 7) }, 0x73},
+		{"IDTMsgRoute(0, 0)", func() (uint32, error) { return IDTMsgRoute(0, 0) }, 0},
+		{"IDTLUTUData(0)", func() (uint32, error) { return IDTLUTUData(0) }, 0x80000000},
+		{"IDTLUTUData(7)", func() (uint32, error) { return IDTLUTUData(7) }, 0x80000007},
 	} {
 		if v, err := c.got(); err != nil || v != c.want {
 			t.Errorf("%s = %#x, %v; want %#x", c.what, v, err, c.want)
@@ -174,6 +194,19 @@ func TestRegBARSize(t *testing.T) {
 	// mirrored, and ends at 0x3004.
 	if got := m.regsFit(); got != 0x4000 {
 		t.Errorf("mirror: %#x, want 0x4000", got)
+	}
+	// A register exactly at PeerOffset is the mirror's first, not a
+	// local register with a mirror of its own (AMD: the peer's block
+	// starts at AMD_PEER_OFFSET 0x400, ntb_hw_amd.h): it ends at
+	// 0x2004, not 0x4004.
+	m = &Map{Regs: []Reg{r32("A", 0x100), r32("Mirror", 0x2000)}, PeerOffset: 0x2000}
+	if got := m.regsFit(); got != 0x4000 {
+		t.Errorf("a register at the mirror offset: %#x, want 0x4000", got)
+	}
+	// The last local register below the mirror is mirrored.
+	m = &Map{Regs: []Reg{r32("A", 0x100), r32("Last", 0x1ffc)}, PeerOffset: 0x2000}
+	if got := m.regsFit(); got != 0x4000 {
+		t.Errorf("a register just below the mirror offset: %#x, want 0x4000", got)
 	}
 	m = &Map{Regs: []Reg{r32("A", 0xff0)}, PeerOffset: 0x1000}
 	if got := m.regsFit(); got != 0x2000 {

@@ -281,3 +281,115 @@ func TestIDTGlobalAddresses(t *testing.T) {
 		t.Errorf("decode %+v", s)
 	}
 }
+
+// TestIDTScanWindows: the BAR set-ups an NT function can have, at the
+// edges of each rule IDTScanWindows documents. The fields are Linux's
+// ntb_hw_idt.h (IDT_BARSETUP_*: EN bit 31, TYPE_64 bit 2, SIZE bits 9:4
+// as log2, MODE_CFG bit 10, ATRAN bits 12:11); the walk is idt_scan_mws
+// (ntb_hw_idt.c): a disabled BAR is skipped, a 64-bit BAR's next
+// BARSETUP is its upper half, a configuration-space BAR is no window,
+// ATRAN gives 1, 12 or 24 windows (idt_get_mw_count), a lookup-table
+// window is a 16th or a 32nd of the BAR, and the scan fails when the
+// count would pass IDT_MAX_NR_MWS (29).
+func TestIDTScanWindows(t *testing.T) {
+	const (
+		en    = IDTBarSetupEnable
+		b64   = IDTBarSetupType64
+		cfg   = IDTBarSetupModeCfg
+		lut12 = IDTTransLUT12 << IDTBarSetupATRANFld
+		lut24 = IDTTransLUT24 << IDTBarSetupATRANFld
+	)
+	sz := func(lg uint32) uint32 { return lg << IDTBarSetupSizeFld }
+	at := func(b int, v uint32) [6]uint32 { var s [6]uint32; s[b] = v; return s }
+	for _, c := range []struct {
+		what  string
+		setup [6]uint32
+		want  int // windows; -1: fabric.ErrMalformed
+	}{
+		{"nothing enabled", [6]uint32{}, 0},
+		// A disabled BAR is skipped whatever its other fields say (a
+		// size of 0 here would be malformed if it were enabled).
+		{"disabled, size 0", at(2, lut24), 0},
+		{"disabled, all but EN", at(2, ^uint32(en)), 0},
+		{"direct BAR 2", at(2, en|sz(20)), 1},
+		{"all ones (absent or hung)", at(3, 0xffffffff), -1},
+		{"all ones but EN", at(3, 0x7fffffff), 0},
+		// Configuration-space BARs (BAR 0 in Linux's set-up, SIZE_CFG
+		// 2^12) are no window; a 64-bit one still takes BAR 1 as its
+		// upper half.
+		{"config-space BAR 0", at(0, en|cfg|sz(IDTBarSetupSizeCfg)), 0},
+		{"64-bit config-space BAR 0, BAR 1 its upper half",
+			[6]uint32{en | cfg | b64 | sz(IDTBarSetupSizeCfg), en | sz(20)}, 0},
+		// 64-bit BARs: BAR 4 takes BAR 5; BAR 5 has no BAR 6.
+		{"64-bit BAR 4", [6]uint32{4: en | b64 | sz(40), 5: en | sz(20)}, 1},
+		{"64-bit BAR 0", at(0, en|b64|sz(40)), 1},
+		{"64-bit BAR 2", at(2, en|b64|sz(40)), 1},
+		{"32-bit BAR 5", at(5, en|sz(20)), 1},
+		{"64-bit BAR 5", at(5, en|b64|sz(20)), -1},
+		// ATRAN: 0, 1 and 2 are the modes (IDT_BARSETUP_ATRAN_DIR,
+		// _LUT12, _LUT24); 3 is none.
+		{"LUT12 in BAR 2", at(2, en|lut12|sz(20)), 12},
+		{"LUT24 in BAR 2", at(2, en|lut24|sz(20)), 24},
+		{"LUT24 in BAR 4", at(4, en|lut24|sz(20)), 24},
+		{"ATRAN 3", at(2, en|3<<IDTBarSetupATRANFld|sz(20)), -1},
+		// Lookup tables are in BAR 2 and 4 only, as IDTScanWindows
+		// documents it (the IDT user manual's rule as this package
+		// states it; Linux does not check it); direct windows are in any.
+		{"LUT12 in BAR 0", at(0, en|lut12|sz(20)), -1},
+		{"LUT12 in BAR 1", at(1, en|lut12|sz(20)), -1},
+		{"LUT24 in BAR 3", at(3, en|lut24|sz(20)), -1},
+		{"LUT12 in BAR 5", at(5, en|lut12|sz(20)), -1},
+		{"direct BAR 0", at(0, en|sz(20)), 1},
+		{"direct BAR 3", at(3, en|sz(20)), 1},
+		// Sizes: a BAR is at least 4 KiB (2^12, SIZE_CFG, the smallest
+		// the driver maps); a 32-bit BAR at most 2^31 (it must fit below
+		// 4 GiB, aligned to its size); a 64-bit one at most 2^62 (one of
+		// 2^63 would end at 2^64, past a 64-bit address).
+		{"2^11", at(2, en|sz(11)), -1},
+		{"2^12", at(2, en|sz(12)), 1},
+		{"32-bit 2^31", at(2, en|sz(31)), 1},
+		{"32-bit 2^32", at(2, en|sz(32)), -1},
+		{"64-bit 2^11", at(2, en|b64|sz(11)), -1},
+		{"64-bit 2^32", at(2, en|b64|sz(32)), 1},
+		{"64-bit 2^62", at(2, en|b64|sz(62)), 1},
+		{"64-bit 2^63", at(2, en|b64|sz(63)), -1},
+		// IDT_MAX_NR_MWS: 29 windows (a 24-entry table and five direct
+		// BARs) are taken; a 24- and a 12-entry table (36) are not. No
+		// set-up gives 30 to 35: BAR 2 and 4 give 0, 1, 12 or 24 each,
+		// the other four BARs one at most.
+		{"29 windows", [6]uint32{en | sz(20), en | sz(20), en | lut24 | sz(20), en | sz(20), en | sz(20), en | sz(20)}, 29},
+		{"36 windows", [6]uint32{2: en | lut24 | sz(20), 4: en | lut12 | sz(20)}, -1},
+	} {
+		ws, err := IDTScanWindows(c.setup)
+		if c.want < 0 {
+			if !errors.Is(err, fabric.ErrMalformed) || ws != nil {
+				t.Errorf("%s: %d windows, %v; want fabric.ErrMalformed", c.what, len(ws), err)
+			}
+			continue
+		}
+		if err != nil || len(ws) != c.want {
+			t.Errorf("%s: %d windows, %v; want %d", c.what, len(ws), err, c.want)
+		}
+	}
+
+	// What the windows are: a 64-bit direct BAR 2 of 1 MiB (BAR 3, its
+	// upper half, is not a set-up: read as one it would be malformed),
+	// then BAR 4's 24-entry table of 32 MiB (each entry 1 MiB, a 32nd),
+	// in order.
+	ws, err := IDTScanWindows([6]uint32{2: en | b64 | sz(20), 3: en | lut24 | sz(11), 4: en | lut24 | sz(25)})
+	if err != nil || len(ws) != 25 {
+		t.Fatalf("direct + LUT24: %d windows, %v", len(ws), err)
+	}
+	if w := ws[0]; w != (IDTWindow{BAR: 2, Index: 0, Trans: IDTTransDirect, Type64: true, Size: 1 << 20, BARSize: 1 << 20}) {
+		t.Errorf("window 0: %+v", w)
+	}
+	for i, w := range ws[1:] {
+		if w != (IDTWindow{BAR: 4, Index: i, Trans: IDTTransLUT24, Size: 1 << 20, BARSize: 1 << 25}) {
+			t.Errorf("window %d: %+v", i+1, w)
+		}
+	}
+	// A 12-entry table's windows are a 16th of the BAR.
+	if ws, err := IDTScanWindows(at(2, en|lut12|sz(24))); err != nil || len(ws) != 12 || ws[11].Size != 1<<20 || ws[11].Index != 11 {
+		t.Errorf("LUT12 of 16 MiB: %+v, %v", ws, err)
+	}
+}

@@ -17,10 +17,10 @@
 // (DMADevice); the emulated ones do. Hardware bridges plug in behind
 // Device: package ntb/hw has their register maps and HWDevice is one
 // driver over them all (OpenHardware), both UNTESTED ON HARDWARE: no
-// bridge was at hand, so their tests only run the driver over memory laid
-// out like each bridge's register BAR and check the registers it writes
-// against the documented layouts. IDT and Switchtec are partial (see
-// HWDevice).
+// bridge was at hand. Their tests check the registers the driver writes
+// against the documented layouts, and run two HWDevices over a
+// behavioural model of each family's chip (Intel, AMD, IDT, Switchtec)
+// through the transport and the conformance suite (see HWDevice).
 //
 // Transport runs over a Device, in the spirit of Linux ntb_transport: a
 // handshake over the scratchpads, or, on a bridge that has none but has

@@ -183,6 +183,7 @@ func (r *msgRef) feed(m uint32) {
 	switch {
 	case m == 0x2e<<26:
 		r.words[spadState], r.words[spadNonce] = hsClosed, 0
+		r.reset() // halves of an unfinished snapshot are dropped
 	case m>>26 == 0x2d:
 		place, seq := int(m>>16&15), int(m>>20&63)
 		r.half[place], r.seq[place] = m&0xffff, seq
@@ -206,10 +207,18 @@ func (f *fuzzMsg) MsgStatus() uint64 {
 			f.val[i] = binary.LittleEndian.Uint32(f.data[2+4*i:])
 		}
 		f.data = f.data[2+4*f.n:]
+		closed := false
 		for i, v := range f.val {
 			if f.sts&f.mask>>i&1 != 0 {
+				if v == 0x2e<<26 {
+					closed = true // applied after the rest of its batch
+					continue
+				}
 				f.ref.feed(v)
 			}
+		}
+		if closed {
+			f.ref.feed(0x2e << 26)
 		}
 	}
 	return f.sts

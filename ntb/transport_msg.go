@@ -45,7 +45,9 @@ import (
 // is from an earlier session, or part of a snapshot the peer, which
 // posts throughout its handshake, sends again). Close sends one message
 // of kind msgKindClose (the peer's shadow then says state hsClosed,
-// nonce 0) and waits at most msgCloseWait for a register to take it;
+// nonce 0, once the rest of the batch it came in is applied, since
+// registers are read in their order and not the sender's) and waits at
+// most msgCloseWait for a register to take it;
 // the peer reads it when its session ends and reports
 // fabric.ErrPeerClosed, as over scratchpads. Presence is the device's,
 // as on the scratchpad path (LinkIsUp, PeerIncarnation); the session
@@ -244,13 +246,22 @@ func (c *msgCtrl) recv() error {
 		if st == 0 {
 			break
 		}
+		// Registers are read in their order, not in the order the peer
+		// wrote them: a close can sit below the last halves of a
+		// snapshot sent before it. Everything the peer sent before
+		// its close is in this batch or an earlier one (a message
+		// stays until cleared, and the peer sends nothing after its
+		// close), so the close is applied after the rest of its batch.
+		closed := false
 		for r := 0; r < 64; r++ {
 			if st>>r&1 == 0 {
 				continue
 			}
 			m, err := c.m.MsgRead(r)
 			if err == nil {
-				err = c.take(m)
+				var cl bool
+				cl, err = c.take(m)
+				closed = closed || cl
 			} else {
 				err = fmt.Errorf("%w: reading message register %d: %w", errProtocol, r, err)
 			}
@@ -258,25 +269,31 @@ func (c *msgCtrl) recv() error {
 				first = err
 			}
 		}
+		if closed {
+			// The peer closed: its state says so, and halves of a
+			// snapshot it never finished are dropped, so that none of
+			// them is mixed into its next life's.
+			c.shadow[spadState], c.shadow[spadNonce] = hsClosed, 0
+			for i := range c.gotSeq {
+				c.gotSeq[i] = msgNoSeq
+			}
+		}
 		c.m.MsgClear(st)
 	}
 	return first
 }
 
-// take applies one message from the peer.
-func (c *msgCtrl) take(m uint32) error {
+// take applies one message from the peer, or reports a close, which
+// recv applies after the rest of the batch.
+func (c *msgCtrl) take(m uint32) (closed bool, err error) {
 	closed, seq, place, v, err := decodeMsg(m)
-	switch {
-	case err != nil:
-		return err
-	case closed:
-		c.shadow[spadState], c.shadow[spadNonce] = hsClosed, 0
-		return nil
+	if err != nil || closed {
+		return closed, err
 	}
 	c.got[place], c.gotSeq[place] = v, seq
 	for _, s := range c.gotSeq {
 		if s != seq {
-			return nil
+			return false, nil
 		}
 	}
 	// A whole snapshot: take it, and wait for the next.
@@ -286,5 +303,5 @@ func (c *msgCtrl) take(m uint32) error {
 	for i := range c.gotSeq {
 		c.gotSeq[i] = msgNoSeq
 	}
-	return nil
+	return false, nil
 }

@@ -694,3 +694,60 @@ func TestMsgGarbageInSession(t *testing.T) {
 	go echoLoop(b)
 	echo(t, a, "after")
 }
+
+// TestMsgCloseReordered: a close that lands in a lower register than the
+// last halves of a snapshot the peer sent before it (registers are read
+// in their order, not the peer's) still says closed: the snapshot does
+// not undo it (found by review).
+func TestMsgCloseReordered(t *testing.T) {
+	s := &scriptMsg{n: 4, val: make([]uint32, 4), in: make([]uint32, 4)}
+	a, _ := openPair(t, ShmConfig{MemSize: 1 << 20})
+	c := newMsgCtrl(a, s)
+	w := goodWords(ring8K)
+	w[spadState] = hsReady
+	snap := snapshot(9, w)
+	for _, m := range snap[:13] { // one register at a time
+		s.in[0] = m
+		s.sts = 1
+		if err := c.poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Register 0 freed; the peer wrote halves 13..15 into registers
+	// 1..3, then its close into register 0.
+	s.in = []uint32{msgClose, snap[13], snap[14], snap[15]}
+	s.sts = 0b1111
+	if err := c.poll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.get(spadState); got != hsClosed {
+		t.Fatalf("state after the peer's close: %d, want hsClosed (%d); nonce %#x", got, hsClosed, c.get(spadNonce))
+	}
+	// Halves of a snapshot the peer never finished before its close are
+	// dropped: the next life's halves, with the same number by chance,
+	// do not complete it into a mix of the two.
+	c = newMsgCtrl(a, s)
+	for _, m := range snap[:13] {
+		s.in[0] = m
+		s.sts = 1
+		if err := c.poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.in[0], s.sts = msgClose, 1
+	if err := c.poll(); err != nil {
+		t.Fatal(err)
+	}
+	w2 := goodWords(ring8K)
+	w2[spadState] = hsPosted
+	for _, m := range snapshot(9, w2)[13:] {
+		s.in[0] = m
+		s.sts = 1
+		if err := c.poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.get(spadState); got != hsClosed {
+		t.Fatalf("state %d after three halves of the next life: halves of the closed snapshot were kept and mixed in", got)
+	}
+}

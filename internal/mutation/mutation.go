@@ -1140,6 +1140,22 @@ var List = []Mutation{
 		Why: "Dial enables this side of the link, as ntb_transport_probe calls ntb_link_enable: a hardware bridge opens with it disabled (issue 27)",
 	},
 	{
+		Name: "ntb-msg-close-in-register-order",
+		File: "ntb/transport_msg.go",
+		Old:  "\t\t\t\tcl, err = c.take(m)\n\t\t\t\tclosed = closed || cl\n",
+		New:  "\t\t\t\tcl, err = c.take(m)\n\t\t\t\tif cl {\n\t\t\t\t\tc.shadow[spadState], c.shadow[spadNonce] = hsClosed, 0\n\t\t\t\t}\n",
+		Pkg:  "./ntb/", Run: "^TestMsgCloseReordered$",
+		Why: "a peer's close is applied after the rest of its batch: halves of a snapshot sent before it, in higher registers, do not undo it (found by review, issue 27)",
+	},
+	{
+		Name: "ntb-msg-close-keeps-halves",
+		File: "ntb/transport_msg.go",
+		Old:  "\t\t\tc.shadow[spadState], c.shadow[spadNonce] = hsClosed, 0\n\t\t\tfor i := range c.gotSeq {\n",
+		New:  "\t\t\tc.shadow[spadState], c.shadow[spadNonce] = hsClosed, 0\n\t\t\tfor i := range c.gotSeq[:0] {\n",
+		Pkg:  "./ntb/", Run: "^TestMsgCloseReordered$",
+		Why: "a close drops the halves of a snapshot the peer never finished, so none is mixed into its next life's (issue 27)",
+	},
+	{
 		Name: "ntb-transport-peer-window-kept",
 		File: "ntb/transport.go",
 		Old:  "\tt.peerWin = nil\n",

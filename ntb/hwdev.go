@@ -66,13 +66,19 @@ type HWConfig struct {
 // the whole fabrictest conformance suite. It implements Device (and
 // Messenger where the bridge has message registers) with these limits:
 //
+//   - Close must not race the other calls: it unmaps what they reach
+//     through (the transport stops its own users first); the other
+//     calls are safe for concurrent use;
 //   - doorbells are polled (DBWait), not taken as interrupts;
 //   - the peer's translation cannot be read on hardware, so PeerMW maps
 //     the whole outbound window whatever the peer set;
 //   - IDT (hwdev_idt.go): one HWDevice per NT function, with one peer NT
 //     function (HWConfig.PeerPort); no scratchpads, four message registers
 //     (Messenger); the switch's 32 doorbell bits are shared out between
-//     the active NT partitions through the global doorbell masks; windows
+//     the active NT partitions through the global doorbell masks, as
+//     the set stands when each side opens (a partition that becomes
+//     active between the two sides' opens changes the layout under the
+//     earlier one: open both again); windows
 //     are found from the BAR set-up, and MWSetTrans writes the PEER
 //     function's translation (the outbound side's, as the chip has it)
 //     through the global address space; the link is the NT mapping table

@@ -155,6 +155,10 @@ func (d *HWDevice) PeerMsgWrite(idx int, v uint32) error {
 	if d.sw == nil || d.o.Msg.Route == "" {
 		return d.noMsg()
 	}
+	// The check and the write are one step for this side's senders:
+	// two of them that both saw the register empty would overwrite.
+	d.msgMu.Lock()
+	defer d.msgMu.Unlock()
 	full, err := d.swPeerMsgFull(idx)
 	if err != nil {
 		return err

@@ -194,14 +194,19 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 	if err := dev.DBClearMask(1<<(2*cfg.Queues) - 1); err != nil {
 		return nil, err
 	}
+	dbBits := uint64(1)<<(2*cfg.Queues) - 1
 	if err := dev.MWSetTrans(0, 0, uint64(lay.size)); err != nil {
+		dev.DBSetMask(dbBits)
 		return nil, err
 	}
 	// The transport enables this side of the link, as Linux's
 	// ntb_transport_probe calls ntb_link_enable: a hardware bridge opens
 	// with it disabled. A device that keeps its link elsewhere says
-	// fabric.ErrNotSupported.
+	// fabric.ErrNotSupported. On failure the translation is taken down
+	// again: on IDT it is in the peer's registers.
 	if err := dev.LinkEnable(); err != nil && !errors.Is(err, fabric.ErrNotSupported) {
+		dev.MWClearTrans(0)
+		dev.DBSetMask(dbBits)
 		return nil, err
 	}
 	t := &Transport{dev: dev, ctl: ctl, cfg: cfg, win: mem[:lay.size:lay.size], lay: lay, dom: fabric.Domain{Name: "ntb", HostMemory: true},

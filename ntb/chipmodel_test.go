@@ -500,7 +500,10 @@ func TestChipModelPingPong(t *testing.T) {
 }
 
 func pingPong(t *testing.T, f chipmodel.Family, cfg chipmodel.Config) {
-	a, b := dialModelCfg(t, f, cfg, Config{})
+	// No spinning: every wait parks in DBWait, so each round needs the
+	// doorbell to wake it (with the default spin, an answer that comes
+	// within the spin is taken without one).
+	a, b := dialModelCfg(t, f, cfg, Config{Spin: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	abuf, _ := a.Alloc(4096, fabric.AccessLocalWrite)

@@ -154,8 +154,19 @@ const maxSGE = 32
 // then grows by one packet a window; a sequence NAK halves it, a
 // retransmission timeout drops it to minWindow (see rewind), and a round
 // trip longer than a quarter of the timeout shrinks it (delaySample).
+//
+// The bound stays well below the queues a packet meets on Linux: a tap's
+// or veth's txqueuelen and the receiver's netdev_max_backlog are 1000
+// packets by default. RoCE assumes a lossless fabric and recovers a loss
+// by going back N, so a window larger than the slowest queue overflows it
+// whenever the responder falls behind, and each loss costs the rest of
+// the window again: at 1024, Linux rxe in an emulated guest on a busy
+// host dropped the end of the window and 900 packets went twice, with a
+// round trip still far below a quarter of rdma_cm's 2 s timeout. 512
+// packets (2 MiB at a 4096 B MTU) is still many times the
+// bandwidth-delay product of any path the engine drives.
 const (
-	maxInflight = 1024
+	maxInflight = 512
 	minWindow   = 8
 	initWindow  = 128
 )

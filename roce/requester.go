@@ -569,7 +569,8 @@ func (req *requester) growWindow(n int) {
 // serves a packet in 0.1-0.4 ms) takes the window in faster than it
 // serves it, and the queue grows until its delay reaches the timeout
 // (which then fires for packets that were never lost) or it overflows
-// (a tap's queue of 1000 packets dropped the end of a window of 1024).
+// (a tap's queue of 1000 packets dropped the end of a window of 1024;
+// see maxInflight).
 // So the window shrinks in proportion to the excess delay, by at most
 // half, and stops doubling; as only one round trip is timed at a time,
 // it shrinks at most once a round trip (like the delay-based congestion

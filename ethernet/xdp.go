@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/weft-io/weft/fabric"
 	"golang.org/x/sys/unix"
 )
@@ -315,7 +316,11 @@ func (p *Program) Attach(ifindex int, mode AttachMode) error {
 			return nil
 		}
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-			return progErr("attach", fmt.Errorf("ifindex %d: %w (Weft does not replace it): %w", ifindex, ErrXDPInUse, err))
+			who := "a program"
+			if id, name, qerr := XDPProgramOn(ifindex); qerr == nil && id != 0 {
+				who = fmt.Sprintf("program %q (id %d)", name, id)
+			}
+			return progErr("attach", fmt.Errorf("ifindex %d has %s: %w (Weft does not replace it): %w", ifindex, who, ErrXDPInUse, err))
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", m, ebpfErr(err)))
 	}
@@ -324,6 +329,33 @@ func (p *Program) Attach(ifindex int, mode AttachMode) error {
 		err = fmt.Errorf("%w: %w", fabric.ErrNotSupported, err)
 	}
 	return progErr("attach", err)
+}
+
+// XDPProgramOn returns the id and name of the XDP program attached to
+// the interface with index ifindex (in the calling thread's network
+// namespace), or id 0 if it has none. The name is empty if the program
+// cannot be opened (it needs CAP_SYS_ADMIN).
+func XDPProgramOn(ifindex int) (id ebpf.ProgramID, name string, err error) {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer c.Close()
+	m, err := c.Link.Get(uint32(ifindex))
+	if err != nil {
+		return 0, "", err
+	}
+	if m.Attributes == nil || m.Attributes.XDP == nil || m.Attributes.XDP.ProgID == 0 {
+		return 0, "", nil
+	}
+	id = ebpf.ProgramID(m.Attributes.XDP.ProgID)
+	if p, err := ebpf.NewProgramFromID(id); err == nil {
+		if info, err := p.Info(); err == nil {
+			name = info.Name
+		}
+		p.Close()
+	}
+	return id, name, nil
 }
 
 // Mode returns the mode the program is attached in (AttachAuto if it is

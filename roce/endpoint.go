@@ -177,12 +177,12 @@ type sharedEngine struct {
 // engineOpts are the address parameters that configure the engine of a
 // local address (noicrc, raw, link, gso), which all its endpoints share.
 type engineOpts struct {
-	NoICRC, NoRaw, Shm, GSO bool
+	NoICRC, NoRaw, Shm, XDP, GSO bool
 }
 
 // engineOpts returns the parameters of o that configure its engine.
 func (o Options) engineOpts() engineOpts {
-	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm, GSO: o.GSO}
+	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm, XDP: o.XDP, GSO: o.GSO}
 }
 
 // String formats the configuration as address parameters.
@@ -190,6 +190,9 @@ func (c engineOpts) String() string {
 	link := "udp"
 	if c.Shm {
 		link = "shm"
+	}
+	if c.XDP {
+		link = "xdp"
 	}
 	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s&gso=%d", b2i(c.NoICRC), b2i(!c.NoRaw), link, b2i(c.GSO))
 }
@@ -212,7 +215,7 @@ func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
 			addr, s.cfg, c, fabric.ErrInvalid)
 	}
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm, GSO: c.GSO})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm, XDP: c.XDP, GSO: c.GSO})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -257,6 +260,7 @@ type Options struct {
 	NoICRC    bool           // do not verify received ICRCs
 	NoRaw     bool           // receive on the UDP socket (see UDPConfig.NoRaw)
 	Shm       bool           // link=shm: carry packets through shared memory to engines of this host (ShmLink)
+	XDP       bool           // link=xdp: carry packets through an AF_XDP socket on the address's interface (XDPLink)
 	GSO       bool           // UDP GSO and GRO between Weft engines (see UDPConfig.GSO)
 	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
@@ -275,7 +279,11 @@ type Options struct {
 // noicrc, raw, link and gso configure the engine of the local address,
 // which all endpoints there share: they must agree on them (see Open).
 // link=shm carries the RoCEv2 packets through shared memory to engines of
-// this host that use it too (see ShmLink), instead of UDP. gso=1 sends
+// this host that use it too (see ShmLink), instead of UDP. link=xdp
+// carries them through an AF_XDP socket on the interface of the local
+// address, bypassing the kernel's UDP path with the same bytes on the
+// wire (see XDPLink; IPv4, path MTU 2048 at most, needs CAP_NET_ADMIN
+// and CAP_BPF). gso=1 sends
 // runs of equal-size packets as one UDP GSO message and receives GRO
 // messages whole (see UDPConfig.GSO): for Weft peers that set it too, or
 // peers reached through a path that cuts the packets apart. A malformed
@@ -317,7 +325,12 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.DialRetry = p.Patience("dialretry", d.DialRetry)
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
-	o.Shm = addrparam.Enum(p, "link", false, map[string]bool{"udp": false, "shm": true})
+	switch addrparam.Enum(p, "link", "udp", map[string]string{"udp": "udp", "shm": "shm", "xdp": "xdp"}) {
+	case "shm":
+		o.Shm = true
+	case "xdp":
+		o.XDP = true
+	}
 	o.GSO = p.Bool("gso", false)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
@@ -346,7 +359,7 @@ type driver struct{}
 
 // Usage implements fabric.Driver.
 func (driver) Usage() string {
-	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm&gso=0]: user-space RoCEv2 engine (noicrc, raw, link and gso configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
+	return "[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&maxmsg=N&inline=N&noicrc=0&raw=1&link=udp|shm|xdp&gso=0]: user-space RoCEv2 engine (noicrc, raw, link and gso configure the engine every endpoint of the local address shares; link=shm joins engines of one host through shared memory, link=xdp bypasses the kernel through AF_XDP); HOST:PORT is the TCP exchange (ibv_rc_pingpong format, default port 18515); fabric.Listen takes HOST:PORT (port 0: any); " +
 		"rdmacm://[listen:]HOST[:PORT][?...] or HOST:PORT?cm=1 connects and listens through rdma_cm instead (IB CM on QP 1, rdma_cm port 7471 by default), like rdma_connect and rdma_listen (there timeout= defaults to 19, 2.1 s, as Linux's rdma_cm asks)"
 }
 

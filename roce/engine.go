@@ -93,6 +93,11 @@ type EngineConfig struct {
 	// reaches the engines of this host that use one too, through shared
 	// memory (the address parameter link=shm).
 	Shm bool
+	// XDP opens an XDPLink on Addr instead of a UDPLink: the engine's
+	// packets then go through an AF_XDP socket on the interface that
+	// holds Addr, bypassing the kernel's UDP path (the address parameter
+	// link=xdp).
+	XDP bool
 	// GSO is UDPConfig.GSO for the link the engine opens on Addr.
 	GSO bool
 	// NoICRC skips the verification of received ICRCs (they are always
@@ -120,6 +125,13 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	var blk *link.QPNBlock
 	if lk == nil && cfg.Shm {
 		l, err := link.ListenShm(cfg.Addr, link.ShmConfig{})
+		if err != nil {
+			return nil, err
+		}
+		lk = l
+	}
+	if lk == nil && cfg.XDP {
+		l, err := link.ListenXDP(cfg.Addr, link.XDPConfig{})
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,526 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/ethernet/xsk"
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/roce/wire"
+	"golang.org/x/sys/unix"
+)
+
+// XDPMaxPacket is the largest RoCEv2 UDP payload an XDPLink carries: a
+// frame of the link's 4096-byte UMEM chunks holds the kernel's 256-byte
+// XDP headroom, the Ethernet, IPv4 and UDP headers and the payload, so a
+// path MTU of 2048 fits (with the longest RoCE headers and the ICRC) and
+// one of 4096 does not.
+const XDPMaxPacket = 4096 - 256 - ethernet.UDP4HdrLen
+
+// xdpFrameSize is the UMEM chunk size; xdpFrames the number of chunks,
+// half for reception (all in the fill ring) and half for transmission.
+const (
+	xdpFrameSize = 4096
+	xdpFrames    = 4096
+	xdpRingSize  = 2048
+)
+
+// XDPConfig configures an XDPLink. The zero value is the default.
+type XDPConfig struct {
+	// Attach is how the XDP program is attached (default
+	// ethernet.AttachAuto: native, else generic).
+	Attach ethernet.AttachMode
+	// Bind is the socket's mode (default xsk.ModeAuto: zero-copy where
+	// the driver has it, else copy).
+	Bind xsk.BindMode
+	// ResolveTimeout bounds the resolution of a peer's MAC address
+	// through the kernel's neighbour table (0: one second).
+	ResolveTimeout time.Duration
+}
+
+// XDPStats counts an XDPLink's frames.
+type XDPStats struct {
+	// RX and TX count RoCEv2 datagrams received and sent.
+	RX, TX uint64
+	// Dropped counts received frames that were not RoCEv2 datagrams to
+	// the link's address and port (other protocols, bad IPv4 headers or
+	// lengths, fragments, other destinations) or did not fit the
+	// reader's buffer. The engine drops and counts those whose ICRC
+	// fails, as over UDP.
+	Dropped uint64
+	// NoRoute counts datagrams not sent because the peer's MAC address
+	// could not be resolved, or because they were too large.
+	NoRoute uint64
+}
+
+// XDPLink is a Link over an AF_XDP socket on the interface that holds
+// its IPv4 address: no system call per packet where the driver needs no
+// wake-up, and no kernel UDP path at all. Weft's XDP program (package
+// ethernet's Program, attached with a bpf_link, so that the kernel
+// detaches it when the process dies) steers the IPv4 UDP datagrams to
+// port 4791 of the interface's queue 0 to the link's socket (every
+// RoCEv2 packet is sent to that port, whatever source port the peer's
+// queue pair uses) and passes every other frame to the kernel, which so
+// keeps its ARP, ICMP and sockets. An interface that already has an XDP
+// program Weft did not attach is refused with an error that matches
+// ethernet.ErrXDPInUse and names the program; it is never replaced.
+//
+// The link builds the Ethernet, IPv4 and UDP headers the kernel's UDP
+// path would: IPv4 identification 0 with don't-fragment, TTL 64, the
+// header checksum, and UDP checksum 0 (allowed for RoCEv2 over IPv4),
+// so the RoCEv2 packet (BTH to ICRC) is byte for byte what a UDPLink
+// sends and Linux rxe and NICs read it. It hands the engine the real
+// IPv4 and UDP headers of received packets (Packet.Off), as a UDPLink's
+// raw socket does, so the ICRC is checked over what came off the wire.
+// Frames that are not RoCEv2 datagrams to the link are dropped and
+// counted (Stats).
+//
+// Limits: IPv4 only; one queue (queue 0: veth and most virtual devices
+// have one; frames of other queues go to the kernel); peers on the
+// link's subnet (the destination's MAC address comes from the kernel's
+// neighbour table, resolved on first use and then kept); a path MTU of
+// at most 2048 (XDPMaxPacket). The link holds UDP port 4791 of its
+// address with a kernel socket, so that no UDPLink binds it too, and
+// shares it with no other process (no QPN steering).
+type XDPLink struct {
+	local netip.AddrPort
+	li    ethernet.LinkInfo
+	mac   [6]byte
+	ns    *netns.NS
+	prog  *ethernet.Program
+	umem  *xsk.UMEM
+	sock  *xsk.Socket
+	hold  *net.UDPConn
+	cfg   XDPConfig
+
+	// rmu serialises ReadBatch (and the fill ring) with Close.
+	rmu    sync.Mutex
+	inFill int
+	rxFree []uint64
+
+	// wmu serialises WriteBatch (TX and completion rings) with Close.
+	wmu    sync.Mutex
+	txFree []uint64
+	comp   [64]uint64
+	macs   map[netip.Addr][6]byte
+	hdr    ethernet.UDP4
+
+	closed                   atomic.Bool
+	rx, tx, dropped, noRoute atomic.Uint64
+}
+
+var _ Link = (*XDPLink)(nil)
+
+// ListenXDP opens an XDPLink on addr, an IPv4 address of an interface in
+// the calling thread's network namespace (port 0 means Port). It needs
+// CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root).
+func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
+	if c.ResolveTimeout <= 0 {
+		c.ResolveTimeout = time.Second
+	}
+	ip := addr.Addr().Unmap()
+	if !ip.Is4() || ip.IsUnspecified() {
+		return nil, xdpErr(addr, fmt.Errorf("link=xdp needs the IPv4 address of an interface: %w", fabric.ErrInvalid))
+	}
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(ip, Port)
+	}
+	addr = netip.AddrPortFrom(ip, addr.Port())
+	ifi, err := interfaceOf(ip)
+	if err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	li, err := ethernet.LinkByIndex(ifi)
+	if err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	if len(li.MAC) != 6 {
+		return nil, xdpErr(addr, fmt.Errorf("interface %s has no Ethernet address: %w", li.Name, fabric.ErrNotSupported))
+	}
+	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr][6]byte{}}
+	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
+	ok := false
+	defer func() {
+		if !ok {
+			l.Close()
+		}
+	}()
+	// Hold the port in the kernel.
+	if l.hold, err = listenUDP(addr, bindExclusive); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	l.ns, _ = netns.Host()
+	if l.prog, err = ethernet.NewProgram(ethernet.Filter{UDPPorts: []uint16{addr.Port()}}, 1); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	if err = l.prog.Attach(li.Index, c.Attach); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	if l.umem, err = xsk.NewUMEM(xsk.UMEMConfig{FrameSize: xdpFrameSize, Frames: xdpFrames,
+		FillSize: xdpRingSize, CompletionSize: xdpRingSize}); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	bind := c.Bind
+	if l.prog.Mode() == ethernet.AttachGeneric && bind == xsk.ModeAuto {
+		bind = xsk.ModeCopy
+	}
+	if l.sock, err = xsk.NewSocket(l.umem, li.Index, 0, &xsk.Config{RXSize: xdpRingSize, TXSize: xdpRingSize, Mode: bind}); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	for i := 0; i < xdpFrames; i++ {
+		if i < xdpFrames/2 {
+			l.rxFree = append(l.rxFree, l.umem.FrameAddr(i))
+		} else {
+			l.txFree = append(l.txFree, l.umem.FrameAddr(i))
+		}
+	}
+	l.refill()
+	if err = l.prog.Register(0, l.sock.FD()); err != nil {
+		return nil, xdpErr(addr, err)
+	}
+	ok = true
+	return l, nil
+}
+
+func xdpErr(addr netip.AddrPort, err error) error {
+	return &fabric.OpError{Op: "listen xdp", Backend: "roce", Addr: addr.String(), Err: err}
+}
+
+// interfaceOf returns the index of the interface that holds ip.
+func interfaceOf(ip netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
+					return ifi.Index, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface holds %v: %w", ip, fabric.ErrInvalid)
+}
+
+// refill gives the free reception frames to the fill ring. Callers hold
+// rmu (or own the link alone).
+func (l *XDPLink) refill() {
+	if len(l.rxFree) == 0 {
+		return
+	}
+	fr := l.sock.Fill()
+	idx, n := fr.Reserve(len(l.rxFree))
+	top := len(l.rxFree)
+	for i := 0; i < n; i++ {
+		fr.Set(idx+uint32(i), l.rxFree[top-1-i])
+	}
+	if n > 0 {
+		fr.Submit(n)
+		l.rxFree = l.rxFree[:top-n]
+		l.inFill += n
+	}
+}
+
+// LocalAddr implements Link.
+func (l *XDPLink) LocalAddr() netip.AddrPort { return l.local }
+
+// Interface returns the name and index of the link's interface.
+func (l *XDPLink) Interface() (name string, index int) { return l.li.Name, l.li.Index }
+
+// Program returns the XDP program the link attached.
+func (l *XDPLink) Program() *ethernet.Program { return l.prog }
+
+// ZeroCopy reports whether the socket is bound in zero-copy mode.
+func (l *XDPLink) ZeroCopy() bool { return l.sock.ZeroCopy() }
+
+// Stats returns the link's counters.
+func (l *XDPLink) Stats() XDPStats {
+	return XDPStats{RX: l.rx.Load(), TX: l.tx.Load(), Dropped: l.dropped.Load(), NoRoute: l.noRoute.Load()}
+}
+
+// ReadBatch implements Link. Each packet's Buf receives the IPv4 and
+// UDP headers as they came off the wire, then the UDP payload (Off is
+// where it starts). Calls must not overlap; WriteBatch may run
+// concurrently.
+func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if l.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	rx := l.sock.RX()
+	got := 0
+	mask := ^uint64(xdpFrameSize - 1)
+	for got < len(pkts) {
+		idx, n := rx.Peek(len(pkts) - got)
+		if n == 0 {
+			break
+		}
+		for i := 0; i < n; i++ {
+			d := rx.Desc(idx + uint32(i))
+			f := l.umem.Frame(d.Addr)[:d.Len]
+			p := &pkts[got]
+			off, m, src, ok := ParseXDPFrame(f, l.mac, l.local, p.Buf)
+			l.rxFree = append(l.rxFree, d.Addr&mask)
+			if !ok {
+				l.dropped.Add(1)
+				continue
+			}
+			p.Off, p.N, p.Addr, p.SrcPort = off, m, src, src.Port()
+			got++
+		}
+		rx.Release(n)
+		l.inFill -= n
+	}
+	l.refill()
+	l.rx.Add(uint64(got))
+	if got == 0 && (l.sock.Fill().NeedsWakeup() || l.sock.BusyPolling()) {
+		if err := l.sock.WakeRX(); err != nil && !l.closed.Load() {
+			return 0, err
+		}
+	}
+	return got, nil
+}
+
+// ParseXDPFrame parses f, an Ethernet frame, as a RoCEv2 datagram to
+// local from the interface whose MAC address is mac, copies its IPv4
+// header, UDP header and payload into buf and returns the offset of the
+// payload in buf, its length and the sender's address and UDP source
+// port. ok is false for anything else: another EtherType or destination
+// MAC, a bad IPv4 header (version, length, checksum), a fragment, not
+// UDP, another destination address or port, a payload shorter than a BTH
+// and ICRC, or a buf too small for the headers and payload.
+func ParseXDPFrame(f []byte, mac [6]byte, local netip.AddrPort, buf []byte) (off, n int, src netip.AddrPort, ok bool) {
+	var h ethernet.UDP4
+	payload, ok := ethernet.ParseUDP4(f, &h)
+	if !ok || [6]byte(f[0:6]) != mac || h.DstIP != local.Addr() || h.DstPort != local.Port() {
+		return 0, 0, netip.AddrPort{}, false
+	}
+	if len(payload) < wire.BTHSize+wire.ICRCSize {
+		return 0, 0, netip.AddrPort{}, false
+	}
+	ihl := int(f[ethernet.EthHdrLen]&0x0f) * 4
+	off = ihl + ethernet.UDPHdrLen
+	if off+len(payload) > len(buf) {
+		return 0, 0, netip.AddrPort{}, false
+	}
+	copy(buf, f[ethernet.EthHdrLen:ethernet.EthHdrLen+off])
+	copy(buf[off:], payload)
+	return off, len(payload), netip.AddrPortFrom(h.SrcIP, h.SrcPort), true
+}
+
+// errXDPTooLarge is WriteBatch's error for a packet over XDPMaxPacket.
+var errXDPTooLarge = fmt.Errorf("RoCEv2 packet larger than link=xdp carries (%d bytes: path MTU 2048 at most): %w", XDPMaxPacket, fabric.ErrInvalid)
+
+// WriteBatch implements Link: it frames each packet in Ethernet, IPv4
+// and UDP headers (see XDPLink) and puts it on the TX ring, kicking the
+// kernel when the socket asks for it. Fewer than len(pkts) without an
+// error is backpressure (no free frame or ring slot). A packet whose
+// peer's MAC address cannot be resolved, or that is too large, fails
+// with an error (the packets after it are not sent).
+func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	l.reap()
+	tx := l.sock.TX()
+	done := 0
+	var err error
+	for done < len(pkts) {
+		want := min(len(pkts)-done, len(l.txFree))
+		if want == 0 {
+			l.kick()
+			l.reap()
+			if want = min(len(pkts)-done, len(l.txFree)); want == 0 {
+				break
+			}
+		}
+		idx, n := tx.Reserve(want)
+		if n == 0 {
+			break
+		}
+		put := 0
+		for put < n {
+			p := &pkts[done+put]
+			mac, e := l.peerMAC(p)
+			if e != nil {
+				err = e
+				break
+			}
+			if p.N > XDPMaxPacket || p.N < 0 {
+				l.noRoute.Add(1)
+				err = errXDPTooLarge
+				break
+			}
+			a := l.txFree[len(l.txFree)-1]
+			l.txFree = l.txFree[:len(l.txFree)-1]
+			b := l.umem.Frame(a)
+			h := l.hdr
+			h.DstMAC = mac[:]
+			h.DstIP = p.Addr.Addr().Unmap()
+			h.DstPort = p.Addr.Port()
+			if h.DstPort == 0 {
+				h.DstPort = Port
+			}
+			h.SrcPort = p.SrcPort
+			if h.SrcPort == 0 {
+				h.SrcPort = l.local.Port()
+			}
+			ethernet.PutUDP4(b, &h, p.N)
+			copy(b[ethernet.UDP4HdrLen:], p.Buf[:p.N])
+			d := tx.Desc(idx + uint32(put))
+			d.Addr, d.Len, d.Options = a, uint32(ethernet.UDP4HdrLen+p.N), 0
+			put++
+		}
+		if put < n {
+			tx.Cancel(n - put)
+		}
+		if put > 0 {
+			tx.Submit(put)
+			done += put
+		}
+		if err != nil || put < n {
+			break
+		}
+	}
+	l.tx.Add(uint64(done))
+	l.kick()
+	return done, err
+}
+
+// kick makes the kernel send what the TX ring holds, if it asks for it.
+func (l *XDPLink) kick() {
+	if l.sock.TX().Pending() > 0 && l.sock.NeedsTXKick() {
+		l.sock.Kick()
+	}
+}
+
+// reap returns completed transmission frames to the pool.
+func (l *XDPLink) reap() {
+	cr := l.sock.Completion()
+	for {
+		n := cr.Get(l.comp[:])
+		l.txFree = append(l.txFree, l.comp[:n]...)
+		if n < len(l.comp) {
+			return
+		}
+	}
+}
+
+// peerMAC returns the MAC address of p's destination, from the cache or
+// the kernel's neighbour table (in the link's namespace).
+func (l *XDPLink) peerMAC(p *Packet) ([6]byte, error) {
+	ip := p.Addr.Addr().Unmap()
+	if m, ok := l.macs[ip]; ok {
+		return m, nil
+	}
+	if !ip.Is4() || ip == l.local.Addr() {
+		l.noRoute.Add(1)
+		return [6]byte{}, fmt.Errorf("link=xdp reaches IPv4 peers of another address only, not %v: %w", ip, fabric.ErrInvalid)
+	}
+	var hw net.HardwareAddr
+	resolve := func() (err error) {
+		hw, err = ethernet.ResolveMAC(l.li.Index, ip, l.cfg.ResolveTimeout)
+		return err
+	}
+	var err error
+	if l.ns != nil {
+		err = l.ns.Run(resolve)
+	} else {
+		err = resolve()
+	}
+	if err != nil || len(hw) != 6 {
+		l.noRoute.Add(1)
+		return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w", ip, errors.Join(err, errNoMAC))
+	}
+	m := [6]byte(hw)
+	l.macs[ip] = m
+	return m, nil
+}
+
+var errNoMAC = errors.New("no MAC address")
+
+// WaitRead implements Link: it parks the goroutine in the Go runtime's
+// network poller (xsk.Socket.Poll) until the RX ring has a frame, the
+// deadline passes (returning nil), ctx is done or the link is closed
+// (os.ErrClosed).
+func (l *XDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
+	if l.closed.Load() {
+		return os.ErrClosed
+	}
+	var err error
+	if ctx.Done() == nil {
+		timeout := time.Duration(-1)
+		if !deadline.IsZero() {
+			if timeout = time.Until(deadline); timeout < 0 {
+				timeout = 0
+			}
+		}
+		_, err = l.sock.PollFor(unix.POLLIN, timeout)
+	} else {
+		parent := ctx
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		_, err = l.sock.Poll(ctx, unix.POLLIN)
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && parent.Err() == nil {
+			err = nil
+		}
+	}
+	if err != nil {
+		if l.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, fabric.ErrClosed) {
+			return os.ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+// Close implements Link: it detaches and unloads the XDP program and
+// closes the socket, its UMEM and the port's kernel socket. Blocked
+// WaitReads return os.ErrClosed.
+func (l *XDPLink) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if l.prog != nil {
+		errs = append(errs, l.prog.Close())
+	}
+	if l.sock != nil {
+		errs = append(errs, l.sock.Close())
+	}
+	l.rmu.Lock()
+	l.wmu.Lock()
+	if l.umem != nil {
+		errs = append(errs, l.umem.Close())
+	}
+	l.wmu.Unlock()
+	l.rmu.Unlock()
+	if l.hold != nil {
+		errs = append(errs, l.hold.Close())
+	}
+	if l.ns != nil {
+		l.ns.Close()
+	}
+	return errors.Join(errs...)
+}

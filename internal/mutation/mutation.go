@@ -1403,6 +1403,46 @@ var List = []Mutation{
 		Pkg:  "./ntb/", Run: "^TestIDTModelPair$",
 		Why: "MsgClear clears the inbound status bits (MSGSTS 19:16 on IDT), freeing the register for the next message (issue 27)",
 	},
+	{
+		Name: "roce-xdp-other-port",
+		File: "roce/link/xdp.go",
+		Old:  " || h.DstPort != local.Port() {",
+		New:  " {",
+		Pkg:  "./roce/link/", Run: "^TestParseXDPFrame$",
+		Why: "the XDP link drops (and counts) frames that are not UDP to its RoCEv2 port (issue 26)",
+	},
+	{
+		Name: "roce-xdp-short-payload",
+		File: "roce/link/xdp.go",
+		Old:  "\tif len(payload) < wire.BTHSize+wire.ICRCSize {\n",
+		New:  "\tif false {\n",
+		Pkg:  "./roce/link/", Run: "^Test(ParseXDPFrame|XDPLinkWire)$",
+		Why: "the XDP link drops and counts a datagram too short for a BTH and ICRC (issue 26)",
+	},
+	{
+		Name: "roce-xdp-source-port",
+		File: "roce/link/xdp.go",
+		Old:  "\t\t\th.SrcPort = p.SrcPort\n",
+		New:  "\t\t\th.SrcPort = l.local.Port()\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkWire$",
+		Why: "the XDP link's frames carry the headers the kernel's UDP path would, the QP's source port included (issue 26)",
+	},
+	{
+		Name: "roce-xdp-close-keeps-program",
+		File: "roce/link/xdp.go",
+		Old:  "\t\terrs = append(errs, l.prog.Close())\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestXDPLinkClose$",
+		Why: "the XDP program is gone from the interface after the link's Close (issue 26)",
+	},
+	{
+		Name: "ethernet-xdp-foreign-unnamed",
+		File: "ethernet/xdp.go",
+		Old:  "\t\t\t\twho = fmt.Sprintf(\"program %q (id %d)\", name, id)\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestXDPLinkClose$",
+		Why: "a foreign XDP program that blocks the attach is named in the error (issue 26)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

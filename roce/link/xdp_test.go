@@ -139,7 +139,7 @@ func readOne(t *testing.T, l Link) Packet {
 // is dropped and counted.
 func TestXDPLinkWire(t *testing.T) {
 	testenv.RequireAFXDP(t)
-	p, err := netns.NewPair(netns.PairConfig{MTU: 3000, })
+	p, err := netns.NewPair(netns.PairConfig{MTU: 3000})
 	if err != nil {
 		testenv.SkipOrFail(t, "veth pair: "+err.Error())
 	}

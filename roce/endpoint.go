@@ -269,7 +269,7 @@ type Options struct {
 
 // ParseAddr parses a roce address:
 //
-//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm&gso=1]
+//	[listen:]HOST:PORT[?mtu=1024&type=rc|ud&local=IP&port=4791&timeout=12&retry=7&rnr=7&qkey=0x11111111&keepalive=100ms&dialretry=5s&noicrc=1&raw=0&link=shm|xdp&gso=1]
 //
 // HOST:PORT is the TCP address of the out-of-band exchange (the pingpong
 // programs' format, port 18515 by default): "listen:" accepts one

@@ -6,6 +6,11 @@
 //     batched with recvmmsg and sendmmsg, an optional raw receive socket,
 //     and UDP GSO and GRO between Weft engines (UDPConfig.GSO). Linux
 //     Soft-RoCE and RDMA NICs read what it sends.
+//   - XDPLink carries the same packets through an AF_XDP socket on the
+//     interface that holds its IPv4 address, in Ethernet/IPv4/UDP frames
+//     it builds itself (byte for byte what the kernel's UDP path sends),
+//     with package ethernet's XDP program, UMEM and rings: no kernel UDP
+//     path, and no system call per received packet.
 //   - ShmLink carries packets through shared-memory rings to engines of the
 //     same host, with no system call per packet.
 //   - Engines of several processes share one address and port, as they

@@ -405,10 +405,13 @@ func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
 	return done, err
 }
 
-// kick makes the kernel send what the TX ring holds, if it asks for it.
+// kick makes the kernel send what the TX ring holds, if it asks for it:
+// in copy mode each kick sends at most the socket's TX budget, so Drain
+// kicks until the kernel has taken the whole burst (or the device queue
+// is full).
 func (l *XDPLink) kick() {
 	if l.sock.TX().Pending() > 0 && l.sock.NeedsTXKick() {
-		l.sock.Kick()
+		l.sock.Drain(0)
 	}
 }
 

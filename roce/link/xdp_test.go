@@ -190,6 +190,7 @@ func TestXDPLinkWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
+	t.Logf("XDP program attached in %v mode, socket zero-copy %v", x.Program().Mode(), x.ZeroCopy())
 	xp := send(x)
 	got := xp.Buf[:xp.Off+xp.N]
 	if len(got) != len(kern) || kp.Off != xp.Off {

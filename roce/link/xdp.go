@@ -43,7 +43,10 @@ type XDPConfig struct {
 	// the driver has it, else copy).
 	Bind xsk.BindMode
 	// ResolveTimeout bounds the resolution of a peer's MAC address
-	// through the kernel's neighbour table (0: one second).
+	// through the kernel's neighbour table (0: 100 ms; the engine's
+	// exchange with a peer over TCP has normally resolved it already). A
+	// resolved address is used for 10 s before it is looked up again, a
+	// failure fails at once for a second.
 	ResolveTimeout time.Duration
 }
 
@@ -87,7 +90,7 @@ type XDPStats struct {
 // Limits: IPv4 only; one queue (queue 0: veth and most virtual devices
 // have one; frames of other queues go to the kernel); peers on the
 // link's subnet (the destination's MAC address comes from the kernel's
-// neighbour table, resolved on first use and then kept); a path MTU of
+// neighbour table, see XDPConfig.ResolveTimeout); a path MTU of
 // at most 2048 (XDPMaxPacket). The link holds UDP port 4791 of its
 // address with a kernel socket, so that no UDPLink binds it too, and
 // shares it with no other process (no QPN steering).
@@ -111,7 +114,7 @@ type XDPLink struct {
 	wmu    sync.Mutex
 	txFree []uint64
 	comp   [64]uint64
-	macs   map[netip.Addr][6]byte
+	macs   map[netip.Addr]macEntry
 	hdr    ethernet.UDP4
 
 	closed                   atomic.Bool
@@ -125,7 +128,7 @@ var _ Link = (*XDPLink)(nil)
 // CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root).
 func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	if c.ResolveTimeout <= 0 {
-		c.ResolveTimeout = time.Second
+		c.ResolveTimeout = 100 * time.Millisecond
 	}
 	ip := addr.Addr().Unmap()
 	if !ip.Is4() || ip.IsUnspecified() {
@@ -146,7 +149,7 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	if len(li.MAC) != 6 {
 		return nil, xdpErr(addr, fmt.Errorf("interface %s has no Ethernet address: %w", li.Name, fabric.ErrNotSupported))
 	}
-	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr][6]byte{}}
+	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{}}
 	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
 	ok := false
 	defer func() {
@@ -427,12 +430,34 @@ func (l *XDPLink) reap() {
 	}
 }
 
+// macEntry is a resolved (or failed) neighbour: until is when it is
+// looked up again.
+type macEntry struct {
+	mac   [6]byte
+	ok    bool
+	until time.Time
+}
+
+// How long a resolved neighbour is used before it is looked up again
+// (the kernel's table follows a peer whose address moves), and how long
+// a failed resolution fails at once (an unreachable peer does not stall
+// every WriteBatch for ResolveTimeout).
+const (
+	macTTL  = 10 * time.Second
+	missTTL = time.Second
+)
+
 // peerMAC returns the MAC address of p's destination, from the cache or
 // the kernel's neighbour table (in the link's namespace).
 func (l *XDPLink) peerMAC(p *Packet) ([6]byte, error) {
 	ip := p.Addr.Addr().Unmap()
-	if m, ok := l.macs[ip]; ok {
-		return m, nil
+	now := time.Now()
+	if m, ok := l.macs[ip]; ok && now.Before(m.until) {
+		if m.ok {
+			return m.mac, nil
+		}
+		l.noRoute.Add(1)
+		return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w (resolution failed recently)", ip, errNoMAC)
 	}
 	if !ip.Is4() || ip == l.local.Addr() {
 		l.noRoute.Add(1)
@@ -451,11 +476,12 @@ func (l *XDPLink) peerMAC(p *Packet) ([6]byte, error) {
 	}
 	if err != nil || len(hw) != 6 {
 		l.noRoute.Add(1)
+		l.macs[ip] = macEntry{until: time.Now().Add(missTTL)}
 		return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w", ip, errors.Join(err, errNoMAC))
 	}
-	m := [6]byte(hw)
+	m := macEntry{mac: [6]byte(hw), ok: true, until: now.Add(macTTL)}
 	l.macs[ip] = m
-	return m, nil
+	return m.mac, nil
 }
 
 var errNoMAC = errors.New("no MAC address")

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/weft-io/weft/ethernet"
+	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testenv"
 )
@@ -237,5 +239,26 @@ func TestXDPLinkWire(t *testing.T) {
 		return x.Stats().Dropped == 1
 	}) {
 		t.Fatalf("stats %+v, want Dropped 1", x.Stats())
+	}
+
+	// An unreachable peer fails the packet, after ResolveTimeout the
+	// first time and at once the next; a packet too large for a frame
+	// fails too. Neither is sent.
+	ghost := []Packet{{Buf: payload, N: len(payload), Addr: netip.MustParseAddrPort("10.11.0.99:4791"), SrcPort: 50001}}
+	for i := range 2 {
+		start := time.Now()
+		if n, err := x.WriteBatch(ghost); n != 0 || err == nil {
+			t.Fatalf("write to an unreachable peer: %d, %v", n, err)
+		}
+		if d := time.Since(start); i == 1 && d > 50*time.Millisecond {
+			t.Fatalf("second write to an unreachable peer took %v", d)
+		}
+	}
+	big := make([]byte, XDPMaxPacket+1)
+	if n, err := x.WriteBatch([]Packet{{Buf: big, N: len(big), Addr: netip.AddrPortFrom(ipB, Port)}}); n != 0 || !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("write of %d bytes: %d, %v", len(big), n, err)
+	}
+	if s := x.Stats(); s.TX != 1 || s.NoRoute != 3 {
+		t.Fatalf("stats %+v, want TX 1, NoRoute 3", s)
 	}
 }

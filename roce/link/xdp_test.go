@@ -139,9 +139,18 @@ func readOne(t *testing.T, l Link) Packet {
 // UDPLink on the peer sees them; that it reads what a UDPLink sends, with
 // the real headers; and that a datagram to its port that is not RoCEv2
 // is dropped and counted.
+//
+// It runs with the program attached in native mode (veth's, MTU 3000)
+// and in generic mode (MTU 9000, too large for native XDP on veth
+// without multi-buffer programs, which AttachAuto falls back from).
 func TestXDPLinkWire(t *testing.T) {
 	testenv.RequireAFXDP(t)
-	p, err := netns.NewPair(netns.PairConfig{MTU: 3000})
+	t.Run("native", func(t *testing.T) { testXDPLinkWire(t, 3000, ethernet.AttachNative) })
+	t.Run("generic", func(t *testing.T) { testXDPLinkWire(t, 9000, ethernet.AttachAuto) })
+}
+
+func testXDPLinkWire(t *testing.T, mtu int, mode ethernet.AttachMode) {
+	p, err := netns.NewPair(netns.PairConfig{MTU: mtu})
 	if err != nil {
 		testenv.SkipOrFail(t, "veth pair: "+err.Error())
 	}
@@ -186,12 +195,15 @@ func TestXDPLinkWire(t *testing.T) {
 	ku.Close()
 	var x *XDPLink
 	if err := p.A.Do(func() (err error) {
-		x, err = ListenXDP(netip.AddrPortFrom(ipA, 0), XDPConfig{})
+		x, err = ListenXDP(netip.AddrPortFrom(ipA, 0), XDPConfig{Attach: mode})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	defer x.Close()
+	if mtu > 4000 && x.Program().Mode() != ethernet.AttachGeneric {
+		t.Fatalf("MTU %d: attached in %v mode, want generic", mtu, x.Program().Mode())
+	}
 	t.Logf("XDP program attached in %v mode, socket zero-copy %v", x.Program().Mode(), x.ZeroCopy())
 	xp := send(x)
 	got := xp.Buf[:xp.Off+xp.N]

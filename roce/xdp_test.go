@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -163,6 +164,32 @@ func TestXDPLinkClose(t *testing.T) {
 		return err
 	}))
 	require.NoError(t, l.Close())
+}
+
+// TestXDPEngineDrops checks that the engine on link=xdp counts a datagram
+// to port 4791 that is not RoCEv2 as malformed, as it does over UDP.
+func TestXDPEngineDrops(t *testing.T) {
+	p := xdpNS(t, "")
+	addr := netip.AddrPortFrom(netip.MustParseAddr(p.IPA.String()), 0)
+	var e *Engine
+	require.NoError(t, p.A.Do(func() (err error) {
+		e, err = NewEngine(EngineConfig{Addr: addr, XDP: true})
+		return err
+	}))
+	defer e.Close()
+	require.NoError(t, p.B.Do(func() error {
+		c, err := net.Dial("udp4", net.JoinHostPort(p.IPA.String(), "4791"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte{1, 2, 3, 4})
+		return err
+	}))
+	require.True(t, testenv.Eventually(5*time.Second, func() bool {
+		return e.Stats().Drops[fabric.DropMalformed] == 1
+	}), "drops %v", e.Stats().Drops)
+	require.Equal(t, uint64(1), e.link.(*link.XDPLink).Stats().Dropped)
 }
 
 const envXDPChild = "WEFT_XDP_CHILD_NS"

@@ -1428,6 +1428,14 @@ var List = []Mutation{
 		Why: "the XDP link's frames carry the headers the kernel's UDP path would, the QP's source port included (issue 26)",
 	},
 	{
+		Name: "roce-xdp-drop-uncounted",
+		File: "roce/link/xdp.go",
+		Old:  "\t\t\t\toff, m, src = 0, -1, netip.AddrPort{}\n",
+		New:  "\t\t\t\tcontinue\n",
+		Pkg:  "./roce/", Run: "^TestXDPEngineDrops$",
+		Why: "the engine on link=xdp counts a datagram to its port that is not RoCEv2, as over UDP (issue 26)",
+	},
+	{
 		Name: "roce-xdp-close-keeps-program",
 		File: "roce/link/xdp.go",
 		Old:  "\t\terrs = append(errs, l.prog.Close())\n",

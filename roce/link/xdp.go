@@ -258,7 +258,10 @@ func (l *XDPLink) Stats() XDPStats {
 
 // ReadBatch implements Link. Each packet's Buf receives the IPv4 and
 // UDP headers as they came off the wire, then the UDP payload (Off is
-// where it starts). Calls must not overlap; WriteBatch may run
+// where it starts). A frame the program steered to the link that is not
+// a RoCEv2 datagram to it (see ParseXDPFrame) is counted in
+// Stats().Dropped and returned with N -1, as a truncated datagram is,
+// for the engine to count. Calls must not overlap; WriteBatch may run
 // concurrently.
 func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
 	l.rmu.Lock()
@@ -281,17 +284,23 @@ func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
 			off, m, src, ok := ParseXDPFrame(f, l.mac, l.local, p.Buf)
 			l.rxFree = append(l.rxFree, d.Addr&mask)
 			if !ok {
+				// Handed on with N -1, so that the engine counts it
+				// (fabric.DropMalformed) as it counts what a UDP socket
+				// delivers and it cannot parse.
 				l.dropped.Add(1)
-				continue
+				off, m, src = 0, -1, netip.AddrPort{}
 			}
 			p.Off, p.N, p.Addr, p.SrcPort = off, m, src, src.Port()
+			if ok {
+				l.rx.Add(1)
+			}
 			got++
 		}
 		rx.Release(n)
 		l.inFill -= n
 	}
 	l.refill()
-	l.rx.Add(uint64(got))
+
 	if got == 0 && (l.sock.Fill().NeedsWakeup() || l.sock.BusyPolling()) {
 		if err := l.sock.WakeRX(); err != nil && !l.closed.Load() {
 			return 0, err

@@ -246,11 +246,11 @@ func testXDPLinkWire(t *testing.T, mtu int, mode ethernet.AttachMode) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !testenv.Eventually(5*time.Second, func() bool {
-		x.ReadBatch(make([]Packet, 1))
-		return x.Stats().Dropped == 1
-	}) {
-		t.Fatalf("stats %+v, want Dropped 1", x.Stats())
+	if dp := readOne(t, x); dp.N != -1 {
+		t.Fatalf("a 4-byte datagram read with N %d, want -1 (for the engine to count)", dp.N)
+	}
+	if s := x.Stats(); s.Dropped != 1 || s.RX != 1 {
+		t.Fatalf("stats %+v, want RX 1, Dropped 1", s)
 	}
 
 	// An unreachable peer fails the packet, after ResolveTimeout the

@@ -9,7 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/weft-io/weft/fabric"
 	"golang.org/x/sys/unix"
 )
@@ -336,19 +335,11 @@ func (p *Program) Attach(ifindex int, mode AttachMode) error {
 // namespace), or id 0 if it has none. The name is empty if the program
 // cannot be opened (it needs CAP_SYS_ADMIN).
 func XDPProgramOn(ifindex int) (id ebpf.ProgramID, name string, err error) {
-	c, err := rtnetlink.Dial(nil)
-	if err != nil {
+	li, err := LinkByIndex(ifindex)
+	if err != nil || li.XDPProgID == 0 {
 		return 0, "", err
 	}
-	defer c.Close()
-	m, err := c.Link.Get(uint32(ifindex))
-	if err != nil {
-		return 0, "", err
-	}
-	if m.Attributes == nil || m.Attributes.XDP == nil || m.Attributes.XDP.ProgID == 0 {
-		return 0, "", nil
-	}
-	id = ebpf.ProgramID(m.Attributes.XDP.ProgID)
+	id = ebpf.ProgramID(li.XDPProgID)
 	if p, err := ebpf.NewProgramFromID(id); err == nil {
 		if info, err := p.Info(); err == nil {
 			name = info.Name

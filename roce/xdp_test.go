@@ -128,6 +128,23 @@ func TestXDPLinkClose(t *testing.T) {
 	require.Zero(t, n)
 	require.ErrorIs(t, err, os.ErrClosed)
 
+	// Not on loopback, nor on an interface of several receive queues.
+	require.NoError(t, p.A.Up("lo"))
+	err = p.A.Do(func() error {
+		_, err := link.ListenXDP(netip.MustParseAddrPort("127.0.0.1:0"), link.XDPConfig{})
+		return err
+	})
+	require.ErrorIs(t, err, fabric.ErrNotSupported)
+	mq, err := netns.NewPair(netns.PairConfig{Queues: 2, AddrA: "10.12.0.1/24", AddrB: "10.12.0.2/24"})
+	require.NoError(t, err)
+	defer mq.Close()
+	err = mq.A.Do(func() error {
+		_, err := link.ListenXDP(netip.MustParseAddrPort("10.12.0.1:0"), link.XDPConfig{})
+		return err
+	})
+	require.ErrorIs(t, err, fabric.ErrNotSupported)
+	require.Contains(t, err.Error(), "2 receive queues")
+
 	// A foreign program.
 	var fl cilink.Link
 	require.NoError(t, p.A.Do(func() error {

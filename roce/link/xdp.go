@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/weft-io/weft/ethernet"
 	"github.com/weft-io/weft/ethernet/xsk"
@@ -87,8 +88,9 @@ type XDPStats struct {
 // Frames that are not RoCEv2 datagrams to the link are dropped and
 // counted (Stats).
 //
-// Limits: IPv4 only; one queue (queue 0: veth and most virtual devices
-// have one; frames of other queues go to the kernel); peers on the
+// Limits: IPv4 only; not on loopback; an interface of one receive queue
+// (veth and most virtual devices have one; a NIC needs ethtool -L IFACE
+// combined 1), which the link binds; peers on the
 // link's subnet (the destination's MAC address comes from the kernel's
 // neighbour table, see XDPConfig.ResolveTimeout); a path MTU of
 // at most 2048 (XDPMaxPacket). The link holds UDP port 4791 of its
@@ -146,6 +148,15 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	if err != nil {
 		return nil, xdpErr(addr, err)
 	}
+	if ip.IsLoopback() || li.Kind == "" && li.Name == "lo" {
+		return nil, xdpErr(addr, fmt.Errorf("link=xdp does not run on loopback (engines of one host: link=shm): %w", fabric.ErrNotSupported))
+	}
+	if q := rxQueues(li); q > 1 {
+		// Frames of the other queues would reach the kernel's socket that
+		// holds the port, never the engine.
+		return nil, xdpErr(addr, fmt.Errorf("interface %s has %d receive queues and link=xdp binds queue 0 only (ethtool -L %s combined 1): %w",
+			li.Name, q, li.Name, fabric.ErrNotSupported))
+	}
 	if len(li.MAC) != 6 {
 		return nil, xdpErr(addr, fmt.Errorf("interface %s has no Ethernet address: %w", li.Name, fabric.ErrNotSupported))
 	}
@@ -192,6 +203,36 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	}
 	ok = true
 	return l, nil
+}
+
+// rxQueues returns how many receive queues li's device uses: its ethtool
+// channels (real_num_rx_queues: a veth made without a queue count
+// allocates one per CPU and uses one), or, where the device reports
+// none, the number netlink reports (allocated).
+func rxQueues(li ethernet.LinkInfo) int {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return li.RXQueues
+	}
+	defer unix.Close(fd)
+	// struct ethtool_channels: cmd, max_rx, max_tx, max_other,
+	// max_combined, rx_count, tx_count, other_count, combined_count.
+	var ch [9]uint32
+	ch[0] = unix.ETHTOOL_GCHANNELS
+	var ifr struct {
+		name [unix.IFNAMSIZ]byte
+		data unsafe.Pointer
+		_    [16]byte
+	}
+	copy(ifr.name[:], li.Name)
+	ifr.data = unsafe.Pointer(&ch[0])
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+		return li.RXQueues
+	}
+	if n := int(ch[5] + ch[8]); n > 0 {
+		return n
+	}
+	return li.RXQueues
 }
 
 func xdpErr(addr netip.AddrPort, err error) error {

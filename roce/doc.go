@@ -6,8 +6,10 @@
 //
 // Engine is a software RDMA device, the user-space equivalent of rxe. It
 // owns a link.Link (a UDP socket on port 4791 batched with recvmmsg and
-// sendmmsg, shared memory between engines of one host, or any other
-// carrier of datagrams: see roce/link), protection domains (PD),
+// sendmmsg, shared memory between engines of one host (link=shm), an
+// AF_XDP socket on the interface of the engine's address that bypasses
+// the kernel's UDP path with the same bytes on the wire (link=xdp), or
+// any other carrier of datagrams: see roce/link), protection domains (PD),
 // memory regions (MR), completion queues (CQ) and reliable-connected or
 // unreliable-datagram queue pairs (QP) with the verbs state machine, and
 // speaks the RoCEv2 wire protocol (roce/wire): SEND, WRITE, READ and

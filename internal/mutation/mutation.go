@@ -1428,6 +1428,14 @@ var List = []Mutation{
 		Why: "the XDP link's frames carry the headers the kernel's UDP path would, the QP's source port included (issue 26)",
 	},
 	{
+		Name: "roce-window-overflows-linux-queues",
+		File: "roce/qp.go",
+		Old:  "\tmaxInflight = 512\n",
+		New:  "\tmaxInflight = 1024\n",
+		Pkg:  "./roce/", Run: "^TestWindowBelowQueues$",
+		Why: "the requester's window stays below the 1000-packet queues of Linux (tap, veth, netdev_max_backlog): at 1024 a slow rxe guest dropped the end of the window and go-back-N sent it twice",
+	},
+	{
 		Name: "roce-xdp-drop-uncounted",
 		File: "roce/link/xdp.go",
 		Old:  "\t\t\t\toff, m, src = 0, -1, netip.AddrPort{}\n",

@@ -737,66 +737,46 @@ func (d *HWDevice) spadLoc(idx int, peer bool) (regLoc, error) {
 }
 
 // SpadRead implements Device.
-func (d *HWDevice) SpadRead(idx int) (uint32, error) {
-	if d.sw != nil {
-		a, err := d.swSpad(idx, false)
-		if err != nil {
-			return 0, err
-		}
-		return a.Load(), nil
-	}
-	r, t, err := d.spad(idx, false)
-	if err != nil {
-		return 0, err
-	}
-	return uint32(t.load(r)), nil
-}
+func (d *HWDevice) SpadRead(idx int) (uint32, error) { return d.spadLoad(idx, false) }
 
 // SpadWrite implements Device.
-func (d *HWDevice) SpadWrite(idx int, v uint32) error {
-	if d.sw != nil {
-		a, err := d.swSpad(idx, false)
-		if err != nil {
-			return err
-		}
-		a.Store(v)
-		return nil
-	}
-	r, t, err := d.spad(idx, false)
-	if err != nil {
-		return err
-	}
-	t.store(r, uint64(v))
-	return nil
-}
+func (d *HWDevice) SpadWrite(idx int, v uint32) error { return d.spadStore(idx, false, v) }
 
 // PeerSpadRead implements Device.
-func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) {
+func (d *HWDevice) PeerSpadRead(idx int) (uint32, error) { return d.spadLoad(idx, true) }
+
+// PeerSpadWrite implements Device.
+func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error { return d.spadStore(idx, true, v) }
+
+// spadLoad reads scratchpad idx of this side (peer false) or the peer's:
+// on Switchtec in the shared window, elsewhere in the registers.
+func (d *HWDevice) spadLoad(idx int, peer bool) (uint32, error) {
 	if d.sw != nil {
-		a, err := d.swSpad(idx, true)
+		a, err := d.swSpad(idx, peer)
 		if err != nil {
 			return 0, err
 		}
 		return a.Load(), nil
 	}
-	r, t, err := d.spad(idx, true)
+	r, t, err := d.spad(idx, peer)
 	if err != nil {
 		return 0, err
 	}
 	return uint32(t.load(r)), nil
 }
 
-// PeerSpadWrite implements Device.
-func (d *HWDevice) PeerSpadWrite(idx int, v uint32) error {
+// spadStore writes scratchpad idx of this side (peer false) or the
+// peer's, where spadLoad reads it.
+func (d *HWDevice) spadStore(idx int, peer bool, v uint32) error {
 	if d.sw != nil {
-		a, err := d.swSpad(idx, true)
+		a, err := d.swSpad(idx, peer)
 		if err != nil {
 			return err
 		}
 		a.Store(v)
 		return nil
 	}
-	r, t, err := d.spad(idx, true)
+	r, t, err := d.spad(idx, peer)
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ type Engine struct {
 	// QPNs are qpnBase | n&qpnMask: the engine's block, or any 24-bit
 	// number for an engine on a Link of its own.
 	qpnBase, qpnMask uint32
+	maxWnd           int // the requesters' largest window: maxInflight, or maxInflightLossless
 	block            *link.QPNBlock
 
 	pollMu  sync.Mutex // one poller at a time
@@ -171,6 +172,10 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		e.nextQP = e.qpnBase | binary.LittleEndian.Uint32(b[:])&e.qpnMask
 	} else {
 		e.nextQP = 0x100 + binary.LittleEndian.Uint32(b[:])&0x7fff
+	}
+	e.maxWnd = maxInflight
+	if ll, ok := lk.(interface{ Lossless() bool }); ok && ll.Lossless() {
+		e.maxWnd = maxInflightLossless
 	}
 	e.ackDue.Store(math.MaxInt64)
 	e.rx = make([]link.Packet, rxBatch)

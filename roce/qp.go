@@ -165,10 +165,17 @@ const maxSGE = 32
 // round trip still far below a quarter of rdma_cm's 2 s timeout. 512
 // packets (2 MiB at a 4096 B MTU) is still many times the
 // bandwidth-delay product of any path the engine drives.
+//
+// maxInflightLossless is the bound over a link that pushes back rather
+// than drop (link=shm, whose rings hold 1024 datagrams): no queue
+// overflows there, and on a busy host, where the receiver runs late, the
+// larger window keeps the sender going (link=shm streamed 64 KiB at 1.1
+// GB/s with 1024 against 0.7 with 512, medians of 3 in one loaded run).
 const (
-	maxInflight = 512
-	minWindow   = 8
-	initWindow  = 128
+	maxInflightLossless = 1024
+	maxInflight         = 512
+	minWindow           = 8
+	initWindow          = 128
 )
 
 // work request opcodes
@@ -449,7 +456,8 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.attr.KeepAlive = attr.KeepAlive
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
-		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, maxInflight
+		qp.maxWnd = qp.e.maxWnd
+		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, qp.maxWnd
 		qp.rtoHold, qp.rttOn = false, false
 		qp.lastActive = nanotime()
 		qp.ackWait = int64(ackDelay)

@@ -24,6 +24,7 @@ type requester struct {
 	txPSN      wire.PSN // PSN of the next packet to transmit
 	una        wire.PSN // oldest unacknowledged PSN
 	maxPSN     wire.PSN // one past the highest PSN ever sent
+	maxWnd     int      // the largest window (the engine's maxWnd)
 	retries    int
 	rnrRetries int
 	deadline   time.Time
@@ -559,7 +560,7 @@ func (req *requester) growWindow(n int) {
 	req.cwndAcc += n
 	if req.cwndAcc >= req.cwnd {
 		req.cwndAcc = 0
-		req.cwnd = min(req.cwnd+1, maxInflight)
+		req.cwnd = min(req.cwnd+1, req.maxWnd)
 	}
 }
 

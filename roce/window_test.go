@@ -12,12 +12,31 @@ import (
 
 // TestWindowBelowQueues streams over a lossless link (shared memory, with
 // backpressure) long enough for the requester's window to open all the
-// way, and checks where it stops: below the 1000-packet queues a packet
-// meets on Linux (a tap's or veth's txqueuelen, netdev_max_backlog), which
-// a window of 1024 overflowed against a slow Linux rxe guest (see
-// maxInflight). The timeout is long (4.3 s), so no round trip under load
-// reaches the delay target and shrinks the window before it is full.
+// way, and checks where it stops. Over a network path (the shm link
+// seen as a plain Link, as a UDP or XDP link is): below the 1000-packet
+// queues a packet meets on Linux (a tap's or veth's txqueuelen,
+// netdev_max_backlog), which a window of 1024 overflowed against a slow
+// Linux rxe guest (see maxInflight). Over the shm link as itself, which
+// pushes back rather than drop: maxInflightLossless. The timeout is long
+// (4.3 s), so no round trip under load reaches the delay target and
+// shrinks the window before it is full.
 func TestWindowBelowQueues(t *testing.T) {
+	const linuxQueue = 1000 // Linux's default txqueuelen and netdev_max_backlog
+	if cwnd := windowAfterStream(t, false); cwnd > linuxQueue/2+linuxQueue/20 || cwnd != maxInflight {
+		t.Fatalf("window %d packets over a network path: want maxInflight (%d), at most about half of Linux's %d-packet queues", cwnd, maxInflight, linuxQueue)
+	}
+	if cwnd := windowAfterStream(t, true); cwnd != maxInflightLossless {
+		t.Fatalf("window %d packets over a link that pushes back, want maxInflightLossless (%d)", cwnd, maxInflightLossless)
+	}
+}
+
+// plainLink hides every method of a Link but the interface's (so an
+// ShmLink does not say it is lossless).
+type plainLink struct{ link.Link }
+
+// windowAfterStream streams over a pair of shm links, seen as themselves
+// (lossless) or as plain links, and returns the sender's window at the end.
+func windowAfterStream(t *testing.T, lossless bool) int {
 	dir := t.TempDir()
 	var eng [2]*Engine
 	for i, ip := range []string{"10.1.0.1", "10.1.0.2"} {
@@ -25,7 +44,11 @@ func TestWindowBelowQueues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := NewEngine(EngineConfig{Link: l})
+		var lk link.Link = l
+		if !lossless {
+			lk = plainLink{l}
+		}
+		e, err := NewEngine(EngineConfig{Link: lk})
 		if err != nil {
 			l.Close()
 			t.Fatal(err)
@@ -78,13 +101,8 @@ func TestWindowBelowQueues(t *testing.T) {
 	if r := a.retransmissions(); r != [numRetxCauses]retxCount{} {
 		t.Fatalf("a lossless link resent: %+v", r)
 	}
-	// Linux's default queues hold 1000 packets; a window the size of one
-	// overflows it as soon as the responder falls behind.
-	const linuxQueue = 1000
-	if cwnd > linuxQueue/2+linuxQueue/20 || ssthresh > linuxQueue/2+linuxQueue/20 {
-		t.Fatalf("window %d (threshold %d) packets: more than half of Linux's %d-packet queues", cwnd, ssthresh, linuxQueue)
+	if ssthresh != cwnd {
+		t.Fatalf("window %d, threshold %d: the threshold moved on a lossless stream", cwnd, ssthresh)
 	}
-	if cwnd != maxInflight {
-		t.Fatalf("window %d after a lossless stream, want maxInflight (%d)", cwnd, maxInflight)
-	}
+	return cwnd
 }

@@ -1430,10 +1430,18 @@ var List = []Mutation{
 	{
 		Name: "roce-window-overflows-linux-queues",
 		File: "roce/qp.go",
-		Old:  "\tmaxInflight = 512\n",
-		New:  "\tmaxInflight = 1024\n",
+		Old:  "\tmaxInflight         = 512\n",
+		New:  "\tmaxInflight         = 1024\n",
 		Pkg:  "./roce/", Run: "^TestWindowBelowQueues$",
 		Why: "the requester's window stays below the 1000-packet queues of Linux (tap, veth, netdev_max_backlog): at 1024 a slow rxe guest dropped the end of the window and go-back-N sent it twice",
+	},
+	{
+		Name: "roce-window-lossless-ignored",
+		File: "roce/engine.go",
+		Old:  "\t\te.maxWnd = maxInflightLossless\n",
+		New:  "\t\te.maxWnd = maxInflight\n",
+		Pkg:  "./roce/", Run: "^TestWindowBelowQueues$",
+		Why: "over a link that pushes back rather than drop (link=shm) the window opens to maxInflightLossless, which kept the sender going on a busy host",
 	},
 	{
 		Name: "roce-xdp-drop-uncounted",

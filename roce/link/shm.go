@@ -317,6 +317,12 @@ func markClosed(f *os.File) {
 // LocalAddr implements Link.
 func (l *ShmLink) LocalAddr() netip.AddrPort { return l.local }
 
+// Lossless reports true: a full ring pushes back (WriteBatch takes fewer
+// datagrams) where a network queue would drop, so the engine may keep a
+// window larger than the queues of a network path (see roce's
+// maxInflight).
+func (l *ShmLink) Lossless() bool { return true }
+
 // Drops returns how many datagrams the link took and dropped because
 // their destination had no ring, a malformed one or one whose owner is
 // gone.

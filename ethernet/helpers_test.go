@@ -350,7 +350,10 @@ func (rp *rawPeer) learn(hello ethernet.Packet) {
 // barrier sends a packet the connected endpoint must refuse and count
 // (a hello from another connection id), and waits until it has: every
 // frame the peer sent before it has then been processed. It returns the
-// endpoint's stats as of then, the barrier's own drop taken off.
+// endpoint's stats as of then, the barrier's own drop taken off. The
+// caller must first wait for any frame it sent that the endpoint counts
+// as malformed too: the barrier takes the first new count for its own,
+// and one of those, still queued, would end it early.
 func (rp *rawPeer) barrier(ep fabric.Endpoint) fabric.Stats {
 	rp.t.Helper()
 	before := ep.Stats().Drops[fabric.DropMalformed]

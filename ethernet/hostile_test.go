@@ -166,6 +166,11 @@ func TestHostileDialHandshake(t *testing.T) {
 	rp.send(pk) // echoing a wrong nonce
 	rp.send(rp.pkt(ethernet.PtRefuse))
 	rp.drain()
+	// The four are counted as malformed, as the barrier below is: wait
+	// for them first, or the barrier may take the count of one of them,
+	// still queued, for its own (see barrier).
+	require.Eventually(t, func() bool { return ep.Stats().Drops[fabric.DropMalformed] >= base+4 }, 5*time.Second, time.Millisecond,
+		"forged handshake packets after the connection is up: not all 4 counted as malformed")
 	// The peer's own hello again (it lost our hello-ack): answered.
 	rp.send(rp.pkt(ethernet.PtHello))
 	s = rp.barrier(ep)

@@ -19,6 +19,7 @@ import (
 	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/roce/cm"
 	"github.com/weft-io/weft/roce/exchange"
+	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
 
@@ -330,6 +331,9 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 		o.Shm = true
 	case "xdp":
 		o.XDP = true
+	}
+	if o.XDP && o.MTU > link.XDPMaxMTU {
+		p.Fail("mtu", strconv.Itoa(o.MTU), fmt.Errorf("link=xdp carries a path MTU of %d at most", link.XDPMaxMTU))
 	}
 	o.GSO = p.Bool("gso", false)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)

@@ -1467,6 +1467,22 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestXDPLinkClose$",
 		Why: "a foreign XDP program that blocks the attach is named in the error (issue 26)",
 	},
+	{
+		Name: "roce-xdp-mtu-unchecked",
+		File: "roce/qp.go",
+		Old:  "\t\tif _, ok := qp.e.link.(*link.XDPLink); ok && mtu > link.XDPMaxMTU {\n",
+		New:  "\t\tif _, ok := qp.e.link.(*link.XDPLink); ok && mtu > 2*link.XDPMaxMTU {\n",
+		Pkg:  "./roce/", Run: "^TestXDPPathMTU$/^RTR$",
+		Why: "a queue pair on link=xdp refuses a path MTU whose packets the link cannot carry (found by review, issue 26)",
+	},
+	{
+		Name: "roce-xdp-mtu-param-unchecked",
+		File: "roce/endpoint.go",
+		Old:  "\tif o.XDP && o.MTU > link.XDPMaxMTU {\n",
+		New:  "\tif o.XDP && o.MTU > 2*link.XDPMaxMTU {\n",
+		Pkg:  "./roce/", Run: "^TestXDPPathMTU$/^address$",
+		Why: "link=xdp&mtu=4096 is refused when the address is parsed, naming mtu (found by review, issue 26)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -27,6 +27,11 @@ import (
 // one of 4096 does not.
 const XDPMaxPacket = 4096 - 256 - ethernet.UDP4HdrLen
 
+// XDPMaxMTU is the largest path MTU whose packets an XDPLink carries:
+// 2048 (a 4096-byte MTU's packets exceed XDPMaxPacket). The engine
+// refuses a larger one on an XDPLink when a queue pair is connected.
+const XDPMaxMTU = 2048
+
 // xdpFrameSize is the UMEM chunk size; xdpFrames the number of chunks,
 // half for reception (all in the fill ring) and half for transmission.
 const (

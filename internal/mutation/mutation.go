@@ -1483,6 +1483,22 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestXDPPathMTU$/^address$",
 		Why: "link=xdp&mtu=4096 is refused when the address is parsed, naming mtu (found by review, issue 26)",
 	},
+	{
+		Name: "roce-xdp-read-allocates",
+		File: "roce/link/xdp.go",
+		Old:  "\t\t\tl.rxFree = append(l.rxFree, d.Addr&mask)\n",
+		New:  "\t\t\tl.rxFree = append(l.rxFree[:len(l.rxFree):len(l.rxFree)], d.Addr&mask)\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkAllocs$",
+		Why: "the XDP link's receive path allocates nothing per packet (review of issue 26)",
+	},
+	{
+		Name: "roce-xdp-write-after-close",
+		File: "roce/link/xdp.go",
+		Old:  "\tl.wmu.Lock()\n\tdefer l.wmu.Unlock()\n\tif l.closed.Load() {\n",
+		New:  "\tl.wmu.Lock()\n\tdefer l.wmu.Unlock()\n\tif false {\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkCloseRace$",
+		Why: "a WriteBatch racing with or after the XDP link's Close returns os.ErrClosed (review of issue 26)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

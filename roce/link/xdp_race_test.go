@@ -1,0 +1,152 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/internal/netns"
+	"github.com/weft-io/weft/internal/testenv"
+)
+
+// xdpPairLinks opens an XDPLink on side A and a UDPLink (raw=0) on side B
+// of a fresh veth pair (MTU 3000, static neighbours).
+func xdpPairLinks(t *testing.T) (*netns.Pair, *XDPLink, *UDPLink) {
+	t.Helper()
+	testenv.RequireAFXDP(t)
+	p, err := netns.NewPair(netns.PairConfig{MTU: 3000, StaticNeigh: true})
+	if err != nil {
+		testenv.SkipOrFail(t, "veth pair: "+err.Error())
+	}
+	t.Cleanup(func() { p.Close() })
+	ipA, ipB := netip.MustParseAddr(p.IPA.String()), netip.MustParseAddr(p.IPB.String())
+	var x *XDPLink
+	if err := p.A.Do(func() (err error) {
+		x, err = ListenXDP(netip.AddrPortFrom(ipA, 0), XDPConfig{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	var b *UDPLink
+	if err := p.B.Do(func() (err error) {
+		b, err = ListenUDPConfig(netip.AddrPortFrom(ipB, 0), UDPConfig{NoRaw: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return p, x, b
+}
+
+// TestXDPLinkAllocs checks that a datagram sent and one received through
+// an XDPLink (WriteBatch, ReadBatch, WaitRead) allocate nothing once the
+// peer's MAC address is known: the link is on the engine's hot path.
+func TestXDPLinkAllocs(t *testing.T) {
+	p, x, b := xdpPairLinks(t)
+	ipA, ipB := netip.MustParseAddr(p.IPA.String()), netip.MustParseAddr(p.IPB.String())
+	payload := make([]byte, 64)
+	out := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipB, Port), SrcPort: 50001}}
+	if n, err := x.WriteBatch(out); n != 1 || err != nil { // resolves the MAC
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	readOne(t, b)
+	in := []Packet{{Buf: make([]byte, MaxPacket+128)}}
+	back := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipA, Port), SrcPort: 50002}}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(50, func() {
+		if n, err := x.WriteBatch(out); n != 1 || err != nil {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+		if n, err := b.WriteBatch(back); n != 1 || err != nil {
+			t.Fatalf("peer write: %d, %v", n, err)
+		}
+		for {
+			n, err := x.ReadBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				break
+			}
+			if err := x.WaitRead(ctx, time.Now().Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rb := []Packet{{Buf: in[0].Buf}}
+		for {
+			n, _ := b.ReadBatch(rb)
+			if n == 1 {
+				break
+			}
+			b.WaitRead(ctx, time.Now().Add(time.Second))
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per round trip (the XDP link's write, read and wait, the peer's UDP link's)", allocs)
+	}
+}
+
+// TestXDPLinkCloseRace closes an XDPLink while goroutines read, write and
+// wait on it: each returns os.ErrClosed (or nothing) and none panics or
+// races (run with -race).
+func TestXDPLinkCloseRace(t *testing.T) {
+	p, x, b := xdpPairLinks(t)
+	ipA, ipB := netip.MustParseAddr(p.IPA.String()), netip.MustParseAddr(p.IPB.String())
+	payload := make([]byte, 1000)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	loop := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if err := f(); err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+			}
+		}()
+	}
+	rd := []Packet{{Buf: make([]byte, MaxPacket+128)}, {Buf: make([]byte, MaxPacket+128)}}
+	loop(func() error { _, err := x.ReadBatch(rd); return err })
+	loop(func() error { return x.WaitRead(context.Background(), time.Now().Add(time.Millisecond)) })
+	out := make([]Packet, 16)
+	for i := range out {
+		out[i] = Packet{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipB, Port), SrcPort: 50001}
+	}
+	loop(func() error { _, err := x.WriteBatch(out); return err })
+	back := make([]Packet, 16)
+	for i := range back {
+		back[i] = Packet{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipA, Port), SrcPort: 50002}
+	}
+	loop(func() error { b.WriteBatch(back); return nil })
+	// Let traffic flow both ways before closing.
+	if !testenv.Eventually(5*time.Second, func() bool { s := x.Stats(); return s.RX > 100 && s.TX > 100 }) {
+		t.Fatalf("no traffic: %+v", x.Stats())
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := testenv.Recv(t, errs, "a goroutine's end"); !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("after Close: %v, want os.ErrClosed", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if err := x.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

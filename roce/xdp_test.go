@@ -2,12 +2,14 @@ package roce
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,7 +122,16 @@ func TestXDPLinkClose(t *testing.T) {
 	require.NotZero(t, xdpProgID(t, p.A, p.NameA), "no program while open")
 	wait := make(chan error, 1)
 	go func() { wait <- l.WaitRead(context.Background(), time.Time{}) }()
-	time.Sleep(20 * time.Millisecond)
+	// Close must wake a WaitRead parked in the poller: wait until it is.
+	require.True(t, testenv.Eventually(5*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			if bytes.Contains(g, []byte("(*XDPLink).WaitRead")) && bytes.Contains(g, []byte("runtime_pollWait")) {
+				return true
+			}
+		}
+		return false
+	}), "WaitRead never parked")
 	require.NoError(t, l.Close())
 	require.ErrorIs(t, testenv.Recv(t, wait, "WaitRead woken by Close"), os.ErrClosed)
 	require.Zero(t, xdpProgID(t, p.A, p.NameA), "program left after Close")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testenv"
 )
@@ -148,5 +149,51 @@ func TestXDPLinkCloseRace(t *testing.T) {
 	wg.Wait()
 	if err := x.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestXDPLinkInterfaceMTU checks that a datagram too large for the
+// interface's MTU is refused by WriteBatch with an error, as the kernel's
+// UDP path refuses it (EMSGSIZE: the link sends with don't-fragment), not
+// taken and then dropped by the device where nothing counts it; one that
+// fits is sent.
+func TestXDPLinkInterfaceMTU(t *testing.T) {
+	testenv.RequireAFXDP(t)
+	p, err := netns.NewPair(netns.PairConfig{MTU: 1500, StaticNeigh: true})
+	if err != nil {
+		testenv.SkipOrFail(t, "veth pair: "+err.Error())
+	}
+	defer p.Close()
+	ipA, ipB := netip.MustParseAddr(p.IPA.String()), netip.MustParseAddr(p.IPB.String())
+	var x *XDPLink
+	if err := p.A.Do(func() (err error) {
+		x, err = ListenXDP(netip.AddrPortFrom(ipA, 0), XDPConfig{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	var b *UDPLink
+	if err := p.B.Do(func() (err error) {
+		b, err = ListenUDPConfig(netip.AddrPortFrom(ipB, 0), UDPConfig{NoRaw: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	payload := make([]byte, 1500-28+1)
+	pk := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipB, Port), SrcPort: 50001}}
+	if n, err := x.WriteBatch(pk); n != 0 || !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("write of a %d-byte datagram on an interface of MTU 1500: %d, %v; want 0 and ErrInvalid", len(payload), n, err)
+	}
+	pk[0].N--
+	if n, err := x.WriteBatch(pk); n != 1 || err != nil {
+		t.Fatalf("write of a %d-byte datagram on an interface of MTU 1500: %d, %v", pk[0].N, n, err)
+	}
+	if got := readOne(t, b); got.N != pk[0].N {
+		t.Fatalf("read %d bytes, want %d", got.N, pk[0].N)
+	}
+	if s := x.Stats(); s.TX != 1 || s.NoRoute != 1 {
+		t.Fatalf("stats %+v, want TX 1, NoRoute 1", s)
 	}
 }

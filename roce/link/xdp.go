@@ -67,7 +67,8 @@ type XDPStats struct {
 	// fails, as over UDP.
 	Dropped uint64
 	// NoRoute counts datagrams not sent because the peer's MAC address
-	// could not be resolved, or because they were too large.
+	// could not be resolved, or because they were too large (for
+	// XDPMaxPacket or the interface's MTU).
 	NoRoute uint64
 }
 
@@ -123,6 +124,10 @@ type XDPLink struct {
 	comp   [64]uint64
 	macs   map[netip.Addr]macEntry
 	hdr    ethernet.UDP4
+	// maxN is the largest UDP payload sent: XDPMaxPacket, less where
+	// the interface's MTU is smaller; tooLarge is the error for more.
+	maxN     int
+	tooLarge error
 
 	closed                   atomic.Bool
 	rx, tx, dropped, noRoute atomic.Uint64
@@ -167,6 +172,13 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	}
 	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{}}
 	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
+	l.maxN, l.tooLarge = XDPMaxPacket, errXDPTooLarge
+	if m := li.MTU - ethernet.IPv4HdrLen - ethernet.UDPHdrLen; li.MTU > 0 && m < l.maxN {
+		// The kernel's UDP path refuses these (EMSGSIZE, don't-fragment);
+		// the device would drop them uncounted.
+		l.maxN = max(m, 0)
+		l.tooLarge = fmt.Errorf("RoCEv2 packet larger than the MTU of %s (%d) carries: %w", li.Name, li.MTU, fabric.ErrInvalid)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -390,7 +402,8 @@ var errXDPTooLarge = fmt.Errorf("RoCEv2 packet larger than link=xdp carries (%d 
 // kernel when the socket asks for it. Fewer than len(pkts) without an
 // error is backpressure (no free frame or ring slot). A packet whose
 // peer's MAC address cannot be resolved, or that is too large, fails
-// with an error (the packets after it are not sent).
+// with an error (the packets after it are not sent), as does one larger
+// than the interface's MTU (at ListenXDP) or XDPMaxPacket.
 func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -422,9 +435,9 @@ func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
 				err = e
 				break
 			}
-			if p.N > XDPMaxPacket || p.N < 0 {
+			if p.N > l.maxN || p.N < 0 {
 				l.noRoute.Add(1)
-				err = errXDPTooLarge
+				err = l.tooLarge
 				break
 			}
 			a := l.txFree[len(l.txFree)-1]

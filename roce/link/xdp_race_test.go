@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -195,5 +196,74 @@ func TestXDPLinkInterfaceMTU(t *testing.T) {
 	}
 	if s := x.Stats(); s.TX != 1 || s.NoRoute != 1 {
 		t.Fatalf("stats %+v, want TX 1, NoRoute 1", s)
+	}
+}
+
+// TestXDPLinkOthersTraffic checks that an XDPLink takes only the RoCEv2
+// datagrams to its own address: those to port 4791 of another IPv4
+// address of its interface, or of an IPv6 one, still reach the kernel's
+// sockets there (another engine on a UDP link, Linux rxe), neither
+// stolen by the link's program nor dropped by the link.
+func TestXDPLinkOthersTraffic(t *testing.T) {
+	testenv.RequireAFXDP(t)
+	p, err := netns.NewPair(netns.PairConfig{MTU: 3000})
+	if err != nil {
+		testenv.SkipOrFail(t, "veth pair: "+err.Error())
+	}
+	defer p.Close()
+	for _, ns := range []*netns.NS{p.A, p.B} {
+		for _, k := range []string{"all", "default", p.NameA, p.NameB} {
+			ns.Sysctl("net/ipv6/conf/"+k+"/disable_ipv6", "0")
+			ns.Sysctl("net/ipv6/conf/"+k+"/accept_dad", "0")
+		}
+	}
+	if err := p.A.AddAddr(p.NameA, "10.11.0.3/24"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.AddAddr(p.NameA, "fd00:11::1/64"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.B.AddAddr(p.NameB, "fd00:11::2/64"); err != nil {
+		t.Fatal(err)
+	}
+	var x *XDPLink
+	if err := p.A.Do(func() (err error) {
+		x, err = ListenXDP(netip.AddrPortFrom(netip.MustParseAddr(p.IPA.String()), 0), XDPConfig{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	for _, to := range []string{"10.11.0.3:4791", "[fd00:11::1]:4791"} {
+		dst := netip.MustParseAddrPort(to)
+		var c *net.UDPConn
+		if err := p.A.Do(func() (err error) {
+			c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := p.B.Do(func() error {
+			s, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			_, err = s.Write(make([]byte, 64))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, _, err := c.ReadFromUDPAddrPort(make([]byte, 256)); n != 64 || err != nil {
+			t.Errorf("datagram to %v: %d, %v (the link's stats %+v)", dst, n, err, x.Stats())
+		}
+	}
+	if n, err := x.ReadBatch(make([]Packet, 4)); n != 0 || err != nil {
+		t.Fatalf("the link took %d of others' datagrams (%v)", n, err)
+	}
+	if s := x.Stats(); s.Dropped != 0 || s.RX != 0 {
+		t.Fatalf("the link took others' datagrams: %+v", s)
 	}
 }

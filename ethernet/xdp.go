@@ -1,9 +1,11 @@
 package ethernet
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -29,6 +31,11 @@ type Filter struct {
 	EtherTypes []uint16
 	// UDPPorts are UDP destination ports in host order.
 	UDPPorts []uint16
+	// UDPDst, if valid (an IPv4 address), narrows UDPPorts to IPv4
+	// datagrams to that address: those to the interface's other
+	// addresses, and every IPv6 one, go on to the kernel, whose sockets
+	// there (another process's, Linux rxe's) keep them.
+	UDPDst netip.Addr
 }
 
 // maxFilterValues bounds each filter list; the program compares values
@@ -46,6 +53,9 @@ func (f Filter) String() string {
 	}
 	for _, p := range f.UDPPorts {
 		s += fmt.Sprintf("udp=%d,", p)
+	}
+	if f.UDPDst.IsValid() && len(f.UDPPorts) > 0 {
+		s += fmt.Sprintf("dst=%v,", f.UDPDst)
 	}
 	if s == "" {
 		return "none"
@@ -109,6 +119,9 @@ func (f Filter) instructions(xsks int, verdict int32) (asm.Instructions, error) 
 	if len(f.EtherTypes) > maxFilterValues || len(f.UDPPorts) > maxFilterValues {
 		return nil, fmt.Errorf("filter with more than %d values: %w", maxFilterValues, fabric.ErrInvalid)
 	}
+	if f.UDPDst.IsValid() && !f.UDPDst.Unmap().Is4() {
+		return nil, fmt.Errorf("filter destination %v: need an IPv4 address: %w", f.UDPDst, fabric.ErrInvalid)
+	}
 	const (
 		lblPass     = "pass"
 		lblRedirect = "redirect"
@@ -140,8 +153,12 @@ func (f Filter) instructions(xsks int, verdict int32) (asm.Instructions, error) 
 			if !nativeLittle {
 				fragMask = 0x1fff
 			}
+			v6 := lblIPv6
+			if f.UDPDst.IsValid() {
+				v6 = lblPass // IPv4 to one address only
+			}
 			ins = append(ins,
-				asm.JEq.Imm(asm.R5, wire16(unix.ETH_P_IPV6), lblIPv6),
+				asm.JEq.Imm(asm.R5, wire16(unix.ETH_P_IPV6), v6),
 				asm.JNE.Imm(asm.R5, wire16(unix.ETH_P_IP), lblPass),
 				// IPv4: fixed header in bounds, protocol UDP, no
 				// fragment offset, then the UDP header after IHL words.
@@ -150,6 +167,17 @@ func (f Filter) instructions(xsks int, verdict int32) (asm.Instructions, error) 
 				asm.JGT.Reg(asm.R4, asm.R3, lblPass),
 				asm.LoadMem(asm.R7, asm.R2, 23, asm.Byte),
 				asm.JNE.Imm(asm.R7, unix.IPPROTO_UDP, lblPass),
+			)
+			if f.UDPDst.IsValid() {
+				// The destination address (bytes 30-33, in bounds), as
+				// the 32-bit load reads it on this host.
+				a := f.UDPDst.Unmap().As4()
+				ins = append(ins,
+					asm.LoadMem(asm.R7, asm.R2, 30, asm.Word),
+					asm.JNE.Imm32(asm.R7, int32(binary.NativeEndian.Uint32(a[:])), lblPass),
+				)
+			}
+			ins = append(ins,
 				asm.LoadMem(asm.R7, asm.R2, 20, asm.Half),
 				asm.And.Imm(asm.R7, fragMask),
 				asm.JNE.Imm(asm.R7, 0, lblPass),
@@ -165,14 +193,20 @@ func (f Filter) instructions(xsks int, verdict int32) (asm.Instructions, error) 
 				asm.JGT.Reg(asm.R7, asm.R3, lblPass),
 				asm.LoadMem(asm.R5, asm.R4, 2, asm.Half),
 				asm.Ja.Label(lblPorts),
-				// IPv6: next header UDP right after the fixed header.
-				asm.Mov.Reg(asm.R4, asm.R2).WithSymbol(lblIPv6),
-				asm.Add.Imm(asm.R4, 62),
-				asm.JGT.Reg(asm.R4, asm.R3, lblPass),
-				asm.LoadMem(asm.R7, asm.R2, 20, asm.Byte),
-				asm.JNE.Imm(asm.R7, unix.IPPROTO_UDP, lblPass),
-				asm.LoadMem(asm.R5, asm.R2, 56, asm.Half),
 			)
+			if v6 == lblIPv6 {
+				// (The verifier refuses unreachable instructions: no
+				// IPv6 branch with UDPDst.)
+				ins = append(ins,
+					// IPv6: next header UDP right after the fixed header.
+					asm.Mov.Reg(asm.R4, asm.R2).WithSymbol(lblIPv6),
+					asm.Add.Imm(asm.R4, 62),
+					asm.JGT.Reg(asm.R4, asm.R3, lblPass),
+					asm.LoadMem(asm.R7, asm.R2, 20, asm.Byte),
+					asm.JNE.Imm(asm.R7, unix.IPPROTO_UDP, lblPass),
+					asm.LoadMem(asm.R5, asm.R2, 56, asm.Half),
+				)
+			}
 			for i, p := range f.UDPPorts {
 				in := asm.JEq.Imm(asm.R5, wire16(p), lblRedirect)
 				if i == 0 {

@@ -54,6 +54,12 @@ func TestFilterProgram(t *testing.T) {
 	ethernet.PutEthernet(arp, net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, net.HardwareAddr{2, 0, 0, 0, 0, 1}, 0x0806)
 	ports := ethernet.Filter{UDPPorts: []uint16{4789, 9000}}
 	et := ethernet.Filter{EtherTypes: []uint16{ethernet.EtherTypeWeft}}
+	// UDPDst: IPv4 datagrams to that address only (udp4Frame's is
+	// 10.0.0.2; high's ends in 200, the top bit of a little-endian
+	// 32-bit load, which a sign-extended comparison would miss).
+	dst := ethernet.Filter{UDPPorts: []uint16{9000}, UDPDst: netip.MustParseAddr("10.0.0.2")}
+	high := udp4Frame(9000, 5, 0)
+	copy(high[30:34], []byte{10, 1, 2, 200})
 	cases := []struct {
 		name  string
 		f     ethernet.Filter
@@ -74,6 +80,13 @@ func TestFilterProgram(t *testing.T) {
 		{"ethertype other", et, arp, false},
 		{"ethertype udp", et, udp4Frame(9000, 5, 0), false},
 		{"ethernet header only", ports, udp4Frame(9000, 5, 0)[:14], false},
+		{"udp to the address", dst, udp4Frame(9000, 5, 0), true},
+		{"udp with options to the address", dst, udp4Frame(9000, 7, 0), true},
+		{"udp to another address", ethernet.Filter{UDPPorts: []uint16{9000}, UDPDst: netip.MustParseAddr("10.0.0.3")}, udp4Frame(9000, 5, 0), false},
+		{"udp to the address, other port", dst, udp4Frame(53, 5, 0), false},
+		{"udp ipv6 with an address", dst, udp6Frame(9000), false},
+		{"udp to a high address", ethernet.Filter{UDPPorts: []uint16{9000}, UDPDst: netip.MustParseAddr("10.1.2.200")}, high, true},
+		{"udp to another high address", ethernet.Filter{UDPPorts: []uint16{9000}, UDPDst: netip.MustParseAddr("10.1.2.201")}, high, false},
 		{"all", ethernet.Filter{All: true}, arp, true},
 		{"none", ethernet.Filter{}, raw, false},
 	}
@@ -86,6 +99,9 @@ func TestFilterProgram(t *testing.T) {
 	}
 	_, err := ethernet.FilterMatches(ethernet.Filter{UDPPorts: make([]uint16, 100)}, raw)
 	require.Error(t, err)
+	_, err = ethernet.FilterMatches(ethernet.Filter{UDPPorts: []uint16{1}, UDPDst: netip.MustParseAddr("fd00::1")}, raw)
+	require.ErrorIs(t, err, fabric.ErrInvalid)
+	require.Equal(t, "udp=9000,dst=10.0.0.2", dst.String())
 }
 
 func TestParseAddr(t *testing.T) {

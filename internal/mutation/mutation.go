@@ -1507,6 +1507,22 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestXDPLinkInterfaceMTU$",
 		Why: "the XDP link refuses a datagram larger than its interface's MTU with an error, as the kernel's UDP path does, rather than letting the device drop it uncounted (found by review, issue 26)",
 	},
+	{
+		Name: "roce-xdp-steals-others",
+		File: "roce/link/xdp.go",
+		Old:  "ethernet.Filter{UDPPorts: []uint16{addr.Port()}, UDPDst: ip}",
+		New:  "ethernet.Filter{UDPPorts: []uint16{addr.Port()}}",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkOthersTraffic$",
+		Why: "the XDP link's program takes only the datagrams to its own IPv4 address: RoCEv2 to the interface's other addresses, IPv6 included, reaches the kernel's sockets (found by review, issue 26)",
+	},
+	{
+		Name: "ethernet-xdp-dst-sign-extended",
+		File: "ethernet/xdp.go",
+		Old:  "asm.JNE.Imm32(asm.R7, int32(binary.NativeEndian.Uint32(a[:])), lblPass)",
+		New:  "asm.JNE.Imm(asm.R7, int32(binary.NativeEndian.Uint32(a[:])), lblPass)",
+		Pkg:  "./ethernet/", Run: "^TestFilterProgram$",
+		Why: "the XDP program's destination address match compares 32 bits, so an address whose loaded word has its top bit set matches (found by review, issue 26)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

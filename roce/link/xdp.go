@@ -77,7 +77,8 @@ type XDPStats struct {
 // wake-up, and no kernel UDP path at all. Weft's XDP program (package
 // ethernet's Program, attached with a bpf_link, so that the kernel
 // detaches it when the process dies) steers the IPv4 UDP datagrams to
-// port 4791 of the interface's queue 0 to the link's socket (every
+// port 4791 of the link's address on the interface's queue 0 to the
+// link's socket (every
 // RoCEv2 packet is sent to that port, whatever source port the peer's
 // queue pair uses) and passes every other frame to the kernel, which so
 // keeps its ARP, ICMP and sockets. An interface that already has an XDP
@@ -190,7 +191,7 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 		return nil, xdpErr(addr, err)
 	}
 	l.ns, _ = netns.Host()
-	if l.prog, err = ethernet.NewProgram(ethernet.Filter{UDPPorts: []uint16{addr.Port()}}, 1); err != nil {
+	if l.prog, err = ethernet.NewProgram(ethernet.Filter{UDPPorts: []uint16{addr.Port()}, UDPDst: ip}, 1); err != nil {
 		return nil, xdpErr(addr, err)
 	}
 	if err = l.prog.Attach(li.Index, c.Attach); err != nil {

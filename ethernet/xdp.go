@@ -54,7 +54,7 @@ func (f Filter) String() string {
 	for _, p := range f.UDPPorts {
 		s += fmt.Sprintf("udp=%d,", p)
 	}
-	if f.UDPDst.IsValid() && len(f.UDPPorts) > 0 {
+	if f.UDPDst.IsValid() {
 		s += fmt.Sprintf("dst=%v,", f.UDPDst)
 	}
 	if s == "" {

@@ -174,10 +174,10 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{}}
 	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
 	l.maxN, l.tooLarge = XDPMaxPacket, errXDPTooLarge
-	if m := li.MTU - ethernet.IPv4HdrLen - ethernet.UDPHdrLen; li.MTU > 0 && m < l.maxN {
+	if m := li.MTU - ethernet.IPv4HdrLen - ethernet.UDPHdrLen; m < l.maxN {
 		// The kernel's UDP path refuses these (EMSGSIZE, don't-fragment);
 		// the device would drop them uncounted.
-		l.maxN = max(m, 0)
+		l.maxN = m
 		l.tooLarge = fmt.Errorf("RoCEv2 packet larger than the MTU of %s (%d) carries: %w", li.Name, li.MTU, fabric.ErrInvalid)
 	}
 	ok := false

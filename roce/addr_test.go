@@ -13,6 +13,7 @@ import (
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/addrparam"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 )
 
 func TestSplitAddr(t *testing.T) {
@@ -89,6 +90,14 @@ func TestEngineConfigConflict(t *testing.T) {
 		t.Fatalf("same configuration: %v, %v", e2 == e, err)
 	}
 	release2()
+	// Port 0 is the engine's port, 4791: an endpoint that names it (as
+	// perftest's side in the rxe suite does) shares the engine of those
+	// that do not, rather than starting a second one that cannot bind.
+	e3, release3, err := acquireEngine(netip.AddrPortFrom(addr.Addr(), link.Port), mine)
+	if err != nil || e3 != e {
+		t.Fatalf("port %d: the same engine %v, %v", link.Port, e3 == e, err)
+	}
+	release3()
 }
 
 // TestBadAddrs: every exchange and rdma_cm address that cannot be valid

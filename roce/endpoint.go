@@ -188,14 +188,14 @@ func (o Options) engineOpts() engineOpts {
 
 // String formats the configuration as address parameters.
 func (c engineOpts) String() string {
-	link := "udp"
+	lk := "udp"
 	if c.Shm {
-		link = "shm"
+		lk = "shm"
 	}
 	if c.XDP {
-		link = "xdp"
+		lk = "xdp"
 	}
-	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s&gso=%d", b2i(c.NoICRC), b2i(!c.NoRaw), link, b2i(c.GSO))
+	return fmt.Sprintf("noicrc=%d&raw=%d&link=%s&gso=%d", b2i(c.NoICRC), b2i(!c.NoRaw), lk, b2i(c.GSO))
 }
 
 // acquireEngine returns the engine for addr, starting it if needed, and a
@@ -203,8 +203,13 @@ func (c engineOpts) String() string {
 // another configuration is not shared: the call fails with an error
 // matching fabric.ErrInvalid (an address's noicrc, raw, link and gso
 // parameters configure its engine, so all endpoints of one local address
-// must agree on them).
+// must agree on them). Port 0 is the engine's default port, link.Port:
+// endpoints that name it and endpoints that leave it out share one
+// engine.
 func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), link.Port)
+	}
 	engines.Lock()
 	defer engines.Unlock()
 	if engines.m == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/testenv"
 	"github.com/weft-io/weft/roce/cm"
+	"github.com/weft-io/weft/roce/link"
 )
 
 // cmFabricPair opens two endpoints over rdma_cm through fabric.Open: a
@@ -172,7 +173,7 @@ func cmHalfOpen(t testing.TB, addr string) func() {
 		t.Fatal(err)
 	}
 	engines.Lock()
-	s := engines.m[netip.AddrPortFrom(ap.Addr(), 0)]
+	s := engines.m[netip.AddrPortFrom(ap.Addr(), link.Port)] // acquireEngine's key for port 0
 	engines.Unlock()
 	if s == nil {
 		t.Fatalf("no engine listens at %s", addr)

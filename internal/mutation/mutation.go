@@ -1452,6 +1452,14 @@ var List = []Mutation{
 		Why: "the engine on link=xdp counts a datagram to its port that is not RoCEv2, as over UDP (issue 26)",
 	},
 	{
+		Name: "roce-engine-port-zero-unshared",
+		File: "roce/endpoint.go",
+		Old:  "\tif addr.Port() == 0 {\n\t\taddr = netip.AddrPortFrom(addr.Addr(), link.Port)\n",
+		New:  "\tif addr.Port() == 1 {\n\t\taddr = netip.AddrPortFrom(addr.Addr(), link.Port)\n",
+		Pkg:  "./roce/", Run: "^TestEngineConfigConflict$",
+		Why: "endpoints that name the engine's port 4791 and endpoints that leave it out share one engine (the rxe suite's link=xdp steps: a second engine cannot bind; issue 26)",
+	},
+	{
 		Name: "roce-xdp-close-keeps-program",
 		File: "roce/link/xdp.go",
 		Old:  "\t\terrs = append(errs, l.prog.Close())\n",

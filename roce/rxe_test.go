@@ -49,6 +49,10 @@ type rxeStep struct {
 	Name  string
 	Guest string
 	Host  func(t *testing.T, ctx context.Context) error
+	// XDP: the host side runs with the engine on link=xdp, on br0
+	// (xdpRxeSteps; TestRxeHost holds that engine and checks that the
+	// step's packets went through its AF_XDP socket).
+	XDP bool
 }
 
 var rcSizes = []int{1, 64, 1024, 1500, 4096, 65536}
@@ -88,7 +92,10 @@ func allRxeSteps() []rxeStep {
 		}})
 	steps = append(steps, pingpongSteps("ud", "type=ud", udSizes)...)
 	steps = append(steps, weftPingpongSteps()...)
-	return append(steps, perftestSteps()...)
+	steps = append(steps, perftestSteps(engineOpts{})...)
+	// Last, so that the UDP steps' engines are gone when the XDP link
+	// takes the port.
+	return append(steps, xdpRxeSteps()...)
 }
 
 // weftPingpongSteps run the weft-pingpong command (issue 28) against
@@ -231,11 +238,18 @@ func TestRxeHost(t *testing.T) {
 	if os.Getenv("WEFT_RXE_HOST") != "1" {
 		t.Skip("run by TestRxeInterop inside the harness")
 	}
+	var xdp xdpHold
+	defer xdp.release()
 	for _, s := range rxeSteps() {
+		xdp.set(t, s)
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 		start := time.Now()
+		before := xdp.stats()
 		err := s.Host(t, ctx)
 		cancel()
+		if s.XDP {
+			err = xdp.check(t, s.Name, before, err)
+		}
 		if err != nil {
 			t.Errorf("step %s: %v", s.Name, err)
 		} else {
@@ -259,22 +273,29 @@ var perftestCases = []perftestCase{
 	{"read_lat", "ib_read_lat", 4096, 20},
 }
 
-func perftestSteps() []rxeStep {
+// perftestSteps runs every perftestCases entry in both roles, with the
+// engine configured by opts.
+func perftestSteps(opts engineOpts) []rxeStep {
+	return perftestStepsOf(perftestCases, opts)
+}
+
+func perftestStepsOf(cases []perftestCase, opts engineOpts) []rxeStep {
 	var steps []rxeStep
-	for _, c := range perftestCases {
+	for _, c := range cases {
 		args := fmt.Sprintf("%s -d rxe0 -s %d -n %d", c.prog, c.size, c.iters)
 		steps = append(steps,
 			rxeStep{Name: fmt.Sprintf("%s-server-%d", c.prog, c.size), Guest: args,
-				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, true) }},
+				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, true, opts) }},
 			rxeStep{Name: fmt.Sprintf("%s-client-%d", c.prog, c.size), Guest: "retry " + args + " 10.77.0.1",
-				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, false) }})
+				Host: func(t *testing.T, ctx context.Context) error { return weftPerftest(ctx, c, false, opts) }})
 	}
 	return steps
 }
 
 // weftPerftest plays the other side of a perftest program: its TCP
-// protocol (INTEROP.md section 3) and its traffic.
-func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
+// protocol (INTEROP.md section 3) and its traffic, with the engine
+// configured by opts.
+func weftPerftest(ctx context.Context, c perftestCase, client bool, opts engineOpts) error {
 	var conn net.Conn
 	var err error
 	if client {
@@ -305,7 +326,7 @@ func weftPerftest(ctx context.Context, c perftestCase, client bool) error {
 		return err
 	}
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	eng, release, err := acquireEngine(netip.AddrPortFrom(local, link.Port), engineOpts{})
+	eng, release, err := acquireEngine(netip.AddrPortFrom(local, link.Port), opts)
 	if err != nil {
 		return err
 	}

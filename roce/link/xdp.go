@@ -103,6 +103,17 @@ type XDPStats struct {
 // at most 2048 (XDPMaxPacket). The link holds UDP port 4791 of its
 // address with a kernel socket, so that no UDPLink binds it too, and
 // shares it with no other process (no QPN steering).
+//
+// On a Linux bridge that holds the address (the rxe VM harness's br0) the
+// program runs in generic mode on the bridge's receive path, which the
+// frames of its ports reach when they are for the bridge's own address;
+// the link's frames leave through the bridge's transmit path. A packet
+// capture on that interface then sees none of the link's RoCEv2 frames
+// (capture on a port). The link reads the interface's MAC address once,
+// when it opens: a bridge whose address the kernel picks from its ports
+// (none set with ip link set ... address) changes it when a port joins or
+// leaves, after which the link drops what it receives, so open it once
+// the bridge's ports are in place, or set the bridge's address.
 type XDPLink struct {
 	local netip.AddrPort
 	li    ethernet.LinkInfo

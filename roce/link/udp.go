@@ -318,6 +318,11 @@ func (l *UDPLink) openRaw() {
 		unix.Close(fd)
 		return
 	}
+	// A raw socket queues every UDP datagram from its creation until the
+	// filter is attached: with the port shared, some are for other
+	// processes' QPs, which the engine would count as for no QP of its
+	// own. Drop them (one of ours among them is resent as if lost).
+	drainSocket(fd)
 	setBuffers(fd, 16<<20)
 	// The UDP socket now only holds the port: let it queue nothing.
 	drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
@@ -332,10 +337,15 @@ func (l *UDPLink) openRaw() {
 		l.rawRC = rc
 	}
 	// Drain what the UDP socket queued before its filter.
-	var buf [2048]byte
+	drainSocket(l.fd)
+}
+
+// drainSocket reads and drops every datagram queued on socket fd.
+func drainSocket(fd int) {
+	var buf [64]byte
 	for {
-		if _, _, err := unix.Recvfrom(l.fd, buf[:], unix.MSG_DONTWAIT); err != nil {
-			break
+		if _, _, err := unix.Recvfrom(fd, buf[:], unix.MSG_DONTWAIT|unix.MSG_TRUNC); err != nil {
+			return
 		}
 	}
 }

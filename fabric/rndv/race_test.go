@@ -1,0 +1,5 @@
+//go:build race
+
+package rndv
+
+const raceEnabled = true

@@ -119,6 +119,15 @@ type Conn struct {
 	taken  []int32        // poll's slots, in the order of rxMsgs
 	tx     *fabric.Region // sender's header, then the receiver's ADVs
 	advIdx int
+	// txRing holds eager frames the endpoint does not copy at once
+	// (larger than Caps.InlineSize), txSlots of slotSize bytes, used in
+	// turn; nil where every frame is inline. inflight counts the
+	// sender's signaled operations not yet completed; completions come
+	// in order.
+	txRing   *fabric.Region
+	txSlots  int
+	txNext   int
+	inflight int
 
 	// Preallocated operations.
 	sendMsg  [1]fabric.Message
@@ -155,6 +164,9 @@ const (
 	// DATA frames.
 	ctxWrite = 0x726e6476 // "rndv"
 	advRing  = 16
+	// txSlots is the number of eager frames in flight where the
+	// endpoint does not copy them at once.
+	txSlots = 8
 )
 
 // New makes a Conn over ep, which must be reliable; the Conn owns ep and
@@ -197,6 +209,14 @@ func New(ep fabric.Endpoint, o *Options) (*Conn, error) {
 	if c.tx, err = ep.Alloc(HeaderLen+advRing*ADVLen, 0); err != nil {
 		c.rx.Close()
 		return nil, err
+	}
+	if caps.InlineSize < slot {
+		c.txSlots = txSlots
+		if c.txRing, err = ep.Alloc(txSlots*slot, 0); err != nil {
+			c.rx.Close()
+			c.tx.Close()
+			return nil, err
+		}
 	}
 	c.free = make([]int32, slots)
 	c.taken = make([]int32, slots)
@@ -246,6 +266,9 @@ func (c *Conn) Close() error {
 		c.recvMu.Lock()
 		c.rx.Close()
 		c.tx.Close()
+		if c.txRing != nil {
+			c.txRing.Close()
+		}
 		c.recvMu.Unlock()
 		c.sendMu.Unlock()
 	})

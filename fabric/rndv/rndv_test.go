@@ -28,7 +28,11 @@ var backends = []backend{
 		return fabrictest.ListenPair(t, "ntb", filepath.Join(t.TempDir(), "bridge"), o)
 	}},
 	{"roce", func(t testing.TB, o *fabric.Options) (fabric.Endpoint, fabric.Endpoint) {
-		return fabrictest.ListenPair(t, "roce", "127.0.0.1:0", o)
+		// Two engines, as two hosts would have: the listener's on
+		// 127.0.0.1, the dialler's on 127.0.0.2.
+		return fabrictest.ListenPairDial(t, "roce", "127.0.0.1:0", func(l fabric.Listener) string {
+			return l.Addr() + "?local=127.0.0.2"
+		}, o)
 	}},
 }
 

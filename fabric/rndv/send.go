@@ -99,27 +99,37 @@ func (c *Conn) sendData(ctx context.Context, seq uint32, src fabric.SGE) error {
 }
 
 // post sends the sender's header of hlen bytes followed by payload (if
-// any), and waits for its completion where the endpoint does not copy it
-// at once.
+// any). A frame the endpoint does not copy at once is copied into the
+// next slot of the ring, so post returns without waiting for it.
 func (c *Conn) post(ctx context.Context, hlen int, payload fabric.SGE) error {
-	sg := c.sendSGEs[:1]
-	sg[0] = fabric.SGE{Region: c.tx, Length: hlen}
-	if payload.Length > 0 {
-		sg = c.sendSGEs[:2]
-		sg[1] = payload
-	}
 	m := &c.sendMsg[0]
-	*m = fabric.Message{SGEs: sg}
-	signaled := hlen+payload.Length > c.caps.InlineSize
-	if signaled {
-		m.Flags, m.Context = fabric.FlagSignal, ctxWrite
+	if hlen+payload.Length <= c.caps.InlineSize || c.txRing == nil {
+		sg := c.sendSGEs[:1]
+		sg[0] = fabric.SGE{Region: c.tx, Length: hlen}
+		if payload.Length > 0 {
+			sg = c.sendSGEs[:2]
+			sg[1] = payload
+		}
+		*m = fabric.Message{SGEs: sg}
+		_, err := c.ep.SendWait(ctx, c.sendMsg[:])
+		return err
 	}
+	// The slot is free once every operation but the ring's others has
+	// completed.
+	if err := c.complete(ctx, c.txSlots-1); err != nil {
+		return err
+	}
+	off := c.txNext * c.slotSize
+	c.txNext = (c.txNext + 1) % c.txSlots
+	slot := c.txRing.Bytes()[off : off+c.slotSize]
+	copy(slot, c.tx.Bytes()[:hlen])
+	copy(slot[hlen:], payload.Bytes())
+	c.sendSGEs[0] = fabric.SGE{Region: c.txRing, Offset: off, Length: hlen + payload.Length}
+	*m = fabric.Message{SGEs: c.sendSGEs[:1], Flags: fabric.FlagSignal, Context: ctxWrite}
 	if _, err := c.ep.SendWait(ctx, c.sendMsg[:]); err != nil {
 		return err
 	}
-	if signaled {
-		return c.complete(ctx, 1)
-	}
+	c.inflight++
 	return nil
 }
 
@@ -132,7 +142,6 @@ func (c *Conn) write(ctx context.Context, seq uint32, src fabric.SGE, iov fabric
 	if w < uint64(src.Length) {
 		imm |= immTruncated
 	}
-	posted := 0
 	for off := uint64(0); ; {
 		n := min(w-off, uint64(c.maxWrite))
 		last := off+n == w
@@ -147,31 +156,32 @@ func (c *Conn) write(ctx context.Context, seq uint32, src fabric.SGE, iov fabric
 			return err
 		}
 		if k == 0 {
-			// Backpressure: a write of ours frees room when it completes.
-			if posted == 0 {
+			// Backpressure: an operation of ours frees room when it
+			// completes.
+			if c.inflight == 0 {
 				return fmt.Errorf("rndv: the endpoint took no write: %w", fabric.ErrMessageSize)
 			}
-			if err := c.complete(ctx, 1); err != nil {
+			if err := c.complete(ctx, c.inflight-1); err != nil {
 				return err
 			}
-			posted--
 			continue
 		}
-		posted++
+		c.inflight++
 		off += n
 		if last {
 			break
 		}
 	}
-	return c.complete(ctx, posted)
+	// src is the caller's again once the writes have completed.
+	return c.complete(ctx, 0)
 }
 
-// complete waits for n completions of the sender's signaled operations.
-// A failed completion of any operation fails the connection: the
-// endpoint is in error.
-func (c *Conn) complete(ctx context.Context, n int) error {
-	for n > 0 {
-		k, err := c.ep.CQ().Wait(ctx, c.comps[:])
+// complete waits until at most max of the sender's signaled operations
+// are in flight. A failed completion of any operation fails the
+// connection: the endpoint is in error.
+func (c *Conn) complete(ctx context.Context, max int) error {
+	for c.inflight > max {
+		k, err := c.ep.CQ().Wait(ctx, c.comps[:min(len(c.comps), c.inflight-max)])
 		if err != nil {
 			if ctx.Err() != nil {
 				// The operation may still read the caller's buffer:
@@ -187,7 +197,7 @@ func (c *Conn) complete(ctx context.Context, n int) error {
 				return c.fail(fmt.Errorf("rndv: %v: %w", cp.Op, err))
 			}
 			if cp.Context == ctxWrite {
-				n--
+				c.inflight--
 			}
 		}
 	}

@@ -173,6 +173,10 @@ func TestViolations(t *testing.T) {
 			h.send(frame(kindData, 0, 10, 1))
 			h.send(frame(kindData, 0, 11, 1))
 		}, true},
+		{"data-beyond-total", func(h *hostile) {
+			h.send(frame(kindData, 0, 10, 1, 2, 3, 4, 5, 6))
+			h.send(frame(kindData, 0, 10, 1, 2, 3, 4, 5, 6))
+		}, true},
 		{"rts-seq", func(h *hostile) { h.send(frame(kindRTS, 3, 100)) }, true},
 		{"adv-unsent", func(h *hostile) { h.send(adv(5, fabric.RemoteIOV{Len: 10})) }, false},
 		{"write-seq", func(h *hostile) {

@@ -44,6 +44,9 @@ type Engine struct {
 	qpnBase, qpnMask uint32
 	maxWnd           int // the requesters' largest window: maxInflight, or maxInflightLossless
 	block            *link.QPNBlock
+	// maxMTU is the link's path MTU cap (link.MaxMTU, read once when the
+	// engine starts): RTR refuses a larger path MTU. 0: none.
+	maxMTU int
 
 	pollMu  sync.Mutex // one poller at a time
 	rx      []link.Packet
@@ -177,6 +180,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if ll, ok := lk.(interface{ Lossless() bool }); ok && ll.Lossless() {
 		e.maxWnd = maxInflightLossless
 	}
+	e.maxMTU = link.MaxMTU(lk)
 	e.ackDue.Store(math.MaxInt64)
 	e.rx = make([]link.Packet, rxBatch)
 	e.rxBufs = make([][]byte, rxBatch)

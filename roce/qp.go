@@ -419,8 +419,8 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		if !validMTU(mtu) {
 			return fmt.Errorf("roce: path MTU %d: %w", attr.PathMTU, fabric.ErrInvalid)
 		}
-		if _, ok := qp.e.link.(*link.XDPLink); ok && mtu > link.XDPMaxMTU {
-			return fmt.Errorf("roce: path MTU %d: link=xdp carries %d at most: %w", mtu, link.XDPMaxMTU, fabric.ErrInvalid)
+		if qp.e.maxMTU > 0 && mtu > qp.e.maxMTU {
+			return fmt.Errorf("roce: path MTU %d: the engine's link carries %d at most: %w", mtu, qp.e.maxMTU, fabric.ErrInvalid)
 		}
 		if !attr.Dest.IsValid() || attr.DestQPN > 0xffffff || !attr.RQPSN.Valid() {
 			return fmt.Errorf("roce: RTR needs Dest, DestQPN and a 24-bit RQPSN: %w", fabric.ErrInvalid)

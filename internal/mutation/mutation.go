@@ -1542,10 +1542,26 @@ var List = []Mutation{
 	{
 		Name: "roce-xdp-mtu-unchecked",
 		File: "roce/qp.go",
-		Old:  "\t\tif _, ok := qp.e.link.(*link.XDPLink); ok && mtu > link.XDPMaxMTU {\n",
-		New:  "\t\tif _, ok := qp.e.link.(*link.XDPLink); ok && mtu > 2*link.XDPMaxMTU {\n",
+		Old:  "\t\tif qp.e.maxMTU > 0 && mtu > qp.e.maxMTU {\n",
+		New:  "\t\tif qp.e.maxMTU > 0 && mtu > 2*qp.e.maxMTU {\n",
 		Pkg:  "./roce/", Run: "^TestXDPPathMTU$/^RTR$",
 		Why: "a queue pair on link=xdp refuses a path MTU whose packets the link cannot carry (found by review, issue 26)",
+	},
+	{
+		Name: "roce-link-maxmtu-unread",
+		File: "roce/engine.go",
+		Old:  "\te.maxMTU = link.MaxMTU(lk)\n",
+		New:  "\te.maxMTU = 0 * link.MaxMTU(lk)\n",
+		Pkg:  "./roce/", Run: "^TestLinkMaxMTU$",
+		Why: "the engine takes its path MTU cap from the link's MaxMTU (link.MTUCapper), not from the link's concrete type (review of issue 26)",
+	},
+	{
+		Name: "roce-lossy-maxmtu-lost",
+		File: "roce/link/udp.go",
+		Old:  "func (l *LossyLink) MaxMTU() int { return MaxMTU(l.Link) }\n",
+		New:  "func (l *LossyLink) MaxMTU() int { return 0 * MaxMTU(l.Link) }\n",
+		Pkg:  "./roce/", Run: "^TestLinkMaxMTU$/^lossy$",
+		Why: "a LossyLink keeps the path MTU cap of the link it wraps (review of issue 26)",
 	},
 	{
 		Name: "roce-xdp-mtu-param-unchecked",

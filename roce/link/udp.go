@@ -69,6 +69,28 @@ type Link interface {
 	Close() error
 }
 
+// MTUCapper is implemented by a Link that carries the packets of a
+// limited path MTU only: XDPLink (XDPMaxMTU, its UMEM chunks hold no
+// larger). An engine reads the cap once, when it starts (MaxMTU), and
+// refuses to connect a queue pair to a larger path MTU with an error
+// matching fabric.ErrInvalid. A Link that wraps another forwards its cap
+// (LossyLink does).
+type MTUCapper interface {
+	// MaxMTU returns the largest path MTU (256, 512, 1024, 2048 or 4096)
+	// whose packets the link carries; 0 means no cap (4096, the largest
+	// RoCE path MTU, fits, as over UDP).
+	MaxMTU() int
+}
+
+// MaxMTU returns the path MTU cap of l (see MTUCapper): 0, no cap, for a
+// link that has none.
+func MaxMTU(l Link) int {
+	if c, ok := l.(MTUCapper); ok {
+		return c.MaxMTU()
+	}
+	return 0
+}
+
 // UDPLink is a Link over kernel UDP sockets, batched with recvmmsg and
 // sendmmsg. It binds the local address and port 4791, and sends each
 // datagram from the UDP source port the engine chose for its queue pair
@@ -744,6 +766,9 @@ func (l *LossyLink) QPNBlock() uint32 {
 	}
 	return 0
 }
+
+// MaxMTU returns the path MTU cap of the link it wraps (see MTUCapper).
+func (l *LossyLink) MaxMTU() int { return MaxMTU(l.Link) }
 
 // LossConfig sets the fault rates of a LossyLink, each a probability per
 // datagram in [0, 1].

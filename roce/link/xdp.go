@@ -28,8 +28,10 @@ import (
 const XDPMaxPacket = 4096 - 256 - ethernet.UDP4HdrLen
 
 // XDPMaxMTU is the largest path MTU whose packets an XDPLink carries:
-// 2048 (a 4096-byte MTU's packets exceed XDPMaxPacket). The engine
-// refuses a larger one on an XDPLink when a queue pair is connected.
+// 2048 (a 4096-byte MTU's packets exceed XDPMaxPacket). It is the
+// link's MaxMTU (see MTUCapper): the engine refuses a larger one when a
+// queue pair is connected, and the address parameter mtu a larger one
+// with link=xdp.
 const XDPMaxMTU = 2048
 
 // xdpFrameSize is the UMEM chunk size; xdpFrames the number of chunks,
@@ -145,7 +147,10 @@ type XDPLink struct {
 	rx, tx, dropped, noRoute atomic.Uint64
 }
 
-var _ Link = (*XDPLink)(nil)
+var (
+	_ Link      = (*XDPLink)(nil)
+	_ MTUCapper = (*XDPLink)(nil)
+)
 
 // ListenXDP opens an XDPLink on addr, an IPv4 address of an interface in
 // the calling thread's network namespace (port 0 means Port). It needs
@@ -314,6 +319,9 @@ func (l *XDPLink) LocalAddr() netip.AddrPort { return l.local }
 
 // Interface returns the name and index of the link's interface.
 func (l *XDPLink) Interface() (name string, index int) { return l.li.Name, l.li.Index }
+
+// MaxMTU implements MTUCapper: XDPMaxMTU.
+func (l *XDPLink) MaxMTU() int { return XDPMaxMTU }
 
 // Program returns the XDP program the link attached.
 func (l *XDPLink) Program() *ethernet.Program { return l.prog }

@@ -1588,6 +1588,14 @@ var List = []Mutation{
 		Why: "a WriteBatch racing with or after the XDP link's Close returns os.ErrClosed (review of issue 26)",
 	},
 	{
+		Name: "roce-xdp-close-returns-early",
+		File: "roce/link/xdp.go",
+		Old:  "\tl.closeOnce.Do(func() { l.closeErr = l.release() })\n",
+		New:  "\tif l.closed.Load() {\n\t\treturn nil\n\t}\n\tl.closeOnce.Do(func() { l.closeErr = l.release() })\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkConcurrentClose$",
+		Why: "a Close called while another releases the XDP link returns only once the socket and the port are released (review of issue 26)",
+	},
+	{
 		Name: "roce-xdp-interface-mtu-ignored",
 		File: "roce/link/xdp.go",
 		Old:  "; m < l.maxN {\n",

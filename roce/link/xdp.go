@@ -144,6 +144,8 @@ type XDPLink struct {
 	tooLarge error
 
 	closed                   atomic.Bool
+	closeOnce                sync.Once
+	closeErr                 error // set in closeOnce
 	rx, tx, dropped, noRoute atomic.Uint64
 }
 
@@ -614,11 +616,17 @@ func (l *XDPLink) WaitRead(ctx context.Context, deadline time.Time) error {
 
 // Close implements Link: it detaches and unloads the XDP program and
 // closes the socket, its UMEM and the port's kernel socket. Blocked
-// WaitReads return os.ErrClosed.
+// WaitReads return os.ErrClosed. It is idempotent: every call, the
+// concurrent ones too, returns once all is released, with the first's
+// error.
 func (l *XDPLink) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
+	l.closeOnce.Do(func() { l.closeErr = l.release() })
+	return l.closeErr
+}
+
+// release is Close's work, done once.
+func (l *XDPLink) release() error {
+	l.closed.Store(true)
 	var errs []error
 	if l.prog != nil {
 		errs = append(errs, l.prog.Close())

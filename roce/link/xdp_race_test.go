@@ -1,11 +1,14 @@
 package link
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
 	"github.com/weft-io/weft/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // xdpPairLinks opens an XDPLink on side A and a UDPLink (raw=0) on side B
@@ -265,5 +269,109 @@ func TestXDPLinkOthersTraffic(t *testing.T) {
 	}
 	if s := x.Stats(); s.Dropped != 0 || s.RX != 0 {
 		t.Fatalf("the link took others' datagrams: %+v", s)
+	}
+}
+
+// TestXDPLinkConcurrentClose checks that a Close called while another is
+// releasing the link returns only once the release is done (the AF_XDP
+// socket closed, the port's kernel socket too), with the same error: a
+// caller that closes and then reuses the interface or the port must not
+// find them still held. The first Close is held in its release (the
+// test holds the reader's lock, which it takes before the UMEM); the
+// second starts once the first is there, and the lock is let go only
+// once the second waits for the first (goroutine stacks), or returned.
+func TestXDPLinkConcurrentClose(t *testing.T) {
+	p, x, _ := xdpPairLinks(t)
+	var st unix.Stat_t
+	if err := unix.Fstat(x.sock.FD(), &st); err != nil {
+		t.Fatal(err)
+	}
+	xskName := fmt.Sprintf("socket:[%d]", st.Ino)
+	// gone reports whether the XSK socket is closed (no descriptor of
+	// the process names it) and the port free to bind.
+	var goneMu sync.Mutex
+	gone := func() error {
+		goneMu.Lock()
+		defer goneMu.Unlock()
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return err
+		}
+		for _, fd := range fds {
+			if s, _ := os.Readlink("/proc/self/fd/" + fd.Name()); s == xskName {
+				return fmt.Errorf("the AF_XDP socket is still open (fd %s)", fd.Name())
+			}
+		}
+		return p.A.Do(func() error {
+			c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(x.LocalAddr()))
+			if err != nil {
+				return fmt.Errorf("the port is still held: %w", err)
+			}
+			return c.Close()
+		})
+	}
+	type result struct{ closeErr, goneErr error }
+	closer := func() chan result {
+		ch := make(chan result, 1)
+		go func() {
+			err := x.Close()
+			ch <- result{err, gone()}
+		}()
+		return ch
+	}
+	// inClose counts the goroutines in XDPLink.Close whose stack holds
+	// all of want.
+	inClose := func(want ...string) int {
+		buf := make([]byte, 1<<20)
+		n := 0
+		for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			ok := bytes.Contains(g, []byte("(*XDPLink).Close"))
+			for _, w := range want {
+				ok = ok && bytes.Contains(g, []byte(w))
+			}
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+	x.rmu.Lock()
+	first := closer()
+	if !testenv.Eventually(10*time.Second, func() bool { return inClose("(*XDPLink).release", "sync.(*Mutex).Lock") == 1 }) {
+		x.rmu.Unlock()
+		t.Fatal("the first Close never reached its release")
+	}
+	second := closer()
+	var early *result
+	if !testenv.Eventually(10*time.Second, func() bool {
+		select {
+		case r := <-second:
+			early = &r
+			return true
+		default:
+		}
+		// Waiting for the first, not releasing.
+		return inClose("sync.(*Once).doSlow") == 2 && inClose("(*XDPLink).release") == 1
+	}) {
+		x.rmu.Unlock()
+		t.Fatal("the second Close neither returned nor waited for the first")
+	}
+	if early != nil {
+		x.rmu.Unlock()
+		t.Fatalf("the second Close returned (%v) while the first was releasing the link (%v)", early.closeErr, early.goneErr)
+	}
+	x.rmu.Unlock()
+	r1 := testenv.Recv(t, first, "the first Close")
+	r2 := testenv.Recv(t, second, "the second Close")
+	for i, r := range []result{r1, r2} {
+		if r.goneErr != nil {
+			t.Errorf("Close %d returned before the release was done: %v", i+1, r.goneErr)
+		}
+	}
+	if r1.closeErr != nil || r2.closeErr != nil {
+		t.Fatalf("Close: %v, %v", r1.closeErr, r2.closeErr)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatalf("a third Close: %v", err)
 	}
 }

@@ -1596,6 +1596,22 @@ var List = []Mutation{
 		Why: "a Close called while another releases the XDP link returns only once the socket and the port are released (review of issue 26)",
 	},
 	{
+		Name: "roce-xdp-write-waits-for-arp",
+		File: "roce/link/xdp.go",
+		Old:  "\tl.nmu.Unlock()\n\tgo l.resolve(ip)\n",
+		New:  "\tl.nmu.Unlock()\n\tl.resolve(ip)\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkUnresolvedNeighbour$",
+		Why: "a WriteBatch to a peer not in the neighbour table returns at once, failing the packet, while the XDP link resolves the peer in the background: ARP stalls no engine's sends (review of issue 26)",
+	},
+	{
+		Name: "roce-xdp-stale-mac-kept",
+		File: "roce/link/xdp.go",
+		Old:  "\t\trefresh := m.ok && !m.pending && !now.Before(m.until)\n",
+		New:  "\t\trefresh := m.ok && !m.pending && !now.Before(m.until) && false\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkUnresolvedNeighbour$",
+		Why: "the XDP link looks a resolved peer's MAC address up again once it is 10 s old, in the background, using the old one meanwhile (review of issue 26)",
+	},
+	{
 		Name: "roce-xdp-interface-mtu-ignored",
 		File: "roce/link/xdp.go",
 		Old:  "; m < l.maxN {\n",

@@ -51,10 +51,15 @@ type XDPConfig struct {
 	// the driver has it, else copy).
 	Bind xsk.BindMode
 	// ResolveTimeout bounds the resolution of a peer's MAC address
-	// through the kernel's neighbour table (0: 100 ms; the engine's
-	// exchange with a peer over TCP has normally resolved it already). A
-	// resolved address is used for 10 s before it is looked up again, a
-	// failure fails at once for a second.
+	// (0: 1 s). The link looks a peer it has not sent to up in the
+	// kernel's neighbour table, where the engine's exchange with the peer
+	// over TCP has normally put it; if it is not there, the link has the
+	// kernel resolve it (ARP) in the background, for up to
+	// ResolveTimeout, and WriteBatch fails the peer's packets at once
+	// meanwhile (see WriteBatch): no write waits for a neighbour. A
+	// resolved address is used for 10 s, then looked up again in the
+	// background while it is still used; a failed resolution fails the
+	// peer's packets for a second before the link tries again.
 	ResolveTimeout time.Duration
 }
 
@@ -69,8 +74,8 @@ type XDPStats struct {
 	// fails, as over UDP.
 	Dropped uint64
 	// NoRoute counts datagrams not sent because the peer's MAC address
-	// could not be resolved, or because they were too large (for
-	// XDPMaxPacket or the interface's MTU).
+	// was not resolved (yet, or at all), or because they were too large
+	// (for XDPMaxPacket or the interface's MTU).
 	NoRoute uint64
 }
 
@@ -136,12 +141,19 @@ type XDPLink struct {
 	wmu    sync.Mutex
 	txFree []uint64
 	comp   [64]uint64
-	macs   map[netip.Addr]macEntry
 	hdr    ethernet.UDP4
 	// maxN is the largest UDP payload sent: XDPMaxPacket, less where
 	// the interface's MTU is smaller; tooLarge is the error for more.
 	maxN     int
 	tooLarge error
+
+	// nmu guards macs, which the background resolutions (resolve) fill
+	// in; rctx is cancelled, and rwg waited for, at Close.
+	nmu     sync.Mutex
+	macs    map[netip.Addr]macEntry
+	rctx    context.Context
+	rcancel context.CancelFunc
+	rwg     sync.WaitGroup
 
 	closed                   atomic.Bool
 	closeOnce                sync.Once
@@ -159,7 +171,7 @@ var (
 // CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root).
 func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	if c.ResolveTimeout <= 0 {
-		c.ResolveTimeout = 100 * time.Millisecond
+		c.ResolveTimeout = time.Second
 	}
 	ip := addr.Addr().Unmap()
 	if !ip.Is4() || ip.IsUnspecified() {
@@ -190,6 +202,7 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 		return nil, xdpErr(addr, fmt.Errorf("interface %s has no Ethernet address: %w", li.Name, fabric.ErrNotSupported))
 	}
 	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{}}
+	l.rctx, l.rcancel = context.WithCancel(context.Background())
 	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
 	l.maxN, l.tooLarge = XDPMaxPacket, errXDPTooLarge
 	if m := li.MTU - ethernet.IPv4HdrLen - ethernet.UDPHdrLen; m < l.maxN {
@@ -423,9 +436,13 @@ var errXDPTooLarge = fmt.Errorf("RoCEv2 packet larger than link=xdp carries (%d 
 // and UDP headers (see XDPLink) and puts it on the TX ring, kicking the
 // kernel when the socket asks for it. Fewer than len(pkts) without an
 // error is backpressure (no free frame or ring slot). A packet whose
-// peer's MAC address cannot be resolved, or that is too large, fails
-// with an error (the packets after it are not sent), as does one larger
-// than the interface's MTU (at ListenXDP) or XDPMaxPacket.
+// peer's MAC address is not known fails at once with an error matching
+// errNoMAC, counted in Stats().NoRoute (the packets after it are not
+// sent): the link resolves the address in the background meanwhile (see
+// XDPConfig.ResolveTimeout), so that a peer that does not answer ARP
+// stalls no writer, and the engine drops the packet, which its
+// retransmission recovers once the peer is resolved. A packet larger
+// than the interface's MTU (at ListenXDP) or XDPMaxPacket fails too.
 func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -520,58 +537,116 @@ func (l *XDPLink) reap() {
 	}
 }
 
-// macEntry is a resolved (or failed) neighbour: until is when it is
-// looked up again.
+// macEntry is a neighbour: resolved (ok), being resolved in the
+// background (pending; if ok too, the address is still used meanwhile),
+// or failed. until is when it is looked up again.
 type macEntry struct {
-	mac   [6]byte
-	ok    bool
-	until time.Time
+	mac     [6]byte
+	ok      bool
+	pending bool
+	until   time.Time
 }
 
 // How long a resolved neighbour is used before it is looked up again
 // (the kernel's table follows a peer whose address moves), and how long
-// a failed resolution fails at once (an unreachable peer does not stall
-// every WriteBatch for ResolveTimeout).
+// a failed resolution fails at once before the link tries again.
 const (
 	macTTL  = 10 * time.Second
 	missTTL = time.Second
 )
 
-// peerMAC returns the MAC address of p's destination, from the cache or
-// the kernel's neighbour table (in the link's namespace).
+// peerMAC returns the MAC address of p's destination: from the cache,
+// else from the kernel's neighbour table (in the link's namespace), and
+// else it starts a resolution in the background and fails at once (see
+// WriteBatch). Callers hold wmu.
 func (l *XDPLink) peerMAC(p *Packet) ([6]byte, error) {
 	ip := p.Addr.Addr().Unmap()
 	now := time.Now()
-	if m, ok := l.macs[ip]; ok && now.Before(m.until) {
-		if m.ok {
+	l.nmu.Lock()
+	m, found := l.macs[ip]
+	if found && (m.ok || m.pending || now.Before(m.until)) {
+		// A resolved address past its time is used while it is looked
+		// up again.
+		refresh := m.ok && !m.pending && !now.Before(m.until)
+		if refresh {
+			l.pendingLocked(ip, m)
+		}
+		l.nmu.Unlock()
+		if refresh {
+			go l.resolve(ip)
+		}
+		switch {
+		case m.ok:
 			return m.mac, nil
+		case m.pending:
+			l.noRoute.Add(1)
+			return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w (being resolved)", ip, errNoMAC)
 		}
 		l.noRoute.Add(1)
 		return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w (resolution failed recently)", ip, errNoMAC)
 	}
+	l.nmu.Unlock()
 	if !ip.Is4() || ip == l.local.Addr() {
 		l.noRoute.Add(1)
 		return [6]byte{}, fmt.Errorf("link=xdp reaches IPv4 peers of another address only, not %v: %w", ip, fabric.ErrInvalid)
 	}
+	// A first packet to the peer: the kernel's table has it, normally.
 	var hw net.HardwareAddr
-	resolve := func() (err error) {
-		hw, err = ethernet.ResolveMAC(l.li.Index, ip, l.cfg.ResolveTimeout)
+	err := l.inNS(func() (err error) {
+		hw, err = ethernet.LookupMAC(l.li.Index, ip)
 		return err
+	})
+	l.nmu.Lock()
+	if err == nil && len(hw) == 6 {
+		m := macEntry{mac: [6]byte(hw), ok: true, until: now.Add(macTTL)}
+		l.macs[ip] = m
+		l.nmu.Unlock()
+		return m.mac, nil
 	}
-	var err error
-	if l.ns != nil {
-		err = l.ns.Run(resolve)
-	} else {
-		err = resolve()
-	}
-	if err != nil || len(hw) != 6 {
-		l.noRoute.Add(1)
-		l.macs[ip] = macEntry{until: time.Now().Add(missTTL)}
-		return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w", ip, errors.Join(err, errNoMAC))
-	}
-	m := macEntry{mac: [6]byte(hw), ok: true, until: now.Add(macTTL)}
+	l.pendingLocked(ip, macEntry{})
+	l.nmu.Unlock()
+	go l.resolve(ip)
+	l.noRoute.Add(1)
+	return [6]byte{}, fmt.Errorf("link=xdp: peer %v: %w (being resolved)", ip, errors.Join(err, errNoMAC))
+}
+
+// pendingLocked records ip's entry m as being resolved, for resolve,
+// which the caller then starts. Callers hold nmu, and wmu with the link
+// open, so that Close, which takes wmu after closed is set, waits for
+// every resolution started.
+func (l *XDPLink) pendingLocked(ip netip.Addr, m macEntry) {
+	m.pending = true
 	l.macs[ip] = m
-	return m.mac, nil
+	l.rwg.Add(1)
+}
+
+// resolve resolves ip's MAC address in the background (for up to
+// ResolveTimeout, or until Close) and records the outcome.
+func (l *XDPLink) resolve(ip netip.Addr) {
+	defer l.rwg.Done()
+	ctx, cancel := context.WithTimeout(l.rctx, l.cfg.ResolveTimeout)
+	defer cancel()
+	var hw net.HardwareAddr
+	err := l.inNS(func() (err error) {
+		hw, err = ethernet.ResolveMACContext(ctx, l.li.Index, ip)
+		return err
+	})
+	now := time.Now()
+	m := macEntry{until: now.Add(missTTL)}
+	if err == nil && len(hw) == 6 {
+		m = macEntry{mac: [6]byte(hw), ok: true, until: now.Add(macTTL)}
+	}
+	l.nmu.Lock()
+	l.macs[ip] = m
+	l.nmu.Unlock()
+}
+
+// inNS runs f in the link's network namespace.
+func (l *XDPLink) inNS(f func() error) error {
+	if l.ns != nil {
+		return l.ns.Run(f)
+	}
+	return f()
 }
 
 var errNoMAC = errors.New("no MAC address")
@@ -644,6 +719,10 @@ func (l *XDPLink) release() error {
 	if l.hold != nil {
 		errs = append(errs, l.hold.Close())
 	}
+	// No WriteBatch starts a resolution any more (closed is set, and wmu
+	// was taken since): stop those under way before their namespace goes.
+	l.rcancel()
+	l.rwg.Wait()
 	if l.ns != nil {
 		l.ns.Close()
 	}

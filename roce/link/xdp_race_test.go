@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -373,5 +374,113 @@ func TestXDPLinkConcurrentClose(t *testing.T) {
 	}
 	if err := x.Close(); err != nil {
 		t.Fatalf("a third Close: %v", err)
+	}
+}
+
+// TestXDPLinkUnresolvedNeighbour checks that a WriteBatch to a peer whose
+// MAC address the kernel's neighbour table does not have returns at once
+// rather than wait for ARP, which would stall the engine's sends to
+// every peer: it fails the packet (counted in NoRoute) and returns while
+// the resolution still runs in the background, here for a neighbour
+// that never answers. Once a peer that answers is resolved, its packets
+// flow. Close stops a resolution under way.
+func TestXDPLinkUnresolvedNeighbour(t *testing.T) {
+	testenv.RequireAFXDP(t)
+	p, err := netns.NewPair(netns.PairConfig{MTU: 3000})
+	if err != nil {
+		testenv.SkipOrFail(t, "veth pair: "+err.Error())
+	}
+	defer p.Close()
+	ipA, ipB := netip.MustParseAddr(p.IPA.String()), netip.MustParseAddr(p.IPB.String())
+	var x *XDPLink
+	if err := p.A.Do(func() (err error) {
+		// Long enough that a write which waited for the resolution
+		// would find it over.
+		x, err = ListenXDP(netip.AddrPortFrom(ipA, 0), XDPConfig{ResolveTimeout: 20 * time.Second})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	var b *UDPLink
+	if err := p.B.Do(func() (err error) {
+		b, err = ListenUDPConfig(netip.AddrPortFrom(ipB, 0), UDPConfig{NoRaw: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	pending := func(ip netip.Addr) bool {
+		x.nmu.Lock()
+		defer x.nmu.Unlock()
+		return x.macs[ip].pending
+	}
+
+	payload := make([]byte, 200)
+	ghostIP := netip.MustParseAddr("10.11.0.99")
+	ghost := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ghostIP, Port), SrcPort: 50001}}
+	for i := range 3 {
+		n, err := x.WriteBatch(ghost)
+		if n != 0 || !errors.Is(err, errNoMAC) || !strings.Contains(err.Error(), "being resolved") {
+			t.Fatalf("write %d to a neighbour that never answers: %d, %v; want 0 and errNoMAC, being resolved", i, n, err)
+		}
+		if !pending(ghostIP) {
+			t.Fatalf("write %d to a neighbour that never answers returned once its resolution was over", i)
+		}
+	}
+	if s := x.Stats(); s.NoRoute != 3 || s.TX != 0 {
+		t.Fatalf("stats %+v, want NoRoute 3, TX 0", s)
+	}
+
+	// B answers ARP: its packets flow once it is resolved (the first
+	// ones fail while it is being resolved, and the engine's
+	// retransmission would recover them).
+	pk := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipB, Port), SrcPort: 50001}}
+	var lastErr error
+	if !testenv.Eventually(10*time.Second, func() bool {
+		n, err := x.WriteBatch(pk)
+		lastErr = err
+		if err != nil && !errors.Is(err, errNoMAC) {
+			t.Fatalf("write to a neighbour that answers: %d, %v", n, err)
+		}
+		return n == 1
+	}) {
+		t.Fatalf("a neighbour that answers ARP was never resolved: %v (stats %+v)", lastErr, x.Stats())
+	}
+	if got := readOne(t, b); got.N != len(payload) {
+		t.Fatalf("read %d bytes, want %d", got.N, len(payload))
+	}
+	if !pending(ghostIP) {
+		t.Fatal("the neighbour that never answers is no longer being resolved")
+	}
+
+	// A resolved address past its time is still used, and looked up
+	// again in the background.
+	x.nmu.Lock()
+	m := x.macs[ipB]
+	m.until = time.Now().Add(-time.Second)
+	x.macs[ipB] = m
+	x.nmu.Unlock()
+	if n, err := x.WriteBatch(pk); n != 1 || err != nil {
+		t.Fatalf("write to a neighbour whose address is being looked up again: %d, %v", n, err)
+	}
+	if !pending(ipB) {
+		t.Fatal("a resolved address past its time is not looked up again")
+	}
+	readOne(t, b)
+	if !testenv.Eventually(10*time.Second, func() bool {
+		x.nmu.Lock()
+		defer x.nmu.Unlock()
+		m := x.macs[ipB]
+		return !m.pending && m.ok && m.until.After(time.Now())
+	}) {
+		t.Fatalf("the address looked up again was not renewed: %+v", x.macs[ipB])
+	}
+
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pending(ghostIP) {
+		t.Fatal("Close returned with a resolution under way")
 	}
 }

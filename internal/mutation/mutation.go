@@ -1612,6 +1612,22 @@ var List = []Mutation{
 		Why: "the XDP link looks a resolved peer's MAC address up again once it is 10 s old, in the background, using the old one meanwhile (review of issue 26)",
 	},
 	{
+		Name: "roce-xdp-rx-wakeup-ignored",
+		File: "roce/link/xdp.go",
+		Old:  "\tif got == 0 && (l.sock.Fill().NeedsWakeup() || l.sock.BusyPolling()) {\n",
+		New:  "\tif got == 0 && l.sock.BusyPolling() {\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkRXWakeup$",
+		Why: "an empty read wakes a zero-copy driver that asks for it (need_wakeup on the fill ring), which otherwise stops receiving once its queue runs dry (review of issue 26)",
+	},
+	{
+		Name: "roce-xdp-rx-wakeup-every-read",
+		File: "roce/link/xdp.go",
+		Old:  "\tif got == 0 && (l.sock.Fill().NeedsWakeup() || l.sock.BusyPolling()) {\n",
+		New:  "\tif l.sock.Fill().NeedsWakeup() || l.sock.BusyPolling() {\n",
+		Pkg:  "./roce/link/", Run: "^TestXDPLinkRXWakeup$",
+		Why: "a read that received frames makes no wake-up system call: the driver is running (review of issue 26)",
+	},
+	{
 		Name: "roce-xdp-interface-mtu-ignored",
 		File: "roce/link/xdp.go",
 		Old:  "; m < l.maxN {\n",

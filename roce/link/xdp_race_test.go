@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/internal/netns"
@@ -482,5 +485,84 @@ func TestXDPLinkUnresolvedNeighbour(t *testing.T) {
 	}
 	if pending(ghostIP) {
 		t.Fatal("Close returned with a resolution under way")
+	}
+}
+
+// fillFlags returns the flags word of x's fill ring, which a zero-copy
+// driver sets (XDP_RING_NEED_WAKEUP) when it wants to be woken to
+// refill its receive queue. In copy mode, the only one a veth pair
+// offers, the kernel never sets nor reads it, so the test sets it as
+// such a driver would.
+func fillFlags(t *testing.T, x *XDPLink) *atomic.Uint32 {
+	t.Helper()
+	v := reflect.ValueOf(x.sock.Fill()).Elem().FieldByName("ring").FieldByName("flags")
+	if !v.IsValid() || v.Kind() != reflect.Pointer || v.IsNil() {
+		t.Fatal("xsk.FillRing has no ring.flags pointer any more: update the test")
+	}
+	return (*atomic.Uint32)(unsafe.Pointer(v.Pointer()))
+}
+
+// TestXDPLinkRXWakeup checks ReadBatch's wake-up of a zero-copy driver
+// (need_wakeup on the fill ring): a read that finds the RX ring empty
+// refills the fill ring and wakes the driver (one recvfrom, counted in
+// the socket's Kicks) when the ring's flag asks for it, and makes no
+// system call when it does not, nor when it received something; frames
+// keep arriving either way.
+func TestXDPLinkRXWakeup(t *testing.T) {
+	p, x, b := xdpPairLinks(t)
+	if x.ZeroCopy() || x.sock.BusyPolling() {
+		t.Skip("the socket is zero-copy or busy-polls: the driver owns the flag")
+	}
+	ipA := netip.MustParseAddr(p.IPA.String())
+	flags := fillFlags(t, x)
+	payload := make([]byte, 64)
+	back := []Packet{{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipA, Port), SrcPort: 50002}}
+	in := make([]Packet, 4)
+	for i := range in {
+		in[i].Buf = make([]byte, MaxPacket+128)
+	}
+	read := func() int {
+		t.Helper()
+		n, err := x.ReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, need := range []bool{false, true, false} {
+		if need {
+			flags.Or(unix.XDP_RING_NEED_WAKEUP)
+		} else {
+			flags.And(^uint32(unix.XDP_RING_NEED_WAKEUP))
+		}
+		k := x.sock.Kicks.Load()
+		if n := read(); n != 0 {
+			t.Fatalf("need_wakeup %v: read %d frames with none sent", need, n)
+		}
+		want := k
+		if need {
+			want++
+		}
+		if got := x.sock.Kicks.Load(); got != want {
+			t.Fatalf("need_wakeup %v: an empty read made %d wake-ups, want %d", need, got-k, want-k)
+		}
+		// A read that receives wakes nothing, and frames arrive with the
+		// flag set as without it.
+		if n, err := b.WriteBatch(back); n != 1 || err != nil {
+			t.Fatalf("peer write: %d, %v", n, err)
+		}
+		if err := x.WaitRead(context.Background(), time.Now().Add(testenv.Timeout)); err != nil {
+			t.Fatal(err)
+		}
+		k = x.sock.Kicks.Load()
+		if n := read(); n != 1 || in[0].N != len(payload) {
+			t.Fatalf("need_wakeup %v: read %d frames (N %d), want the one sent", need, n, in[0].N)
+		}
+		if got := x.sock.Kicks.Load(); got != k {
+			t.Fatalf("need_wakeup %v: a read that received made %d wake-ups", need, got-k)
+		}
+		if x.inFill != xdpFrames/2 {
+			t.Fatalf("need_wakeup %v: %d frames in the fill ring after a read, want all %d", need, x.inFill, xdpFrames/2)
+		}
 	}
 }

@@ -90,3 +90,74 @@ func BenchmarkHTTP(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHTTPBodies measures net/http requests per second with request
+// bodies of 0 B to 512 KiB (0, 1 KiB, 16 KiB, 128 KiB, 512 KiB in turn),
+// echoed back after the handler has read them, from 8 concurrent clients
+// over at most 6 kept-alive connections (an ntb bridge has 8 queues, one
+// of them the listener's), over ntb and over TCP loopback.
+func BenchmarkHTTPBodies(b *testing.B) {
+	for _, name := range []string{"ntb", "tcp"} {
+		b.Run(name, func(b *testing.B) {
+			var ln net.Listener
+			var dial func(ctx context.Context, _, _ string) (net.Conn, error)
+			if name == "ntb" {
+				l := ntbListen(b, nil)
+				ln = l
+				dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return Dial(ctx, "ntb", l.Addr().String(), nil)
+				}
+			} else {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				ln = l
+				var d net.Dialer
+				dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return d.DialContext(ctx, "tcp", l.Addr().String())
+				}
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p, err := io.ReadAll(r.Body)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				w.Write(p)
+			})}
+			go srv.Serve(ln)
+			defer srv.Close()
+			tr := &http.Transport{DialContext: dial, MaxConnsPerHost: 6, MaxIdleConnsPerHost: 6}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr}
+			sizes := []int{0, 1 << 10, 16 << 10, 128 << 10, 512 << 10}
+			body := make([]byte, 512<<10)
+			var seq atomic.Int64
+			var failed atomic.Value
+			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					n := sizes[seq.Add(1)%int64(len(sizes))]
+					resp, err := client.Post("http://weft/", "application/octet-stream", bytes.NewReader(body[:n]))
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					got, _ := io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if got != int64(n) {
+						failed.Store(io.ErrShortWrite)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
+}

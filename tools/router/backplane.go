@@ -74,9 +74,16 @@ func meshConfig(backend string, c NodeConfig) (string, *rdm.Config, error) {
 		listen = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d", i, j)) }
 		dial = func(j int) string { return filepath.Join(c.Dir, fmt.Sprintf("b-%d-%d?listener=1", j, i)) }
 	case "roce":
-		q := ""
+		var params []string
 		if set.GSO {
-			q = "?gso=1"
+			params = append(params, "gso=1")
+		}
+		if set.XDP {
+			params = append(params, "link=xdp")
+		}
+		q := ""
+		if len(params) > 0 {
+			q = "?" + strings.Join(params, "&")
 		}
 		listen = func(j int) string { return "listen:" + pairIP(i, j).String() + ":18515" + q }
 		dial = func(j int) string { return pairIP(j, i).String() + ":18515" + q }

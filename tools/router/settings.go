@@ -35,6 +35,11 @@ type Settings struct {
 	// in one system call. Every node must agree; other back-planes
 	// ignore it.
 	GSO bool `json:"gso,omitempty"`
+	// XDP runs the roce back-plane's engines on link=xdp: an AF_XDP
+	// socket on the node's veth of each pair instead of UDP sockets, the
+	// same RoCEv2 packets without the kernel's UDP path. Other
+	// back-planes ignore it.
+	XDP bool `json:"xdp,omitempty"`
 }
 
 // DefaultSettings are what a run uses without -settings or a tuned file.
@@ -104,6 +109,9 @@ func (s Settings) String() string {
 	}
 	if s.GSO {
 		str += " gso"
+	}
+	if s.XDP {
+		str += " xdp"
 	}
 	return str
 }

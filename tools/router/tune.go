@@ -42,6 +42,7 @@ func Tune(ctx context.Context, rc RunConfig, path string, reps int) error {
 		{"queue depth", false, "", []func(*Settings){
 			func(s *Settings) { s.QueueDepth = 128 }, func(s *Settings) { s.QueueDepth = 1024 }}},
 		{"roce gso", false, "roce", []func(*Settings){func(s *Settings) { s.GSO = true }}},
+		{"roce xdp", false, "roce", []func(*Settings){func(s *Settings) { s.XDP = true }}},
 	}
 	const margin = 1.03 // a gain under 3% is noise on a shared host
 	tuned, err := loadTuned(path)

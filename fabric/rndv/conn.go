@@ -119,7 +119,11 @@ type Conn struct {
 	// stallArmed is set while a committed rendezvous is bounded by
 	// stallTimer.
 	stallArmed bool
-	stallTimer *time.Timer
+	// stallDeadline is when the armed bound ends: a run of the timer
+	// left over from an earlier arm (it fired as that bound was being
+	// lifted) finds it in the future and does nothing.
+	stallDeadline time.Time
+	stallTimer    *time.Timer
 
 	// ready wakes the sender (0) and the receiver (1).
 	ready [2]chan struct{}
@@ -130,6 +134,12 @@ type Conn struct {
 	taken  []int32        // poll's slots, in the order of rxMsgs
 	tx     *fabric.Region // sender's header, then the receiver's ADVs
 	advIdx int
+	// rbegun (receiver) and sbegun (sender) report that the message
+	// under way has moved something the peer acts on: a frame of it was
+	// taken, a writable buffer advertised, a fragment or write posted.
+	// An error then fails the connection, for the message cannot be
+	// resumed.
+	rbegun, sbegun bool
 	// txRing holds eager frames the endpoint does not copy at once
 	// (larger than Caps.InlineSize), txSlots of slotSize bytes, used in
 	// turn; nil where every frame is inline. inflight counts the
@@ -155,8 +165,8 @@ type Conn struct {
 // rec is a received frame waiting for the receiver.
 type rec struct {
 	slot   int32
-	n      int32 // the frame's length, or the bytes written
-	notify bool  // an RMA write's notification
+	n      int  // the frame's length, or the bytes written
+	notify bool // an RMA write's notification
 	imm    uint32
 }
 
@@ -334,6 +344,10 @@ func (c *Conn) readyLocked(role int) bool {
 	return c.qLen > 0
 }
 
+// waitHook, if set (by tests), runs in wait between the look at the
+// role's frames and the attempt to poll.
+var waitHook func(role int)
+
 // wait blocks until role's frame has arrived, polling the endpoint
 // itself when no other caller does.
 func (c *Conn) wait(ctx context.Context, role int) error {
@@ -347,14 +361,29 @@ func (c *Conn) wait(ctx context.Context, role int) error {
 		case err != nil:
 			return err
 		}
+		if waitHook != nil {
+			waitHook(role)
+		}
 		if nfree > 0 && c.pollMu.TryLock() {
-			perr := c.poll(ctx)
+			// The poller before may have queued role's frame, and
+			// kicked, between the look above and TryLock: look again
+			// before blocking in the endpoint.
+			c.mu.Lock()
+			ok, err = c.readyLocked(role), c.err
+			c.mu.Unlock()
+			if ok || err != nil {
+				c.pollMu.Unlock()
+				continue
+			}
+			verr, perr := c.poll(ctx)
 			c.pollMu.Unlock()
 			c.kick()
-			if perr != nil {
-				if cerr := ctx.Err(); cerr != nil {
-					return cerr
-				}
+			switch {
+			case verr != nil:
+				return c.fail(verr)
+			case perr != nil && ctx.Err() != nil:
+				return ctx.Err()
+			case perr != nil:
 				return c.fail(perr)
 			}
 			continue
@@ -368,38 +397,39 @@ func (c *Conn) wait(ctx context.Context, role int) error {
 }
 
 // poll takes the frames that have arrived, waiting for one, into free
-// slots, and hands each to its role. Called with pollMu held.
-func (c *Conn) poll(ctx context.Context) error {
+// slots, and hands each to its role. It returns a peer's violation and
+// the endpoint's error apart. Called with pollMu held.
+func (c *Conn) poll(ctx context.Context) (verr, err error) {
+	// The slots leave the free list while the endpoint may fill them:
+	// the receiver releases slots into it meanwhile.
 	c.mu.Lock()
 	k := len(c.free)
 	for i := 0; i < k; i++ {
-		s := c.free[len(c.free)-1-i]
+		s := c.free[k-1-i]
+		c.taken[i] = s
 		c.rxSGEs[i] = fabric.SGE{Region: c.rx, Offset: int(s) * c.slotSize, Length: c.slotSize}
 		c.rxMsgs[i] = fabric.Message{SGEs: c.rxSGEs[i : i+1]}
 	}
+	c.free = c.free[:0]
 	c.mu.Unlock()
 	n, err := c.ep.RecvWait(ctx, c.rxMsgs[:k])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Message i is in the slot free[top-i]: take all n off the stack
-	// before dispatching, which may push slots back.
-	top := len(c.free) - 1
-	for i := 0; i < n; i++ {
-		c.taken[i] = c.free[top-i]
+	for i := k - 1; i >= n; i-- {
+		c.free = append(c.free, c.taken[i])
 	}
-	c.free = c.free[:top+1-n]
 	for i := 0; i < n; i++ {
 		if verr := c.dispatchLocked(c.taken[i], &c.rxMsgs[i]); verr != nil {
-			return verr
+			return verr, err
 		}
 	}
-	return err
+	return nil, err
 }
 
 // dispatchLocked hands the frame in slot s to its role.
 func (c *Conn) dispatchLocked(s int32, m *fabric.Message) error {
 	if m.Flags&fabric.FlagRemoteWrite != 0 {
-		c.pushLocked(rec{slot: s, n: int32(m.Len), notify: true, imm: m.Imm})
+		c.pushLocked(rec{slot: s, n: m.Len, notify: true, imm: m.Imm})
 		return nil
 	}
 	h := Header(c.rx.Bytes()[int(s)*c.slotSize:][:m.Len])
@@ -408,7 +438,7 @@ func (c *Conn) dispatchLocked(s int32, m *fabric.Message) error {
 		return fmt.Errorf("rndv: peer violation: a malformed frame of %d bytes: %w", m.Len, fabric.ErrMalformed)
 	}
 	if h.Kind() != kindADV {
-		c.pushLocked(rec{slot: s, n: int32(m.Len)})
+		c.pushLocked(rec{slot: s, n: m.Len})
 		return nil
 	}
 	c.free = append(c.free, s)

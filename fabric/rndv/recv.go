@@ -2,6 +2,9 @@ package rndv
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/weft-io/weft/fabric"
 )
@@ -11,6 +14,14 @@ import (
 // in a region with fabric.AccessLocalWrite; with AccessRemoteWrite as
 // well, a message above the threshold is written into it by the sender,
 // with no copy here.
+//
+// A Recv that ctx ends before any of the next message arrived, and
+// before it advertised dst, returns ctx's error and the connection goes
+// on: the next Recv takes that message. Once it has taken a frame of the
+// message, or advertised dst (a rendezvous receive after a rendezvous
+// message advertises at once), the message cannot be resumed, and the
+// peer may still write into dst: ctx's end then fails the connection,
+// which closes the endpoint, and later calls return that error.
 func (c *Conn) Recv(ctx context.Context, dst fabric.SGE) (int, error) {
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
@@ -20,7 +31,11 @@ func (c *Conn) Recv(ctx context.Context, dst fabric.SGE) (int, error) {
 	if err := c.check("recv", dst, fabric.AccessLocalWrite); err != nil {
 		return 0, err
 	}
+	c.rbegun = false
 	n, err := c.recv(ctx, dst)
+	if err != nil && !errors.Is(err, ErrTruncated) && c.rbegun {
+		err = c.fail(fmt.Errorf("rndv: a receive cut short in its message: %w", err))
+	}
 	return n, c.opErr("recv", err)
 }
 
@@ -30,14 +45,16 @@ func (c *Conn) recv(ctx context.Context, dst fabric.SGE) (int, error) {
 	seq, pre := c.rseq, c.lastRdv
 	c.mu.Unlock()
 	writable := c.thresh >= 0 && dst.Length > c.thresh && dst.Region.Access().Has(fabric.AccessRemoteWrite)
-	advertised := false
+	// advertised: an ADV answered the message (or went before it);
+	// advWritable: it named dst, which the peer may write.
+	advertised, advWritable := false, false
 	if writable && pre {
 		// The last message came by rendezvous: advertise now and save
 		// the sender's RTS round trip.
 		if err := c.sendADV(ctx, seq, dst, false); err != nil {
 			return 0, err
 		}
-		advertised = true
+		advertised, advWritable, c.rbegun = true, true, true
 		c.mu.Lock()
 		c.stats.Adverts++
 		c.mu.Unlock()
@@ -56,17 +73,18 @@ func (c *Conn) recv(ctx context.Context, dst fabric.SGE) (int, error) {
 		if err != nil {
 			return got, err
 		}
+		c.rbegun = true
 		if r.notify {
 			c.release(r.slot)
 			switch {
-			case !advertised || data:
+			case !advWritable || data:
 				return got, c.violation("an RMA write for message %d, which has no advertised buffer", seq)
 			case r.imm&immReserved != 0 || r.imm&immSeqMask != seq&immSeqMask:
 				return got, c.violation("an RMA write for message %#x while receiving %d", r.imm, seq)
-			case int(r.n) > dst.Length-got:
+			case r.n < 0 || r.n > dst.Length-got:
 				return got, c.violation("RMA writes of more than the %d bytes advertised", dst.Length)
 			}
-			got += int(r.n)
+			got += r.n
 			written = true
 			if r.imm&immLast == 0 {
 				continue
@@ -94,7 +112,7 @@ func (c *Conn) recv(ctx context.Context, dst fabric.SGE) (int, error) {
 			if err := c.sendADV(ctx, seq, dst, !writable); err != nil {
 				return got, err
 			}
-			advertised = true
+			advertised, advWritable = true, writable
 			if writable {
 				// The peer is committed: bound the wait for its data.
 				c.arm()
@@ -165,6 +183,7 @@ func (c *Conn) arm() {
 	}
 	c.mu.Lock()
 	c.stallArmed = true
+	c.stallDeadline = time.Now().Add(c.timeout)
 	c.mu.Unlock()
 	c.stallTimer.Reset(c.timeout)
 }
@@ -180,11 +199,13 @@ func (c *Conn) disarm() {
 	}
 }
 
-// stalled fails the connection if the bound armed is still pending: the
-// timer's function.
+// stalled fails the connection if the bound armed is still pending and
+// due: the timer's function. A run left over from an earlier bound (it
+// fired as disarm stopped it, and ran after arm started the next) finds
+// the deadline ahead and leaves it to the timer Reset by arm.
 func (c *Conn) stalled() {
 	c.mu.Lock()
-	armed := c.stallArmed
+	armed := c.stallArmed && !time.Now().Before(c.stallDeadline)
 	c.mu.Unlock()
 	if armed {
 		c.fail(ErrStalled)

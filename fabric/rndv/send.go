@@ -11,6 +11,16 @@ import (
 // eager copy is taken, or the rendezvous write has completed. A message
 // above the threshold waits for the receiver's buffer: for the peer's
 // matching Recv, or ctx.
+//
+// A Send that ctx ends before any of the message went out (its first
+// fragment, its first write) returns ctx's error and the connection goes
+// on: the next Send takes the message's number. (An RTS may have gone
+// out: the peer then holds its Recv for the next Send, within its
+// Options.Timeout once it advertised a buffer.) Once part of the message
+// went out, it cannot be taken back or resumed, and a rendezvous write
+// may still read src: ctx's end, or any error, then fails the
+// connection, which closes the endpoint, and later calls return that
+// error.
 func (c *Conn) Send(ctx context.Context, src fabric.SGE) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -25,6 +35,7 @@ func (c *Conn) Send(ctx context.Context, src fabric.SGE) error {
 	c.mu.Unlock()
 	var err error
 	rdv := false
+	c.sbegun = false
 	if c.thresh < 0 || src.Length <= c.thresh {
 		err = c.sendData(ctx, seq, src)
 	} else {
@@ -39,6 +50,9 @@ func (c *Conn) Send(ctx context.Context, src fabric.SGE) error {
 		}
 	}
 	if err != nil {
+		if c.sbegun {
+			err = c.fail(fmt.Errorf("rndv: a send cut short in its message: %w", err))
+		}
 		return c.opErr("send", err)
 	}
 	c.mu.Lock()
@@ -91,6 +105,7 @@ func (c *Conn) sendData(ctx context.Context, seq uint32, src fabric.SGE) error {
 		if err := c.post(ctx, HeaderLen, fabric.SGE{Region: src.Region, Offset: src.Offset + off, Length: n}); err != nil {
 			return err
 		}
+		c.sbegun = true
 		off += n
 		if off == src.Length {
 			return nil
@@ -167,6 +182,7 @@ func (c *Conn) write(ctx context.Context, seq uint32, src fabric.SGE, iov fabric
 			continue
 		}
 		c.inflight++
+		c.sbegun = true
 		off += n
 		if last {
 			break
@@ -178,15 +194,14 @@ func (c *Conn) write(ctx context.Context, seq uint32, src fabric.SGE, iov fabric
 
 // complete waits until at most max of the sender's signaled operations
 // are in flight. A failed completion of any operation fails the
-// connection: the endpoint is in error.
+// connection: the endpoint is in error. ctx's end returns its error:
+// Send fails the connection if the operations may read the caller's
+// buffer (only closing the endpoint ends them).
 func (c *Conn) complete(ctx context.Context, max int) error {
 	for c.inflight > max {
 		k, err := c.ep.CQ().Wait(ctx, c.comps[:min(len(c.comps), c.inflight-max)])
 		if err != nil {
 			if ctx.Err() != nil {
-				// The operation may still read the caller's buffer:
-				// only closing the endpoint ends it.
-				c.fail(ctx.Err())
 				return ctx.Err()
 			}
 			return c.fail(err)

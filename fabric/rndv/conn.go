@@ -45,8 +45,9 @@ type Options struct {
 	// message size capped at 64 KiB (0: DefaultSlots).
 	Slots int
 	// Timeout bounds a rendezvous the peer has committed to: once this
-	// side answers its RTS with a buffer, the data must arrive within
-	// Timeout or the connection closes with ErrStalled (0:
+	// side answers its RTS with a buffer, or the peer's writes into a
+	// buffer advertised before any RTS have started, the rest must
+	// arrive within Timeout or the connection closes with ErrStalled (0:
 	// DefaultTimeout; negative: no bound but the caller's context).
 	Timeout time.Duration
 }

@@ -26,10 +26,22 @@
 // validated before use: a malformed frame, a write the receiver did not
 // ask for, or a message number out of order closes the connection with
 // an error matching fabric.ErrMalformed. A rendezvous the peer committed
-// to (it sent RTS and got the buffer) that does not complete within
+// to (it sent RTS and got the buffer, or it started writing into a buffer
+// advertised before it asked) that does not complete within
 // Options.Timeout closes it with ErrStalled. A write the peer's endpoint
 // refuses (a wrong key, out of the region) fails Send with an error
 // matching fabric.ErrAccess, and no memory is touched.
+//
+// A Send or Recv that its context ends before its message has started
+// leaves the connection as it was; one that ends in the middle of its
+// message fails the connection (see Send and Recv).
+//
+// Frames wait for the receiver in Options.Slots receive slots, which
+// also carry the ADV a rendezvous Send waits for. A Send waiting for the
+// peer's ADV behind more frames than there are slots (messages to this
+// side that no Recv takes) waits until a Recv takes them: a side that
+// sends large messages while the peer sends it many should receive
+// concurrently.
 //
 // A buffer advertised to the peer is writable by it through the region's
 // remote key for as long as the region is registered, as with any RDMA

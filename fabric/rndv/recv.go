@@ -87,6 +87,12 @@ func (c *Conn) recv(ctx context.Context, dst fabric.SGE) (int, error) {
 			got += r.n
 			written = true
 			if r.imm&immLast == 0 {
+				// The peer is committed (its writes have started,
+				// into a buffer advertised before any RTS): bound
+				// the wait for the rest, from the first write.
+				if !c.armed() {
+					c.arm()
+				}
 				continue
 			}
 			c.done(seq, true)
@@ -186,6 +192,13 @@ func (c *Conn) arm() {
 	c.stallDeadline = time.Now().Add(c.timeout)
 	c.mu.Unlock()
 	c.stallTimer.Reset(c.timeout)
+}
+
+// armed reports whether the bound is armed.
+func (c *Conn) armed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stallArmed
 }
 
 // disarm ends the bound, if armed.

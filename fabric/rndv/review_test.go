@@ -22,7 +22,17 @@ type hooked struct {
 	// sendWait runs before the n-th SendWait (from 1); an error it
 	// returns is SendWait's, and nothing is posted.
 	sendWait func(ctx context.Context, n int) error
-	nr, ns   atomic.Int32
+	// caps, if set, edits the endpoint's Caps.
+	caps   func(fabric.Caps) fabric.Caps
+	nr, ns atomic.Int32
+}
+
+func (h *hooked) Caps() fabric.Caps {
+	c := h.Endpoint.Caps()
+	if h.caps != nil {
+		c = h.caps(c)
+	}
+	return c
 }
 
 func (h *hooked) RecvWait(ctx context.Context, msgs []fabric.Message) (int, error) {
@@ -45,8 +55,15 @@ func (h *hooked) SendWait(ctx context.Context, msgs []fabric.Message) (int, erro
 // the hooks before the Conn's first call.
 func hookedVictim(t *testing.T, o *Options) (*Conn, *hooked, *hostile) {
 	t.Helper()
+	return hookedVictimCaps(t, o, nil)
+}
+
+// hookedVictimCaps is hookedVictim with the endpoint's Caps edited by
+// caps (nil: as they are).
+func hookedVictimCaps(t *testing.T, o *Options, caps func(fabric.Caps) fabric.Caps) (*Conn, *hooked, *hostile) {
+	t.Helper()
 	ea, eb := backends[0].pair(t, nil)
-	he := &hooked{Endpoint: ea}
+	he := &hooked{Endpoint: ea, caps: caps}
 	c, err := New(he, o)
 	if err != nil {
 		t.Fatal(err)
@@ -309,5 +326,77 @@ func TestWriteIntoEagerAdvert(t *testing.T) {
 	h.write(other.Remote(), 0|immLast)
 	if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, fabric.ErrMalformed) {
 		t.Fatalf("Recv = %d, %v; want ErrMalformed", r.n, r.err)
+	}
+}
+
+// TestStalledPartialWrite: a peer whose writes into a buffer advertised
+// before any RTS have started, and that never sends the last, is stalled
+// out after Options.Timeout like one that answered RTS and never wrote.
+func TestStalledPartialWrite(t *testing.T) {
+	c, h := victim(t, backends[0], &Options{Threshold: 1024, Timeout: 200 * time.Millisecond})
+	dst := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+	type result struct {
+		n   int
+		err error
+	}
+	rc := make(chan result, 1)
+	recv := func() {
+		n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dst))
+		rc <- result{n, err}
+	}
+	h.send(frame(kindRTS, 0, 16))
+	go recv()
+	h.write(advIOV(h.recv()), 0|immLast)
+	if r := testenv.Recv(t, rc, "Recv 0"); r.n != 16 || r.err != nil {
+		t.Fatalf("Recv 0 = %d, %v", r.n, r.err)
+	}
+	go recv()
+	a := h.recv()
+	if a.Kind() != kindADV || a.Seq() != 1 {
+		t.Fatalf("the victim sent %s %d, want ADV 1 at once", kindNames[a.Kind()], a.Seq())
+	}
+	h.write(advIOV(a), 1) // not the last
+	if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, ErrStalled) {
+		t.Fatalf("Recv = %d, %v; want ErrStalled", r.n, r.err)
+	}
+}
+
+// TestTxRingSlotNotSkipped: where the endpoint does not copy frames at
+// once (the eager ring), a frame that was not posted (its Send cancelled)
+// does not turn the ring: the ring's next slot is the one whose frame
+// completed longest ago, never one still in flight.
+func TestTxRingSlotNotSkipped(t *testing.T) {
+	c, he, h := hookedVictimCaps(t, &Options{Threshold: -1}, func(cp fabric.Caps) fabric.Caps {
+		cp.InlineSize = 0
+		return cp
+	})
+	if c.txRing == nil {
+		t.Fatal("no eager ring with InlineSize 0")
+	}
+	he.sendWait = func(ctx context.Context, n int) error {
+		if n == 1 {
+			return context.Canceled
+		}
+		return nil
+	}
+	src := alloc(t, c, 100, 0)
+	fill(src.Bytes(), 9)
+	if err := c.Send(testenv.Context(t), fabric.SGEOf(src)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Send = %v, want context.Canceled", err)
+	}
+	if c.txNext != 0 || c.inflight != 0 {
+		t.Fatalf("after a frame not posted: ring slot %d, %d in flight; want 0, 0", c.txNext, c.inflight)
+	}
+	for i := range 2 * txSlots {
+		if err := c.Send(testenv.Context(t), fabric.SGEOf(src)); err != nil {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+		f := h.recv()
+		if f.Kind() != kindData || f.Seq() != uint32(i) || !bytes.Equal(f.Payload(), src.Bytes()) {
+			t.Fatalf("frame %d: %s %d of %d bytes", i, kindNames[f.Kind()], f.Seq(), len(f.Payload()))
+		}
+		if want := (i + 1) % txSlots; c.txNext != want {
+			t.Fatalf("after %d frames the ring is at slot %d, want %d", i+1, c.txNext, want)
+		}
 	}
 }

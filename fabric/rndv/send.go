@@ -135,7 +135,6 @@ func (c *Conn) post(ctx context.Context, hlen int, payload fabric.SGE) error {
 		return err
 	}
 	off := c.txNext * c.slotSize
-	c.txNext = (c.txNext + 1) % c.txSlots
 	slot := c.txRing.Bytes()[off : off+c.slotSize]
 	copy(slot, c.tx.Bytes()[:hlen])
 	copy(slot[hlen:], payload.Bytes())
@@ -144,6 +143,10 @@ func (c *Conn) post(ctx context.Context, hlen int, payload fabric.SGE) error {
 	if _, err := c.ep.SendWait(ctx, c.sendMsg[:]); err != nil {
 		return err
 	}
+	// The slot turns only with a frame posted: a slot skipped would be
+	// reused while the frame posted from it txSlots-1 frames ago is
+	// still in flight.
+	c.txNext = (c.txNext + 1) % c.txSlots
 	c.inflight++
 	return nil
 }

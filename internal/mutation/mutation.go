@@ -302,7 +302,7 @@ var List = []Mutation{
 	{
 		Name: "rndv-stall-unarmed",
 		File: "fabric/rndv/recv.go",
-		Old:  "\t\t\t\tc.arm()\n",
+		Old:  "\t\t\t\t// The peer is committed: bound the wait for its data.\n\t\t\t\tc.arm()\n",
 		New:  "",
 		Pkg:  "./fabric/rndv/", Run: "^TestStalled$",
 		Why: "a rendezvous the peer committed to (RTS answered with a buffer) and never completes fails with ErrStalled within Options.Timeout; unbounded, the test's Recv waits until testenv's 60 s (issue 25)",
@@ -394,6 +394,22 @@ var List = []Mutation{
 		New:  "\t\t\tcase !(advWritable || advertised) || data:\n",
 		Pkg:  "./fabric/rndv/", Run: "^TestWriteIntoEagerAdvert$",
 		Why: "a write notification for a message the receiver asked to get inline is a violation (fabric.ErrMalformed), not the message (review of issue 25)",
+	},
+	{
+		Name: "rndv-stall-partial-write-unbounded",
+		File: "fabric/rndv/recv.go",
+		Old:  "\t\t\t\tif !c.armed() {\n",
+		New:  "\t\t\t\tif false {\n",
+		Pkg:  "./fabric/rndv/", Run: "^TestStalledPartialWrite$",
+		Why: "a peer whose writes into a buffer advertised before any RTS started and never end is stalled out after Options.Timeout (ErrStalled); unbounded, the test's Recv waits until testenv's 60 s (review of issue 25)",
+	},
+	{
+		Name: "rndv-tx-ring-turns-unposted",
+		File: "fabric/rndv/send.go",
+		Old:  "\t\treturn err\n\t}\n\t// The slot turns only with a frame posted",
+		New:  "\t\tc.txNext = (c.txNext + 1) % c.txSlots\n\t\treturn err\n\t}\n\t// The slot turns only with a frame posted",
+		Pkg:  "./fabric/rndv/", Run: "^TestTxRingSlotNotSkipped$",
+		Why: "the eager ring turns only with a frame posted: a skipped slot makes the ring reuse a slot whose frame may still be in flight (review of issue 25)",
 	},
 	{
 		Name: "ntb-dma-bounds",

@@ -113,7 +113,12 @@ func (c *Conn) recv(ctx context.Context, dst fabric.SGE) (int, error) {
 				return got, c.violation("RTS for message %d in its data", seq)
 			}
 			if advertised {
-				continue // the ADV sent at once answers it
+				// The ADV sent at once answers it, and the peer is
+				// committed: bound the wait for its data.
+				if advWritable && !c.armed() {
+					c.arm()
+				}
+				continue
 			}
 			if err := c.sendADV(ctx, seq, dst, !writable); err != nil {
 				return got, err

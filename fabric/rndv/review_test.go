@@ -332,7 +332,17 @@ func TestWriteIntoEagerAdvert(t *testing.T) {
 // TestStalledPartialWrite: a peer whose writes into a buffer advertised
 // before any RTS have started, and that never sends the last, is stalled
 // out after Options.Timeout like one that answered RTS and never wrote.
-func TestStalledPartialWrite(t *testing.T) {
+func TestStalledPartialWrite(t *testing.T) { stalledAfterAdvert(t, false) }
+
+// TestStalledRTSAfterAdvert: a peer that sends RTS for a message whose
+// buffer was advertised before it asked, and then never writes, is
+// stalled out after Options.Timeout.
+func TestStalledRTSAfterAdvert(t *testing.T) { stalledAfterAdvert(t, true) }
+
+// stalledAfterAdvert has the victim advertise its buffer for message 1 at
+// once; the peer then commits to it (rts: by RTS; else by a first write)
+// and goes silent.
+func stalledAfterAdvert(t *testing.T, rts bool) {
 	c, h := victim(t, backends[0], &Options{Threshold: 1024, Timeout: 200 * time.Millisecond})
 	dst := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
 	type result struct {
@@ -355,7 +365,11 @@ func TestStalledPartialWrite(t *testing.T) {
 	if a.Kind() != kindADV || a.Seq() != 1 {
 		t.Fatalf("the victim sent %s %d, want ADV 1 at once", kindNames[a.Kind()], a.Seq())
 	}
-	h.write(advIOV(a), 1) // not the last
+	if rts {
+		h.send(frame(kindRTS, 1, 8192))
+	} else {
+		h.write(advIOV(a), 1) // not the last
+	}
 	if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, ErrStalled) {
 		t.Fatalf("Recv = %d, %v; want ErrStalled", r.n, r.err)
 	}

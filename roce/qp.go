@@ -14,7 +14,6 @@ import (
 	"github.com/weft-io/weft/internal/spin"
 	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
-	"golang.org/x/sys/unix"
 )
 
 // QPType is the transport service of a queue pair: wire.QPType, so that
@@ -1037,18 +1036,16 @@ func (qp *QP) wait(ctx context.Context, b *spin.Budget, ready func() bool, waite
 				b.Arrived(&s)
 				return nil
 			}
-			if e.poll() == 0 && s.Rounds()&15 == 0 {
-				// Every 16th empty poll gives the CPU to whatever else
-				// is runnable on it: on an oversubscribed host that is
-				// often the peer thread this caller waits for (the
-				// spin's own yield, every 32 rounds, hands over only the
-				// Go processor). On an idle CPU sched_yield returns at
-				// once (one system call per 16 recvmmsg). Measured side
-				// by side on a loaded 2-vCPU host (load 6-15), 64 B ping-pong medians: 533 -> 297
-				// µs and 564 -> 434 µs (it won 6 of 8 alternating pairs);
-				// the 64 KiB stream was unchanged within the noise.
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
+			// The spin yields its Go processor every spin.Every polls, and
+			// nothing more: a sched_yield every 16 empty polls (to let a
+			// peer process run) handed the CPU to unrelated work on a
+			// busy host. Measured side by side on this 2-vCPU host under
+			// other sessions' builds and tests (load 2-6), weft-pingpong
+			// -backend roce 64 B median 72-95 µs with it against 10-14
+			// µs without, two QPs of one engine 114-122 against 47-51
+			// µs, two engines 30-31 against 26.5 µs; with two busy loops
+			// beside them, 10.5-20.4 against 9.8-12.2 µs.
+			e.poll()
 			if s.Rounds()%1024 == 0 {
 				e.runTimers(time.Now())
 			}

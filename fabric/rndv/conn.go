@@ -345,9 +345,18 @@ func (c *Conn) readyLocked(role int) bool {
 	return c.qLen > 0
 }
 
-// waitHook, if set (by tests), runs in wait between the look at the
-// role's frames and the attempt to poll.
-var waitHook func(role int)
+// waitHook, if set (by tests), runs in wait at stage: hookLooked
+// between the look at the role's frames and the attempt to poll,
+// hookPolling with the poll taken, before the second look, hookBlocking
+// before waiting for a kick.
+var waitHook func(role, stage int)
+
+// The stages of wait that waitHook sees.
+const (
+	hookLooked = iota
+	hookPolling
+	hookBlocking
+)
 
 // wait blocks until role's frame has arrived, polling the endpoint
 // itself when no other caller does.
@@ -363,9 +372,12 @@ func (c *Conn) wait(ctx context.Context, role int) error {
 			return err
 		}
 		if waitHook != nil {
-			waitHook(role)
+			waitHook(role, hookLooked)
 		}
 		if nfree > 0 && c.pollMu.TryLock() {
+			if waitHook != nil {
+				waitHook(role, hookPolling)
+			}
 			// The poller before may have queued role's frame, and
 			// kicked, between the look above and TryLock: look again
 			// before blocking in the endpoint.
@@ -374,6 +386,9 @@ func (c *Conn) wait(ctx context.Context, role int) error {
 			c.mu.Unlock()
 			if ok || err != nil {
 				c.pollMu.Unlock()
+				// The other role may have found the poll taken
+				// meanwhile, and waits for a kick to poll.
+				c.kick()
 				continue
 			}
 			verr, perr := c.poll(ctx)
@@ -388,6 +403,9 @@ func (c *Conn) wait(ctx context.Context, role int) error {
 				return c.fail(perr)
 			}
 			continue
+		}
+		if waitHook != nil {
+			waitHook(role, hookBlocking)
 		}
 		select {
 		case <-c.ready[role]:

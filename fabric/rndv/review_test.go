@@ -134,8 +134,8 @@ func TestWaitAfterPollerLeft(t *testing.T) {
 	c, h := victim(t, backends[0], &Options{Threshold: 1024})
 	checked, goahead := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	waitHook = func(role int) {
-		if role == roleRecv {
+	waitHook = func(role, stage int) {
+		if role == roleRecv && stage == hookLooked {
 			once.Do(func() {
 				close(checked)
 				<-goahead

@@ -420,6 +420,14 @@ var List = []Mutation{
 		Why: "the eager ring turns only with a frame posted: a skipped slot makes the ring reuse a slot whose frame may still be in flight (review of issue 25)",
 	},
 	{
+		Name: "rndv-second-look-no-kick",
+		File: "fabric/rndv/conn.go",
+		Old:  "\t\t\t\tc.pollMu.Unlock()\n\t\t\t\t// The other role may have found the poll taken\n\t\t\t\t// meanwhile, and waits for a kick to poll.\n\t\t\t\tc.kick()\n",
+		New:  "\t\t\t\tc.pollMu.Unlock()\n",
+		Pkg:  "./fabric/rndv/", Run: "^TestSecondLookKicks$",
+		Why: "a role that leaves the poll after its second look found its frame wakes the other role, which found the poll taken and waits to poll: else no one polls and its Recv hangs (the test waits testenv's 60 s) (second review of issue 25)",
+	},
+	{
 		Name: "ntb-dma-bounds",
 		File: "ntb/dma.go",
 		Old:  "\t\tif d.Offset > uint64(len(w)) || uint64(len(d.Local)) > uint64(len(w))-d.Offset {\n",

@@ -1,0 +1,88 @@
+package rndv
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/testenv"
+)
+
+// TestSecondLookKicks: a role that takes the poll, finds its frame
+// queued meanwhile (the second look) and leaves the poll without polling
+// wakes the other role, which found the poll taken at that moment and
+// waits to poll. Here the sender's second look finds its ADV, which the
+// receiver's poll queued; the receiver, waiting for its own message,
+// must then poll for it.
+func TestSecondLookKicks(t *testing.T) {
+	c, h := victim(t, backends[0], &Options{Threshold: 1024})
+	var mu sync.Mutex
+	count := map[[2]int]int{}
+	sLooked, sGo := make(chan struct{}), make(chan struct{})
+	sPolling, sGo2 := make(chan struct{}), make(chan struct{})
+	rLooked, rGo := make(chan struct{}), make(chan struct{})
+	rBlocking := make(chan struct{})
+	waitHook = func(role, stage int) {
+		mu.Lock()
+		count[[2]int{role, stage}]++
+		n := count[[2]int{role, stage}]
+		mu.Unlock()
+		switch {
+		case role == roleSend && stage == hookLooked && n == 1:
+			close(sLooked)
+			<-sGo
+		case role == roleSend && stage == hookPolling && n == 1:
+			close(sPolling)
+			<-sGo2
+		case role == roleRecv && stage == hookLooked && n == 2:
+			close(rLooked)
+			<-rGo
+		case role == roleRecv && stage == hookBlocking && n == 2:
+			close(rBlocking)
+		}
+	}
+	t.Cleanup(func() { waitHook = nil })
+	ctx := testenv.Context(t)
+	src := alloc(t, c, 8192, 0)
+	fill(src.Bytes(), 4)
+	target, err := h.ep.Alloc(8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Send(ctx, fabric.SGEOf(src)) }()
+	// The sender asked, looked for the ADV and found none.
+	testenv.Recv(t, sLooked, "the sender's first look")
+	if f := h.recv(); f.Kind() != kindRTS || f.Seq() != 0 {
+		t.Fatalf("the victim sent %s %d, want RTS 0", kindNames[f.Kind()], f.Seq())
+	}
+	h.send(adv(0, target.Remote()))
+	// The receiver polls, queues the ADV for the sender and looks again
+	// for its own frame.
+	one := alloc(t, c, 1, fabric.AccessLocalWrite)
+	type result struct {
+		n   int
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		n, err := c.Recv(ctx, fabric.SGEOf(one))
+		rc <- result{n, err}
+	}()
+	testenv.Recv(t, rLooked, "the receiver's look after its poll")
+	// The sender takes the poll; the receiver finds it taken (once with
+	// its own kick pending, once without) and waits.
+	close(sGo)
+	testenv.Recv(t, sPolling, "the sender holding the poll")
+	close(rGo)
+	testenv.Recv(t, rBlocking, "the receiver waiting for the poll")
+	// The sender's second look finds the ADV; it leaves the poll.
+	close(sGo2)
+	if err := testenv.Recv(t, errc, "the victim's Send"); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	h.send(frame(kindData, 0, 1, 0x42))
+	if r := testenv.Recv(t, rc, "the victim's Recv (no one polls for it)"); r.n != 1 || r.err != nil || one.Bytes()[0] != 0x42 {
+		t.Fatalf("Recv = %d, %v", r.n, r.err)
+	}
+}

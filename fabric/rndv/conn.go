@@ -106,13 +106,19 @@ type Conn struct {
 	// endpoint and hands them to their role.
 	pollMu sync.Mutex
 
-	mu      sync.Mutex // guards the fields below
-	free    []int32    // free receive slots
-	q       []rec      // frames for the receiver, in order (a ring)
-	qHead   int
-	qLen    int
-	adv     advert // the receiver's buffer for message sseq
-	sseq    uint32 // the next message to send
+	mu    sync.Mutex // guards the fields below
+	free  []int32    // free receive slots
+	q     []rec      // frames for the receiver, in order (a ring)
+	qHead int
+	qLen  int
+	adv   advert // the receiver's buffer for message sseq
+	sseq  uint32 // the next message to send
+	// slast is set once the last write of message sseq may have
+	// landed: the receiver may have finished it, and advertise its
+	// buffer for the next at once, before Send has seen the write
+	// complete. nadv holds that ADV, for message sseq+1.
+	slast   bool
+	nadv    advert
 	rseq    uint32 // the next message to receive
 	err     error  // the connection's failure
 	stats   Stats
@@ -464,6 +470,12 @@ func (c *Conn) dispatchLocked(s int32, m *fabric.Message) error {
 	switch d := int32(h.Seq() - c.sseq); {
 	case d < 0:
 		return nil // for a message that went eagerly
+	case d == 1 && c.slast:
+		if c.nadv.ok {
+			return fmt.Errorf("rndv: peer violation: second ADV for message %d: %w", h.Seq(), fabric.ErrMalformed)
+		}
+		c.nadv = advert{ok: true, seq: h.Seq(), eager: h.Eager(), iov: fabric.RemoteIOV{Addr: h.Addr(), Len: h.Len(), Key: fabric.Key(h.Key())}}
+		return nil
 	case d > 0:
 		return fmt.Errorf("rndv: peer violation: ADV for message %d, %d not sent yet: %w", h.Seq(), c.sseq, fabric.ErrMalformed)
 	case c.adv.ok:

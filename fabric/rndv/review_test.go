@@ -23,8 +23,18 @@ type hooked struct {
 	// returns is SendWait's, and nothing is posted.
 	sendWait func(ctx context.Context, n int) error
 	// caps, if set, edits the endpoint's Caps.
-	caps   func(fabric.Caps) fabric.Caps
-	nr, ns atomic.Int32
+	caps func(fabric.Caps) fabric.Caps
+	// write runs after the n-th Write (from 1) has returned.
+	write      func(n int)
+	nr, ns, nw atomic.Int32
+}
+
+func (h *hooked) Write(msgs []fabric.Message) (int, error) {
+	k, err := h.Endpoint.Write(msgs)
+	if n := h.nw.Add(1); h.write != nil {
+		h.write(int(n))
+	}
+	return k, err
 }
 
 func (h *hooked) Caps() fabric.Caps {
@@ -62,7 +72,13 @@ func hookedVictim(t *testing.T, o *Options) (*Conn, *hooked, *hostile) {
 // caps (nil: as they are).
 func hookedVictimCaps(t *testing.T, o *Options, caps func(fabric.Caps) fabric.Caps) (*Conn, *hooked, *hostile) {
 	t.Helper()
-	ea, eb := backends[0].pair(t, nil)
+	return hookedVictimOn(t, backends[0], o, caps)
+}
+
+// hookedVictimOn is hookedVictimCaps over be.
+func hookedVictimOn(t *testing.T, be backend, o *Options, caps func(fabric.Caps) fabric.Caps) (*Conn, *hooked, *hostile) {
+	t.Helper()
+	ea, eb := be.pair(t, nil)
 	he := &hooked{Endpoint: ea, caps: caps}
 	c, err := New(he, o)
 	if err != nil {

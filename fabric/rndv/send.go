@@ -52,13 +52,17 @@ func (c *Conn) Send(ctx context.Context, src fabric.SGE) error {
 	if err != nil {
 		if c.sbegun {
 			err = c.fail(fmt.Errorf("rndv: a send cut short in its message: %w", err))
+		} else {
+			// The message's one write was not posted.
+			c.mu.Lock()
+			c.slast, c.nadv = false, advert{}
+			c.mu.Unlock()
 		}
 		return c.opErr("send", err)
 	}
 	c.mu.Lock()
-	if c.adv.ok && c.adv.seq == seq {
-		c.adv = advert{}
-	}
+	// The ADV of the next message may have come already.
+	c.adv, c.nadv, c.slast = c.nadv, advert{}, false
 	c.sseq++
 	if rdv {
 		c.stats.RndvSent++
@@ -168,6 +172,12 @@ func (c *Conn) write(ctx context.Context, seq uint32, src fabric.SGE, iov fabric
 		*m = fabric.Message{SGEs: c.sendSGEs[:1], Remote: iov.Slice(off, n), Flags: fabric.FlagImm | fabric.FlagSignal, Imm: imm, Context: ctxWrite}
 		if last {
 			m.Imm |= immLast
+			// Once the last write lands, the receiver may answer
+			// with its buffer for the next message before the
+			// write's completion comes here.
+			c.mu.Lock()
+			c.slast = true
+			c.mu.Unlock()
 		}
 		k, err := c.ep.Write(c.sendMsg[:])
 		if err != nil {

@@ -171,6 +171,18 @@ func TestAdvertNextBeforeCompletion(t *testing.T) {
 			if err := c.Send(ctx, fabric.SGEOf(src)); err != nil {
 				t.Fatalf("Send 1: %v", err)
 			}
+			// The write's notification orders its bytes before the
+			// look at them (roce's engine stores them in a goroutine
+			// of its own). Message 0's came first.
+			for i := range 2 {
+				m := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(h.rx)}}}
+				if _, err := h.ep.RecvWait(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+				if want := uint32(i) | immLast; m[0].Flags&fabric.FlagRemoteWrite == 0 || m[0].Imm != want {
+					t.Fatalf("the peer got flags %v imm %#x, want the write of message %d", m[0].Flags, m[0].Imm, i)
+				}
+			}
 			if !bytes.Equal(targets[1].Bytes(), src.Bytes()) {
 				t.Fatal("message 1 is not in the buffer advertised for it")
 			}

@@ -198,45 +198,49 @@ func TestWaitAfterPollerLeft(t *testing.T) {
 // the peer may write into that buffer, and the next Recv, into another
 // buffer, must not report the write as its message.
 func TestRecvCancelledAfterAdvert(t *testing.T) {
-	c, h := victim(t, backends[0], &Options{Threshold: 1024})
-	dstA := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
-	dstB := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
-	type result struct {
-		n   int
-		err error
-	}
-	rc := make(chan result, 1)
-	recv := func(ctx context.Context, dst *fabric.Region) {
-		n, err := c.Recv(ctx, fabric.SGEOf(dst))
-		rc <- result{n, err}
-	}
-	// Message 0 by rendezvous.
-	h.send(frame(kindRTS, 0, 16))
-	go recv(testenv.Context(t), dstA)
-	a := h.recv()
-	if a.Kind() != kindADV || a.Eager() {
-		t.Fatalf("the victim answered %s eager %v", kindNames[a.Kind()], a.Eager())
-	}
-	h.write(advIOV(a), 0|immLast)
-	if r := testenv.Recv(t, rc, "Recv 0"); r.n != 16 || r.err != nil {
-		t.Fatalf("Recv 0 = %d, %v", r.n, r.err)
-	}
-	// Message 1: the victim advertises dstA at once, then gives up.
-	ctx, cancel := context.WithCancel(testenv.Context(t))
-	go recv(ctx, dstA)
-	a = h.recv()
-	if a.Kind() != kindADV || a.Eager() || a.Seq() != 1 {
-		t.Fatalf("the victim sent %s %d eager %v, want ADV 1", kindNames[a.Kind()], a.Seq(), a.Eager())
-	}
-	cancel()
-	if r := testenv.Recv(t, rc, "the cancelled Recv"); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("cancelled Recv = %d, %v", r.n, r.err)
-	}
-	// The peer writes message 1 where it was told (the victim may have
-	// closed the endpoint: errors are fine).
-	h.ep.Write([]fabric.Message{{SGEs: []fabric.SGE{{Region: h.buf, Length: 16}}, Remote: advIOV(a).Slice(0, 16), Flags: fabric.FlagImm, Imm: 1 | immLast}})
-	if n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dstB)); err == nil {
-		t.Fatalf("after the cancelled Recv, Recv into another buffer = %d, nil: the write into the first", n)
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			c, h := victim(t, be, &Options{Threshold: 1024})
+			dstA := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+			dstB := alloc(t, c, 8192, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+			type result struct {
+				n   int
+				err error
+			}
+			rc := make(chan result, 1)
+			recv := func(ctx context.Context, dst *fabric.Region) {
+				n, err := c.Recv(ctx, fabric.SGEOf(dst))
+				rc <- result{n, err}
+			}
+			// Message 0 by rendezvous.
+			h.send(frame(kindRTS, 0, 16))
+			go recv(testenv.Context(t), dstA)
+			a := h.recv()
+			if a.Kind() != kindADV || a.Eager() {
+				t.Fatalf("the victim answered %s eager %v", kindNames[a.Kind()], a.Eager())
+			}
+			h.write(advIOV(a), 0|immLast)
+			if r := testenv.Recv(t, rc, "Recv 0"); r.n != 16 || r.err != nil {
+				t.Fatalf("Recv 0 = %d, %v", r.n, r.err)
+			}
+			// Message 1: the victim advertises dstA at once, then gives up.
+			ctx, cancel := context.WithCancel(testenv.Context(t))
+			go recv(ctx, dstA)
+			a = h.recv()
+			if a.Kind() != kindADV || a.Eager() || a.Seq() != 1 {
+				t.Fatalf("the victim sent %s %d eager %v, want ADV 1", kindNames[a.Kind()], a.Seq(), a.Eager())
+			}
+			cancel()
+			if r := testenv.Recv(t, rc, "the cancelled Recv"); !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("cancelled Recv = %d, %v", r.n, r.err)
+			}
+			// The peer writes message 1 where it was told (the victim may have
+			// closed the endpoint: errors are fine).
+			h.ep.Write([]fabric.Message{{SGEs: []fabric.SGE{{Region: h.buf, Length: 16}}, Remote: advIOV(a).Slice(0, 16), Flags: fabric.FlagImm, Imm: 1 | immLast}})
+			if n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dstB)); err == nil {
+				t.Fatalf("after the cancelled Recv, Recv into another buffer = %d, nil: the write into the first", n)
+			}
+		})
 	}
 }
 
@@ -244,16 +248,20 @@ func TestRecvCancelledAfterAdvert(t *testing.T) {
 // arrived, into a buffer it did not advertise, leaves the connection as
 // it was: the next Recv gets the message.
 func TestRecvCancelledIdle(t *testing.T) {
-	c, h := victim(t, backends[0], &Options{Threshold: 1024})
-	dst := alloc(t, c, 64, fabric.AccessLocalWrite)
-	ctx, cancel := context.WithCancel(testenv.Context(t))
-	cancel()
-	if _, err := c.Recv(ctx, fabric.SGEOf(dst)); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Recv = %v, want context.Canceled", err)
-	}
-	h.send(frame(kindData, 0, 2, 7, 8))
-	if n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dst)); n != 2 || err != nil || dst.Bytes()[1] != 8 {
-		t.Fatalf("Recv = %d, %v", n, err)
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			c, h := victim(t, be, &Options{Threshold: 1024})
+			dst := alloc(t, c, 64, fabric.AccessLocalWrite)
+			ctx, cancel := context.WithCancel(testenv.Context(t))
+			cancel()
+			if _, err := c.Recv(ctx, fabric.SGEOf(dst)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Recv = %v, want context.Canceled", err)
+			}
+			h.send(frame(kindData, 0, 2, 7, 8))
+			if n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dst)); n != 2 || err != nil || dst.Bytes()[1] != 8 {
+				t.Fatalf("Recv = %d, %v", n, err)
+			}
+		})
 	}
 }
 
@@ -322,26 +330,30 @@ func TestStallTimerLeftOver(t *testing.T) {
 // victim asked to get inline (its buffer cannot take a write) is a
 // violation, not the message: the bytes are not in the caller's buffer.
 func TestWriteIntoEagerAdvert(t *testing.T) {
-	c, h := victim(t, backends[0], &Options{Threshold: 1024})
-	dst := alloc(t, c, 4096, fabric.AccessLocalWrite)
-	// Some other region of the victim that the peer can write.
-	other := alloc(t, c, 4096, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
-	h.send(frame(kindRTS, 0, 4096))
-	type result struct {
-		n   int
-		err error
-	}
-	rc := make(chan result, 1)
-	go func() {
-		n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dst))
-		rc <- result{n, err}
-	}()
-	if a := h.recv(); a.Kind() != kindADV || !a.Eager() {
-		t.Fatalf("the victim answered %s eager %v, want an eager ADV", kindNames[a.Kind()], a.Eager())
-	}
-	h.write(other.Remote(), 0|immLast)
-	if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, fabric.ErrMalformed) {
-		t.Fatalf("Recv = %d, %v; want ErrMalformed", r.n, r.err)
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			c, h := victim(t, be, &Options{Threshold: 1024})
+			dst := alloc(t, c, 4096, fabric.AccessLocalWrite)
+			// Some other region of the victim that the peer can write.
+			other := alloc(t, c, 4096, fabric.AccessLocalWrite|fabric.AccessRemoteWrite)
+			h.send(frame(kindRTS, 0, 4096))
+			type result struct {
+				n   int
+				err error
+			}
+			rc := make(chan result, 1)
+			go func() {
+				n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dst))
+				rc <- result{n, err}
+			}()
+			if a := h.recv(); a.Kind() != kindADV || !a.Eager() {
+				t.Fatalf("the victim answered %s eager %v, want an eager ADV", kindNames[a.Kind()], a.Eager())
+			}
+			h.write(other.Remote(), 0|immLast)
+			if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, fabric.ErrMalformed) {
+				t.Fatalf("Recv = %d, %v; want ErrMalformed", r.n, r.err)
+			}
+		})
 	}
 }
 

@@ -471,7 +471,7 @@ func dialModelCfg(t *testing.T, f chipmodel.Family, cfg chipmodel.Config, tc Con
 		if err != nil {
 			return nil, err
 		}
-		ep := tr.eps[0]
+		ep := tr.endpoints()[0]
 		ep.owner = true
 		return ep, nil
 	})

@@ -80,7 +80,7 @@ func DialShm(ctx context.Context, path string, sc ShmConfig, tc Config) (*Endpoi
 		dev.Close()
 		return nil, err
 	}
-	ep := t.eps[0]
+	ep := t.endpoints()[0]
 	ep.owner, ep.addr = true, path
 	return ep, nil
 }
@@ -199,7 +199,7 @@ func dialMapped(ctx context.Context, addr string, a ntbAddr) (*Endpoint, error) 
 		dev.Close()
 		return nil, err
 	}
-	ep := t.eps[0]
+	ep := t.endpoints()[0]
 	ep.owner, ep.addr = true, addr
 	return ep, nil
 }

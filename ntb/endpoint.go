@@ -44,8 +44,12 @@ type Endpoint struct {
 	relOnce sync.Once
 	armedFD atomic.Int32 // the wake-up a wait set watches while armed, -1 if none
 	armedW  atomic.Pointer[fabric.Waker]
-	owner   bool   // Close closes the transport (endpoints from fabric.Open)
-	addr    string // LocalAddr and RemoteAddr: both sides name the bridge
+	owner   bool // Close closes the transport (endpoints from fabric.Open)
+	// conn marks an endpoint a listener accepted or a dialer connected:
+	// its peer endpoint lives for one session of the bridge, and so does
+	// it (Transport.reset replaces it with a fresh one).
+	conn atomic.Bool
+	addr string // LocalAddr and RemoteAddr: both sides name the bridge
 	// release, if set, lets go of a bridge shared with other endpoints
 	// (listeners and their dialers): Close calls it once.
 	release func()
@@ -104,6 +108,7 @@ func (e *Endpoint) resetLocked() {
 	e.vLost += int(e.vTail - e.vHead)
 	e.vHead, e.vTail = 0, 0
 	e.txRing, e.rxRing, e.peerWin = nil, nil, nil
+	e.txHeadW, e.rxSleep, e.txSleepP, e.rxHeadP, e.rxSleepP, e.txSleep = nil, nil, nil, nil, nil, nil
 }
 
 func (e *Endpoint) attachLocked(p peerParams, pw []byte, pn uint32) {

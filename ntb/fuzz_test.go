@@ -61,7 +61,7 @@ func FuzzRecvRing(f *testing.F) {
 		const ring = 8192
 		tr := &Transport{cfg: Config{MaxMsgSize: 2048}, kick: make(chan struct{}, 1)}
 		e := &Endpoint{t: tr, cq: cq.New(16, 0), evs: make(chan fabric.Event, 64)}
-		tr.eps = []*Endpoint{e}
+		tr.setEndpoints([]*Endpoint{e})
 		e.rxRing = aligned(ring)
 		e.rxHeadP, e.txSleep = new(atomic.Uint64), new(atomic.Uint32)
 		copy(e.rxRing, data)

@@ -76,7 +76,7 @@ func (p *handPeer) outcome(tr *Transport) (bool, error) {
 			}
 		}
 		select {
-		case ev := <-tr.eps[0].Events():
+		case ev := <-tr.endpoints()[0].Events():
 			if ev.Kind == fabric.EventError && errors.Is(ev.Err, errProtocol) {
 				return false, ev.Err
 			}
@@ -180,7 +180,7 @@ func TestHandshakeWindow(t *testing.T) {
 		var refused error
 		p.ready(false, 10*time.Second, func() bool {
 			select {
-			case ev := <-tr.eps[0].Events():
+			case ev := <-tr.endpoints()[0].Events():
 				if ev.Kind == fabric.EventError && errors.Is(ev.Err, errProtocol) {
 					refused = ev.Err
 				}
@@ -221,7 +221,7 @@ func TestPeerIncarnationEndsSession(t *testing.T) {
 	if !p.ready(false, 10*time.Second, tr.Up) {
 		t.Fatal("the transport did not come up within 10 s")
 	}
-	ep := tr.eps[0]
+	ep := tr.endpoints()[0]
 	for len(ep.Events()) > 0 {
 		<-ep.Events()
 	}

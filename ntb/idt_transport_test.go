@@ -40,7 +40,7 @@ func idtTransportPair(t testing.TB, tc Config) (a, b *Endpoint) {
 			d.Close()
 			return nil, err
 		}
-		ep := tr.eps[0]
+		ep := tr.endpoints()[0]
 		ep.owner, ep.addr = true, fmt.Sprintf("idt-port-%d", port)
 		return ep, nil
 	})

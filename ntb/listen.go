@@ -30,9 +30,19 @@ import (
 // turn; the address parameter listener=1 selects this (Listener.Addr
 // includes it), queue=N picks a queue.
 //
-// A queue serves one connection per session of the bridge: once its
-// endpoint is closed the queue is not offered again until the bridge
-// restarts.
+// A queue serves one connection per session of the bridge. An accepted
+// or dialled endpoint lives for the session it was connected in: when
+// the session ends (the dialers' side closes its bridge once its last
+// endpoint is closed, or a side dies) it stays detached for good, and the
+// next session starts every such queue with a fresh endpoint, on which
+// the listener listens again and which a dialer may take again. A queue
+// whose endpoints are closed while the session goes on is not offered
+// again in that session.
+//
+// Anything on a queue that is not a connect message (what an endpoint of
+// an earlier connection sent, a hostile peer's bytes) is counted and
+// skipped, by the listener (Stats' failed handshakes) and by a dialer
+// waiting for its answer (the endpoint's DropMalformed).
 
 const (
 	connMsgLen = 16
@@ -56,7 +66,10 @@ type sharedBridge struct {
 	err   error         // why it failed
 	mu    sync.Mutex
 	refs  int
-	used  [maxQueues]bool
+	// given is the endpoint handed out (or being connected) on each
+	// queue: the queue is free again once the transport replaced it
+	// (Transport.reset).
+	given [maxQueues]*Endpoint
 }
 
 func (b *sharedBridge) acquire() { b.mu.Lock(); b.refs++; b.mu.Unlock() }
@@ -181,7 +194,8 @@ type Listener struct {
 	b    *sharedBridge
 	addr string
 	q    *acceptq.Queue
-	io   []*connIO // per queue; nil once accepted
+	io   []*connIO   // per queue; nil once accepted
+	acc  []*Endpoint // per queue, the endpoint accepted on it
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -207,12 +221,17 @@ func (driver) Listen(ctx context.Context, addr string, o fabric.Options) (fabric
 		return nil, err
 	}
 	l := &Listener{b: &sharedBridge{path: path, t: t, refs: 1}, stop: make(chan struct{}), done: make(chan struct{})}
-	q := url.Values{"listener": {"1"}, "queues": {strconv.Itoa(len(t.eps))}}
+	eps := t.endpoints()
+	q := url.Values{"listener": {"1"}, "queues": {strconv.Itoa(len(eps))}}
 	l.addr = path + "?" + q.Encode()
 	l.q = acceptq.New("ntb", l.addr, o.BacklogSize())
-	for _, ep := range t.eps {
+	l.acc = make([]*Endpoint, len(eps))
+	for _, ep := range eps {
 		c, err := newConnIO(ep)
 		if err != nil {
+			for _, c := range l.io {
+				c.close()
+			}
 			t.Close()
 			return nil, err
 		}
@@ -231,8 +250,10 @@ func (l *Listener) run() {
 	defer cancel()
 	for {
 		came := false
-		for i, c := range l.io {
-			if c != nil && l.b.t.Up() {
+		eps := l.b.t.endpoints()
+		for i := range l.io {
+			l.rearm(i, eps[i])
+			if c := l.io[i]; c != nil && l.b.t.Up() {
 				came = l.serve(ctx, i, c) || came
 			}
 		}
@@ -245,7 +266,23 @@ func (l *Listener) run() {
 	}
 }
 
-// serve handles what arrived on queue i, which has no endpoint yet.
+// rearm listens on queue i again once a new session gave it a fresh
+// endpoint cur in place of the one accepted on it.
+func (l *Listener) rearm(i int, cur *Endpoint) {
+	if c := l.io[i]; (c != nil && c.ep == cur) || cur == l.acc[i] || cur.closed.Load() {
+		return
+	}
+	if l.io[i] != nil {
+		l.io[i].close()
+		l.io[i] = nil
+	}
+	c, err := newConnIO(cur)
+	if err != nil {
+		return // tried again at the next poll
+	}
+	l.io[i] = c
+}
+
 // serve answers a connect request on queue i, if one came, and reports
 // whether one did.
 func (l *Listener) serve(ctx context.Context, i int, c *connIO) bool {
@@ -262,13 +299,14 @@ func (l *Listener) serve(ctx context.Context, i int, c *connIO) bool {
 		c.send(ctx, connMsg(connRef, nonce))
 		return true
 	}
+	ep := c.ep
+	ep.conn.Store(true) // before the answer: the connection ends with this session
 	if err := c.send(ctx, connMsg(connAcc, nonce)); err != nil {
 		l.q.Fail()
 		return true
 	}
-	ep := c.ep
 	c.close()
-	l.io[i] = nil
+	l.io[i], l.acc[i] = nil, ep
 	l.b.acquire()
 	ep.addr, ep.release = l.b.path, l.b.release
 	l.q.Offer(ep)
@@ -346,24 +384,27 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 	// may have fewer than ours, and a queue past its count carries
 	// nothing.
 	n := b.t.Queues()
+	eps := b.t.endpoints()
+	free := func(i int) bool { return eps[i] != b.given[i] && !eps[i].closed.Load() }
 	b.mu.Lock()
 	if queue < 0 {
 		for i := 0; i < n; i++ {
-			if !b.used[i] {
+			if free(i) {
 				queue = i
 				break
 			}
 		}
 	}
-	if queue < 0 || queue >= n || b.used[queue] {
+	if queue < 0 || queue >= n || !free(queue) {
 		b.mu.Unlock()
 		b.release()
 		return nil, opErr(fmt.Errorf("no free queue %d on the bridge (%d queues): %w", queue, n, fabric.ErrRefused))
 	}
-	b.used[queue] = true
+	ep := eps[queue]
+	b.given[queue] = ep
+	ep.conn.Store(true) // the connection ends with this session
 	b.mu.Unlock()
 
-	ep := b.t.eps[queue]
 	fail := func(err error) (*Endpoint, error) {
 		ep.close()
 		b.release()
@@ -381,6 +422,9 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 		return fail(err)
 	}
 	for {
+		if err := ctx.Err(); err != nil { // a peer flooding the queue does not hold us past ctx
+			return fail(fmt.Errorf("no answer from a listener on queue %d: %w", queue, err))
+		}
 		m, err := c.poll()
 		if err != nil {
 			return fail(err)
@@ -389,7 +433,11 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 			kind, got, err := parseConnMsg(m)
 			switch {
 			case err != nil:
-				return fail(err)
+				// Not a connect message: what an endpoint of an earlier
+				// connection on this queue sent. Counted and skipped,
+				// as the listener does.
+				ep.ctr.Drop(fabric.DropMalformed, 1)
+				continue
 			case got != nonce:
 				continue // an answer to an earlier dialer of this queue
 			case kind == connRef:

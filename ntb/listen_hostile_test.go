@@ -88,7 +88,7 @@ func TestListenerHostileDialer(t *testing.T) {
 	// Queue 0 gets every malformed request, one at a time: each is
 	// counted, none is answered.
 	for i, b := range bad {
-		sendRaw(t, ctx, raw.eps[0], b)
+		sendRaw(t, ctx, raw.endpoints()[0], b)
 		waitFailed(t, l, uint64(i+1))
 	}
 	if s := l.Stats(); s.Accepted != 0 || s.Pending != 0 || s.Refused != 0 {
@@ -98,8 +98,8 @@ func TestListenerHostileDialer(t *testing.T) {
 	accept := func(q int, nonce uint64, want byte) {
 		t.Helper()
 		req := connMsg(connReq, nonce)
-		sendRaw(t, ctx, raw.eps[q], req[:])
-		a := recvRaw(t, ctx, raw.eps[q], "the answer to a connect request")
+		sendRaw(t, ctx, raw.endpoints()[q], req[:])
+		a := recvRaw(t, ctx, raw.endpoints()[q], "the answer to a connect request")
 		kind, got, err := parseConnMsg(a)
 		if err != nil || kind != want || got != nonce {
 			t.Fatalf("queue %d: answer %q (%v), want %q for nonce %d", q, a, err, want, nonce)
@@ -130,12 +130,29 @@ func TestListenerHostileDialer(t *testing.T) {
 // any free one) and returns where the result arrives.
 func dialAsync(ctx context.Context, path string, q int) <-chan error {
 	ch := make(chan error, 1)
+	go func() { ch <- (<-dialAsyncStats(ctx, path, q)).err }()
+	return ch
+}
+
+// dialResult is how a dial ended, with the malformed messages its
+// endpoint counted.
+type dialResult struct {
+	err       error
+	malformed uint64
+}
+
+// dialAsyncStats is dialAsync, with the dialled endpoint's count of
+// malformed messages.
+func dialAsyncStats(ctx context.Context, path string, q int) <-chan dialResult {
+	ch := make(chan dialResult, 1)
 	go func() {
 		ep, err := dialListener(ctx, path, path, ShmConfig{}, Config{}, q)
+		var n uint64
 		if err == nil {
+			n = ep.Stats().Drops[fabric.DropMalformed]
 			ep.Close()
 		}
-		ch <- err
+		ch <- dialResult{err, n}
 	}()
 	return ch
 }
@@ -144,39 +161,50 @@ func TestDialerHostileListener(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		answers func(nonce uint64) [][]byte
-		want    error // nil: the dial succeeds
+		want    error  // nil: the dial succeeds
+		skipped uint64 // messages the dialer counted as malformed and skipped
 	}{
-		{"Accept", func(n uint64) [][]byte { return msgs(connMsg(connAcc, n)) }, nil},
+		{"Accept", func(n uint64) [][]byte { return msgs(connMsg(connAcc, n)) }, nil, 0},
 		{"StaleThenAccept", func(n uint64) [][]byte {
 			return msgs(connMsg(connRef, n-1), connMsg(connAcc, n+1), connMsg(connAcc, n))
-		}, nil},
-		{"Refuse", func(n uint64) [][]byte { return msgs(connMsg(connRef, n)) }, fabric.ErrRefused},
-		{"RequestForAnswer", func(n uint64) [][]byte { return msgs(connMsg(connReq, n)) }, fabric.ErrMalformed},
-		{"WrongMagic", func(n uint64) [][]byte {
+		}, nil, 0},
+		{"Refuse", func(n uint64) [][]byte { return msgs(connMsg(connRef, n)) }, fabric.ErrRefused, 0},
+		{"RequestForAnswer", func(n uint64) [][]byte { return msgs(connMsg(connReq, n)) }, fabric.ErrMalformed, 0},
+		// What is not a connect message (an earlier connection's data
+		// left on the queue) is counted and skipped, as the listener
+		// does: the answer after it is taken.
+		{"WrongMagicThenAccept", func(n uint64) [][]byte {
 			m := connMsg(connAcc, n)
 			m[0] = 'X'
-			return msgs(m)
-		}, fabric.ErrMalformed},
-		{"Short", func(n uint64) [][]byte { m := connMsg(connAcc, n); return [][]byte{m[:15]} }, fabric.ErrMalformed},
+			return msgs(m, connMsg(connAcc, n))
+		}, nil, 1},
+		{"ShortThenAccept", func(n uint64) [][]byte {
+			m := connMsg(connAcc, n)
+			return [][]byte{m[:15], []byte("8 bytes!"), m[:]}
+		}, nil, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bridge")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			done := dialAsync(ctx, path, 2)
+			done := dialAsyncStats(ctx, path, 2)
 			raw := rawBridge(t, ctx, path, Config{})
-			req := recvRaw(t, ctx, raw.eps[2], "the dialer's connect request on queue 2")
+			req := recvRaw(t, ctx, raw.endpoints()[2], "the dialer's connect request on queue 2")
 			kind, nonce, err := parseConnMsg(req)
 			if err != nil || kind != connReq {
 				t.Fatalf("connect request %q: %v", req, err)
 			}
 			for _, a := range c.answers(nonce) {
-				sendRaw(t, ctx, raw.eps[2], a)
+				sendRaw(t, ctx, raw.endpoints()[2], a)
 			}
 			select {
-			case err := <-done:
+			case r := <-done:
+				err := r.err
 				if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
 					t.Fatalf("dial = %v, want %v", err, c.want)
+				}
+				if err == nil && r.malformed != c.skipped {
+					t.Fatalf("the dialled endpoint counted %d malformed messages, want %d", r.malformed, c.skipped)
 				}
 				var re *fabric.RefusedError
 				if c.want == fabric.ErrRefused && (!errors.As(err, &re) || *re != (fabric.RefusedError{Addr: "queue 2", Reason: "backlog full"})) {
@@ -229,9 +257,9 @@ func TestDialFreeQueueBeyondListener(t *testing.T) {
 	waiting, stop := context.WithCancel(ctx)
 	first := dialAsync(waiting, path, -1)
 	raw := rawBridge(t, ctx, path, Config{Queues: 2})
-	recvRaw(t, ctx, raw.eps[0], "the first dialer's request on queue 0")
+	recvRaw(t, ctx, raw.endpoints()[0], "the first dialer's request on queue 0")
 	second := dialAsync(waiting, path, -1)
-	recvRaw(t, ctx, raw.eps[1], "the second dialer's request on queue 1")
+	recvRaw(t, ctx, raw.endpoints()[1], "the second dialer's request on queue 1")
 	select {
 	case err := <-dialAsync(ctx, path, -1):
 		if !errors.Is(err, fabric.ErrRefused) {

@@ -81,7 +81,7 @@ func TestListenerIdleAllocs(t *testing.T) {
 	}
 	defer a.Close()
 	defer r.t.Close()
-	c, err := newConnIO(a.eps[0])
+	c, err := newConnIO(a.endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,13 +50,18 @@ type Transport struct {
 	peer       peerParams
 	peerWin    []byte
 	peerNonce  uint32
-	eps        []*Endpoint
-	active     int
-	mrs        [mrEntries]*fabric.Region
-	mrAddr     [mrEntries]uint64
-	heap       heap
-	dom        fabric.Domain
-	dma        dmaState
+	// epsP is the current endpoint of each queue, copied on write under
+	// epMu: a session start replaces the endpoints that were closed or
+	// handed out as connections (Endpoint.conn) by fresh ones, so that
+	// an old endpoint never reaches the rings of a later session.
+	epsP   atomic.Pointer[[]*Endpoint]
+	epMu   sync.Mutex // session changes: reset, goUp, goDown, shutdown
+	active int
+	mrs    [mrEntries]*fabric.Region
+	mrAddr [mrEntries]uint64
+	heap   heap
+	dom    fabric.Domain
+	dma    dmaState
 
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -214,9 +219,11 @@ func newTransport(dev Device, cfg Config) (*Transport, error) {
 		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.heap.init(lay.heapOff, lay.size)
 	t.dma.init(dev, cfg.DMAThreshold, cfg.DMAChannels)
-	for q := 0; q < cfg.Queues; q++ {
-		t.eps = append(t.eps, newEndpoint(t, q))
+	eps := make([]*Endpoint, cfg.Queues)
+	for q := range eps {
+		eps[q] = newEndpoint(t, q)
 	}
+	t.setEndpoints(eps)
 	t.wg.Add(1)
 	go t.manage()
 	return t, nil
@@ -248,6 +255,17 @@ func (t *Transport) waitUp(ctx context.Context) error {
 	return nil
 }
 
+// endpoints returns the current endpoint of each queue. The slice is
+// never modified: a change stores a new one.
+func (t *Transport) endpoints() []*Endpoint {
+	if p := t.epsP.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (t *Transport) setEndpoints(eps []*Endpoint) { t.epsP.Store(&eps) }
+
 // Queues returns the number of queues negotiated with the peer.
 func (t *Transport) Queues() int {
 	t.mu.Lock()
@@ -256,12 +274,14 @@ func (t *Transport) Queues() int {
 }
 
 // Endpoint returns queue q as a fabric endpoint. Endpoints share the
-// transport's regions; closing one closes only its queue.
+// transport's regions; closing one closes only its queue. A queue whose
+// endpoint was closed gets a new endpoint when the next session starts.
 func (t *Transport) Endpoint(q int) (*Endpoint, error) {
-	if q < 0 || q >= len(t.eps) {
-		return nil, fmt.Errorf("ntb: queue %d of %d: %w", q, len(t.eps), fabric.ErrInvalid)
+	eps := t.endpoints()
+	if q < 0 || q >= len(eps) {
+		return nil, fmt.Errorf("ntb: queue %d of %d: %w", q, len(eps), fabric.ErrInvalid)
 	}
-	return t.eps[q], nil
+	return eps[q], nil
 }
 
 // Up reports whether the transport is connected.
@@ -281,7 +301,7 @@ func (t *Transport) shutdown(closeDev bool) error {
 	}
 	// Mark the endpoints first, so calls that wake up below report
 	// os.ErrClosed rather than the link going down.
-	for _, ep := range t.eps {
+	for _, ep := range t.endpoints() {
 		ep.closed.Store(true)
 	}
 	// Tell the peer at once, without waiting for its link poll, and that
@@ -290,7 +310,10 @@ func (t *Transport) shutdown(closeDev bool) error {
 	close(t.stop)
 	t.dev.WakeLocal()
 	t.wg.Wait()
-	for _, ep := range t.eps {
+	t.epMu.Lock() // the manage goroutine is gone: the endpoints stay these
+	eps := t.endpoints()
+	t.epMu.Unlock()
+	for _, ep := range eps {
 		ep.close()
 	}
 	// The device may unmap the peer's window when it closes (a hardware
@@ -309,7 +332,7 @@ func (t *Transport) shutdown(closeDev bool) error {
 // dbBits are the doorbell bits of every queue.
 func (t *Transport) dbBits() uint64 {
 	var b uint64
-	for _, ep := range t.eps {
+	for _, ep := range t.endpoints() {
 		b |= ep.rxBit | ep.txBit
 	}
 	return b
@@ -462,25 +485,46 @@ negotiate:
 }
 
 // reset clears our receive rings and control page and every endpoint's
-// ring positions. The peer has quiesced, so nothing writes them.
+// ring positions. The peer has quiesced, so nothing writes them. An
+// endpoint that was closed, or handed out as a connection of a listener
+// or dialer (which lives for one session: its peer is gone with the
+// session), is left detached for good and its queue gets a fresh
+// endpoint, so that the queue serves again and the old endpoint object
+// never touches the rings of this session.
 func (t *Transport) reset() {
-	t.lockAll()
-	defer t.unlockAll()
+	t.epMu.Lock()
+	defer t.epMu.Unlock()
+	eps := t.lockAll()
+	defer unlockAll(eps)
 	clear(t.win[:t.lay.heapOff])
-	for _, ep := range t.eps {
+	var next []*Endpoint
+	for q, ep := range eps {
 		ep.resetLocked()
+		if ep.closed.Load() || ep.conn.Load() {
+			if next == nil {
+				next = append([]*Endpoint(nil), eps...)
+			}
+			next[q] = newEndpoint(t, q)
+		}
+	}
+	if next != nil {
+		t.setEndpoints(next)
 	}
 }
 
-func (t *Transport) lockAll() {
-	for _, ep := range t.eps {
+// lockAll locks every current endpoint and returns them; the caller holds
+// epMu.
+func (t *Transport) lockAll() []*Endpoint {
+	eps := t.endpoints()
+	for _, ep := range eps {
 		ep.txMu.Lock()
 		ep.rxMu.Lock()
 	}
+	return eps
 }
 
-func (t *Transport) unlockAll() {
-	for _, ep := range t.eps {
+func unlockAll(eps []*Endpoint) {
+	for _, ep := range eps {
 		ep.rxMu.Unlock()
 		ep.txMu.Unlock()
 	}
@@ -497,14 +541,16 @@ func (t *Transport) goUp(p peerParams, pw []byte, pn uint32) {
 		}
 	}
 	t.mu.Unlock()
-	t.lockAll()
-	for q, ep := range t.eps {
+	t.epMu.Lock()
+	eps := t.lockAll()
+	for q, ep := range eps {
 		if q < t.active {
 			ep.attachLocked(p, pw, pn)
 		}
 	}
 	t.up.Store(true)
-	t.unlockAll()
+	unlockAll(eps)
+	t.epMu.Unlock()
 	t.broadcast(fabric.Event{Kind: fabric.EventLinkUp, Time: time.Now()})
 }
 
@@ -519,12 +565,14 @@ func (t *Transport) goDown() {
 	if closed {
 		why = fabric.ErrPeerClosed
 	}
-	t.lockAll()
+	t.epMu.Lock()
+	eps := t.lockAll()
 	t.up.Store(false)
-	for _, ep := range t.eps {
+	for _, ep := range eps {
 		ep.detachLocked()
 	}
-	t.unlockAll()
+	unlockAll(eps)
+	t.epMu.Unlock()
 	t.dev.WakeLocal()
 	ev := fabric.Event{Kind: fabric.EventLinkDown, Time: time.Now(), Err: why}
 	t.broadcast(ev)
@@ -649,7 +697,7 @@ func (t *Transport) fault(err error) {
 }
 
 func (t *Transport) broadcast(ev fabric.Event) {
-	for _, ep := range t.eps {
+	for _, ep := range t.endpoints() {
 		ep.emit(ev)
 	}
 }

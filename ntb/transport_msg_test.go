@@ -130,7 +130,7 @@ func (br *msgBridge) dial(ctx context.Context, tc Config) (*Endpoint, error) {
 		tr.Close()
 		return nil, fmt.Errorf("the transport runs over %T, not message registers", tr.ctl)
 	}
-	ep := tr.eps[0]
+	ep := tr.endpoints()[0]
 	ep.owner, ep.addr = true, br.path
 	return ep, nil
 }
@@ -398,7 +398,7 @@ func (p *handMsg) refused(what string) error {
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case ev := <-p.tr.eps[0].Events():
+		case ev := <-p.tr.endpoints()[0].Events():
 			if ev.Kind == fabric.EventError && errors.Is(ev.Err, errProtocol) {
 				return ev.Err
 			}

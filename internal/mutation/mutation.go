@@ -1755,6 +1755,30 @@ var List = []Mutation{
 		Pkg:  "./ethernet/", Run: "^TestFilterProgram$",
 		Why: "the XDP program's destination address match compares 32 bits, so an address whose loaded word has its top bit set matches (found by review, issue 26)",
 	},
+	{
+		Name: "ntb-dial-nonconnect-fails",
+		File: "ntb/listen.go",
+		Old:  "\t\t\t\tep.ctr.Drop(fabric.DropMalformed, 1)\n\t\t\t\tcontinue\n",
+		New:  "\t\t\t\treturn fail(err)\n",
+		Pkg:  "./ntb/", Run: "^TestDialerHostileListener$",
+		Why: "a dialer waiting for its answer counts and skips what is not a connect message (an earlier connection's data), as the listener does, rather than failing with ErrMalformed under connection churn",
+	},
+	{
+		Name: "ntb-session-keeps-conn-endpoint",
+		File: "ntb/transport.go",
+		Old:  "\t\tif ep.closed.Load() || ep.conn.Load() {\n",
+		New:  "\t\tif ep.closed.Load() {\n",
+		Pkg:  "./ntb/", Run: "^TestListenerConnEndsWithSession$",
+		Why: "a listener's accepted endpoint lives for one session of the bridge: the next session gives its queue a fresh endpoint, even while the old one is open",
+	},
+	{
+		Name: "ntb-listener-no-rearm",
+		File: "ntb/listen.go",
+		Old:  "\t\t\tl.rearm(i, eps[i])\n",
+		New:  "\t\t\t_ = eps[i]\n",
+		Pkg:  "./ntb/", Run: "^TestListenerQueueReuseNewSession$",
+		Why: "a listener listens again on a queue the new session gave a fresh endpoint: a queue serves once per session, not once per listener",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -54,8 +54,14 @@ type Endpoint struct {
 	// (listeners and their dialers): Close calls it once.
 	release func()
 
+	// gen is the incarnation of the queue this endpoint serves in the
+	// session: 0 from the session's start, one more each time the queue
+	// is reclaimed (Transport.reclaim).
+	gen uint32
+
 	txMu       sync.Mutex
 	txUp       bool
+	txWait     bool // attached, but the peer has not reset its side of the queue for gen yet
 	txRing     []byte
 	txTail     uint64 // absolute position of the next record
 	txHead     uint64 // cached consumer position
@@ -103,7 +109,8 @@ func newEndpoint(t *Transport, q int) *Endpoint {
 func (e *Endpoint) ctrl(off int) int { return ctrlOff + e.q*ctrlStride + off }
 
 func (e *Endpoint) resetLocked() {
-	e.txUp, e.rxUp, e.rxValid = false, false, false
+	e.txUp, e.rxUp, e.rxValid, e.txWait = false, false, false, false
+	e.gen = 0
 	e.txTail, e.txHead, e.rxHead, e.rxRel = 0, 0, 0, 0
 	e.vLost += int(e.vTail - e.vHead)
 	e.vHead, e.vTail = 0, 0
@@ -129,7 +136,34 @@ func (e *Endpoint) attachLocked(p peerParams, pw []byte, pn uint32) {
 }
 
 func (e *Endpoint) detachLocked() {
-	e.txUp, e.rxUp = false, false
+	e.txUp, e.rxUp, e.txWait = false, false, false
+}
+
+// txReadyLocked brings up the send side of an endpoint a reclaim made,
+// once the peer has reset its side of the queue for this incarnation.
+func (e *Endpoint) txReadyLocked() bool {
+	if !e.txWait || !e.rxUp || int32(shm.U32(e.t.win, e.ctrl(ctrlRdy)).Load()-e.gen) < 0 {
+		return false
+	}
+	e.txWait, e.txUp = false, true
+	return true
+}
+
+// peerFin reports whether the peer closed its endpoint of this
+// incarnation of the queue (Transport.reclaim).
+func (e *Endpoint) peerFin() bool {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	return e.rxUp && int32(shm.U32(e.t.win, e.ctrl(ctrlFin)).Load()-(e.gen+1)) >= 0
+}
+
+// txDown is what Send and RMA say while the send side is not up: nothing
+// sent while it waits for the peer's reset (txWait), else why it is down.
+func (e *Endpoint) txDown(op string) error {
+	if e.txWait {
+		return nil
+	}
+	return e.downErr(op)
 }
 
 func (e *Endpoint) emit(ev fabric.Event) {
@@ -240,8 +274,8 @@ func (e *Endpoint) Send(msgs []fabric.Message) (int, error) {
 	}
 	e.txMu.Lock()
 	defer e.txMu.Unlock()
-	if !e.txUp {
-		return 0, e.downErr("send")
+	if !e.txUp && !e.txReadyLocked() {
+		return 0, e.txDown("send")
 	}
 	first := -1
 	var bytes uint64
@@ -742,8 +776,8 @@ func (e *Endpoint) rma(msgs []fabric.Message, write bool) (int, error) {
 	}
 	e.txMu.Lock()
 	defer e.txMu.Unlock()
-	if !e.txUp {
-		return 0, e.downErr(op)
+	if !e.txUp && !e.txReadyLocked() {
+		return 0, e.txDown(op)
 	}
 	pw := e.peerWin
 	first := -1
@@ -873,6 +907,17 @@ func (e *Endpoint) Close() error {
 func (e *Endpoint) close() {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		// Tell the peer that this incarnation of the queue is closed
+		// (Transport.reclaim) and stop writing the peer's window: under
+		// both locks, rxUp means attached in the session that is up.
+		e.txMu.Lock()
+		e.rxMu.Lock()
+		if e.rxUp && !e.t.closed.Load() {
+			shm.U32(e.peerWin, e.ctrl(ctrlFin)).Store(e.gen + 1)
+		}
+		e.detachLocked()
+		e.rxMu.Unlock()
+		e.txMu.Unlock()
 		// A wait set watching the bridge's wake-up loses it when the
 		// device closes the descriptor: wake the set directly.
 		if w := e.armedW.Load(); w != nil {

@@ -35,9 +35,14 @@ import (
 // the session ends (the dialers' side closes its bridge once its last
 // endpoint is closed, or a side dies) it stays detached for good, and the
 // next session starts every such queue with a fresh endpoint, on which
-// the listener listens again and which a dialer may take again. A queue
-// whose endpoints are closed while the session goes on is not offered
-// again in that session.
+// the listener listens again and which a dialer may take again. Within a
+// session, a queue serves again once both its endpoints (the accepted one
+// and the dialled one) are closed: each side's Close tells the other
+// (ctrlFin in the control page), and each side clears its receive ring of
+// the queue and says so (ctrlRdy) before the queue's next endpoint sends
+// (Transport.reclaim, which the listener runs at each poll and a dialer
+// before it picks a queue). A dialer takes the lowest free queue; one
+// whose accepted endpoint is still open is not free.
 //
 // Anything on a queue that is not a connect message (what an endpoint of
 // an earlier connection sent, a hostile peer's bytes) is counted and
@@ -250,8 +255,17 @@ func (l *Listener) run() {
 	defer cancel()
 	for {
 		came := false
+		l.b.t.reclaim()
 		eps := l.b.t.endpoints()
 		for i := range l.io {
+			if c := l.io[i]; c != nil && c.ep.peerFin() {
+				// The peer closed its end of this queue before it
+				// connected (a dial that gave up): close ours, so
+				// that reclaim gives the queue a fresh endpoint.
+				c.close()
+				c.ep.close()
+				l.io[i] = nil
+			}
 			l.rearm(i, eps[i])
 			if c := l.io[i]; c != nil && l.b.t.Up() {
 				came = l.serve(ctx, i, c) || came
@@ -384,6 +398,7 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 	// may have fewer than ours, and a queue past its count carries
 	// nothing.
 	n := b.t.Queues()
+	b.t.reclaim()
 	eps := b.t.endpoints()
 	free := func(i int) bool { return eps[i] != b.given[i] && !eps[i].closed.Load() }
 	b.mu.Lock()

@@ -65,6 +65,37 @@ func TestListenerQueueReuseNewSession(t *testing.T) {
 	}
 }
 
+// TestListenerQueueReuseSameSession: with one connection kept open (it
+// keeps the dialers' side of the bridge open, so the session goes on),
+// 20 dial/accept/close cycles on an 8-queue bridge must each find a queue
+// (the ninth used to be refused: "no free queue").
+func TestListenerQueueReuseSameSession(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := driver{}.Listen(ctx, path, fabric.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	kd, ka := connectPair(t, ctx, l, -1)
+	defer kd.Close()
+	defer ka.Close()
+	for i := range 20 {
+		d, a := connectPair(t, ctx, l, i)
+		if d.q != 1 {
+			t.Fatalf("round %d: dialled queue %d; want queue 1, reclaimed after each round", i, d.q)
+		}
+		d.Close()
+		a.Close()
+	}
+	// The kept connection still works.
+	sendRaw(t, ctx, kd, []byte("still there"))
+	if got := recvRaw(t, ctx, ka, "the kept connection's message"); string(got) != "still there" {
+		t.Fatalf("the kept connection got %q", got)
+	}
+}
+
 // TestListenerConnEndsWithSession: an accepted endpoint left open when
 // the dialers' side closes the bridge lives no longer than its session:
 // the next dialer gets its queue, served by a fresh endpoint, and the old
@@ -99,4 +130,143 @@ func TestListenerConnEndsWithSession(t *testing.T) {
 	if n, err := old.Recv([]fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(r)}}}); n != 0 || err == nil {
 		t.Fatalf("receiving on the endpoint of the ended session: %d, %v, want an error", n, err)
 	}
+}
+
+// bridgePair opens both sides of a bridge at path as a listener and a
+// dialer do, and waits until both are up.
+func bridgePair(t *testing.T, ctx context.Context, path string) (a, b *Transport) {
+	t.Helper()
+	type res struct {
+		t   *Transport
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		tr, err := openBridge(ctx, path, ShmConfig{}, Config{}, true)
+		ch <- res{tr, err}
+	}()
+	a, err := openBridge(ctx, path, ShmConfig{}, Config{}, true)
+	r := <-ch
+	if err != nil || r.err != nil {
+		if a != nil {
+			a.Close()
+		}
+		if r.t != nil {
+			r.t.Close()
+		}
+		t.Fatalf("openBridge: %v / %v", err, r.err)
+	}
+	t.Cleanup(func() { a.Close(); r.t.Close() })
+	return a, r.t
+}
+
+// TestQueueReclaim: a queue whose endpoints are closed on both sides gets
+// a fresh endpoint on each side within the session (Transport.reclaim):
+// not before the peer's endpoint is closed too, with nothing of the old
+// connection left in its ring, and sending only once the peer has reset
+// its side.
+func TestQueueReclaim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, b := bridgePair(t, ctx, filepath.Join(t.TempDir(), "bridge"))
+	ea, eb := a.endpoints()[0], b.endpoints()[0]
+	// Records left unread on both sides when the queue closes.
+	sendRaw(t, ctx, ea, []byte("old a->b 1"))
+	sendRaw(t, ctx, ea, []byte("old a->b 2"))
+	sendRaw(t, ctx, eb, []byte("old b->a"))
+	ea.Close()
+	a.reclaim()
+	if a.endpoints()[0] != ea {
+		t.Fatal("queue 0 was reclaimed while the peer's endpoint is open")
+	}
+	eb.Close()
+	b.reclaim()
+	nb := b.endpoints()[0]
+	if nb == eb || nb.gen != 1 {
+		t.Fatalf("queue 0 of the side that closed last: endpoint replaced %v, incarnation %d; want a fresh endpoint of incarnation 1", nb != eb, nb.gen)
+	}
+	r, err := nb.Register(make([]byte, 64), fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	msg := []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(r)}}}
+	if n, err := nb.Recv(msg); n != 0 || err != nil {
+		t.Fatalf("the fresh endpoint received %d messages (%q), %v: want nothing of the old connection", n, r.Bytes()[:msg[0].Len], err)
+	}
+	// a has not reset its receive ring yet: nb must not send into it.
+	if n, err := nb.Send(msg); n != 0 || err != nil {
+		t.Fatalf("sending before the peer reset its side of the queue: %d, %v; want 0, nil", n, err)
+	}
+	a.reclaim()
+	na := a.endpoints()[0]
+	if na == ea || na.gen != 1 {
+		t.Fatalf("queue 0 of the other side: endpoint replaced %v, incarnation %d; want a fresh endpoint of incarnation 1", na != ea, na.gen)
+	}
+	if n, err := na.Recv(msg); n != 0 || err != nil {
+		t.Fatalf("the other fresh endpoint received %d messages, %v: want nothing of the old connection", n, err)
+	}
+	for i := range 3 { // both ways, and the old objects stay closed
+		sendRaw(t, ctx, nb, []byte(fmt.Sprint("new b->a ", i)))
+		if got := string(recvRaw(t, ctx, na, "b's new message")); got != fmt.Sprint("new b->a ", i) {
+			t.Fatalf("a got %q", got)
+		}
+		sendRaw(t, ctx, na, []byte(fmt.Sprint("new a->b ", i)))
+		if got := string(recvRaw(t, ctx, nb, "a's new message")); got != fmt.Sprint("new a->b ", i) {
+			t.Fatalf("b got %q", got)
+		}
+	}
+	if _, err := ea.Send(msg); !errors.Is(err, fabric.ErrClosed) {
+		t.Fatalf("the old endpoint sends: %v, want ErrClosed", err)
+	}
+	// The second incarnation ends and the queue serves a third.
+	na.Close()
+	nb.Close()
+	a.reclaim()
+	b.reclaim()
+	if a.endpoints()[0].gen != 2 || b.endpoints()[0].gen != 2 {
+		t.Fatalf("incarnations %d and %d after the second close, want 2", a.endpoints()[0].gen, b.endpoints()[0].gen)
+	}
+	sendRaw(t, ctx, a.endpoints()[0], []byte("third"))
+	if got := string(recvRaw(t, ctx, b.endpoints()[0], "the third incarnation's message")); got != "third" {
+		t.Fatalf("b got %q", got)
+	}
+}
+
+// TestListenerQueueAbandoned: a dialer that closes its end of a queue
+// without connecting (a dial that gave up) does not leave the queue
+// unusable for the session: the listener closes its listening endpoint
+// of that queue too, both sides reclaim it, and a connect request on the
+// fresh queue is answered.
+func TestListenerQueueAbandoned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := driver{}.Listen(ctx, path, fabric.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	raw := rawBridge(t, ctx, path, Config{})
+	old := raw.endpoints()[0]
+	old.Close()
+	for raw.endpoints()[0] == old {
+		if ctx.Err() != nil {
+			t.Fatal("queue 0 was not reclaimed within 20 s after the dialer's side closed it")
+		}
+		raw.reclaim() // done once the listener closed its end
+		time.Sleep(time.Millisecond)
+	}
+	ep := raw.endpoints()[0]
+	req := connMsg(connReq, 77)
+	sendRaw(t, ctx, ep, req[:])
+	a := recvRaw(t, ctx, ep, "the answer on the reclaimed queue")
+	if kind, nonce, err := parseConnMsg(a); err != nil || kind != connAcc || nonce != 77 {
+		t.Fatalf("answer %q (%v), want an accept of nonce 77", a, err)
+	}
+	acc, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/shm"
 )
 
 // Transport is the NTB transport, in the spirit of Linux ntb_transport: it
@@ -25,11 +26,18 @@ import (
 // Window 0 of each side holds, at fixed offsets:
 //
 //	[0, 4096)        control: per queue, the peer's consumer index of our
-//	                 send ring and the peer's sleep flags
+//	                 send ring, the peer's sleep flags and the peer's
+//	                 close and reset counts of the queue (ctrlFin,
+//	                 ctrlRdy: see reclaim)
 //	[4096, 12288)    the peer's region table: keys, bounds and rights of
 //	                 the peer's RMA regions, which we check before RMA
 //	[16384, ...)     receive rings, RingSize bytes per queue
 //	[heap, size)     RMA heap: memory handed out by Alloc
+//
+// ctrlFin and ctrlRdy were added without a protocol version change: a
+// peer of an earlier version never writes them (they stay 0 from the
+// session's reset, so its queues are not reused within a session, as
+// before) and never reads the bytes we write there.
 //
 // Either side may start first; each waits for the other. When the link
 // drops or the peer restarts, the transport goes down (Send fails with
@@ -119,6 +127,8 @@ const (
 	ctrlTxHead   = 0   // u64: peer's consumer position in our send ring
 	ctrlRxSleep  = 64  // u32: peer's receiver sleeps on our send ring
 	ctrlTxSleep  = 128 // u32: peer's sender waits for room in our receive ring
+	ctrlFin      = 192 // u32: the peer closed its endpoints of this queue up to incarnation ctrlFin-1 (reclaim)
+	ctrlRdy      = 196 // u32: the peer reset its side of this queue for incarnation ctrlRdy (reclaim)
 	mrOff        = 4096
 	mrEntries    = 256
 	mrEntrySize  = 32
@@ -506,6 +516,57 @@ func (t *Transport) reset() {
 			}
 			next[q] = newEndpoint(t, q)
 		}
+	}
+	if next != nil {
+		t.setEndpoints(next)
+	}
+}
+
+// reclaim gives a fresh endpoint, within the session, to each queue
+// whose endpoint is closed on both sides: incarnation g of queue q ends
+// when our endpoint of it is closed and the peer's is too (the peer's
+// ctrlFin word in our window reached g+1; Endpoint.close writes ours into
+// the peer's). Nothing of the peer's endpoint g then writes our receive
+// ring q or our consumer word of q, so we clear them and publish ctrlRdy
+// g+1 into the peer's window. The new endpoint receives at once (the
+// peer writes its ring only once it sees our ctrlRdy) and sends once the
+// peer's ctrlRdy reached g+1, that is once the peer cleared its side
+// (Endpoint.txReadyLocked). The old endpoint object is detached for good
+// before the ring is cleared, so old and new never share the ring.
+// Listeners and dialers call it before they look for a queue.
+func (t *Transport) reclaim() {
+	t.epMu.Lock()
+	defer t.epMu.Unlock()
+	if !t.up.Load() || t.closed.Load() {
+		return
+	}
+	t.mu.Lock()
+	p, pw, pn, active := t.peer, t.peerWin, t.peerNonce, t.active
+	t.mu.Unlock()
+	eps := t.endpoints()
+	var next []*Endpoint
+	for q, ep := range eps[:min(active, len(eps))] {
+		if !ep.closed.Load() || int32(shm.U32(t.win, ep.ctrl(ctrlFin)).Load()-(ep.gen+1)) < 0 {
+			continue
+		}
+		gen := ep.gen
+		ep.txMu.Lock()
+		ep.rxMu.Lock()
+		ep.resetLocked()
+		ep.rxMu.Unlock()
+		ep.txMu.Unlock()
+		clear(t.win[ringsOff+q*t.lay.ring : ringsOff+(q+1)*t.lay.ring])
+		shm.U64(t.win, ep.ctrl(ctrlTxHead)).Store(0)
+		n := newEndpoint(t, q)
+		n.gen = gen + 1
+		n.attachLocked(p, pw, pn) // nobody else knows n yet
+		n.txUp, n.txWait = false, true
+		if next == nil {
+			next = append([]*Endpoint(nil), eps...)
+		}
+		next[q] = n
+		shm.U32(pw, n.ctrl(ctrlRdy)).Store(n.gen)
+		t.dev.PeerDBSet(n.txBit) // the peer's sender may wait for it
 	}
 	if next != nil {
 		t.setEndpoints(next)

@@ -1779,6 +1779,46 @@ var List = []Mutation{
 		Pkg:  "./ntb/", Run: "^TestListenerQueueReuseNewSession$",
 		Why: "a listener listens again on a queue the new session gave a fresh endpoint: a queue serves once per session, not once per listener",
 	},
+	{
+		Name: "ntb-close-no-fin",
+		File: "ntb/endpoint.go",
+		Old:  "\t\t\tshm.U32(e.peerWin, e.ctrl(ctrlFin)).Store(e.gen + 1)\n",
+		New:  "",
+		Pkg:  "./ntb/", Run: "^TestListenerQueueReuseSameSession$",
+		Why: "closing an endpoint tells the peer (ctrlFin) so that the queue serves again within the session: with one connection kept open, the ninth sequential dial was refused (no free queue)",
+	},
+	{
+		Name: "ntb-reclaim-ignores-peer-fin",
+		File: "ntb/transport.go",
+		Old:  "\t\tif !ep.closed.Load() || int32(shm.U32(t.win, ep.ctrl(ctrlFin)).Load()-(ep.gen+1)) < 0 {\n",
+		New:  "\t\tif !ep.closed.Load() {\n",
+		Pkg:  "./ntb/", Run: "^TestQueueReclaim$",
+		Why: "a queue is reclaimed only once the peer's endpoint of it is closed too: the peer may still write the ring",
+	},
+	{
+		Name: "ntb-reclaim-no-clear",
+		File: "ntb/transport.go",
+		Old:  "\t\tclear(t.win[ringsOff+q*t.lay.ring : ringsOff+(q+1)*t.lay.ring])\n",
+		New:  "",
+		Pkg:  "./ntb/", Run: "^TestQueueReclaim$",
+		Why: "a reclaimed queue's ring is cleared: the new endpoint receives nothing of the old connection",
+	},
+	{
+		Name: "ntb-reclaim-send-before-peer-ready",
+		File: "ntb/endpoint.go",
+		Old:  "\tif !e.txWait || !e.rxUp || int32(shm.U32(e.t.win, e.ctrl(ctrlRdy)).Load()-e.gen) < 0 {\n",
+		New:  "\tif !e.txWait || !e.rxUp {\n",
+		Pkg:  "./ntb/", Run: "^TestQueueReclaim$",
+		Why: "a reclaimed queue's new endpoint sends only once the peer has reset its side of the queue (ctrlRdy): before, the peer may still clear the ring",
+	},
+	{
+		Name: "ntb-listener-keeps-abandoned",
+		File: "ntb/listen.go",
+		Old:  "\t\t\tif c := l.io[i]; c != nil && c.ep.peerFin() {\n",
+		New:  "\t\t\tif c := l.io[i]; false && c != nil && c.ep.peerFin() {\n",
+		Pkg:  "./ntb/", Run: "^TestListenerQueueAbandoned$",
+		Why: "a listener closes its listening endpoint of a queue the dialer's side closed without connecting (a dial that gave up), so that the queue serves again within the session",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -892,7 +892,11 @@ func (e *Endpoint) RemoteAddr() string { return e.addr }
 
 // Close implements fabric.Endpoint. It closes the queue; the transport
 // stays up for its other queues (Transport.Close ends it), except for an
-// endpoint from fabric.Open, which owns its transport and closes it.
+// endpoint from fabric.Open, which owns its transport and closes it. The
+// peer's side learns that this end of the queue is closed (ctrlFin), so
+// that a listener's queue serves again once both ends are closed; the
+// peer's endpoint itself is not told (a protocol above, such as
+// fabric/sock's, says when a connection ends).
 func (e *Endpoint) Close() error {
 	if e.owner {
 		return e.t.Close()

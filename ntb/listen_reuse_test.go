@@ -86,8 +86,29 @@ func TestListenerQueueReuseSameSession(t *testing.T) {
 		if d.q != 1 {
 			t.Fatalf("round %d: dialled queue %d; want queue 1, reclaimed after each round", i, d.q)
 		}
-		d.Close()
-		a.Close()
+		if i%2 == 0 { // either end may close first
+			d.Close()
+			a.Close()
+		} else {
+			a.Close()
+			d.Close()
+		}
+	}
+	// A queue whose accepted end is still open is not taken: the next
+	// dial gets queue 2, and queue 1 serves again once its end closes.
+	d, a := connectPair(t, ctx, l, 20)
+	d.Close()
+	d2, a2 := connectPair(t, ctx, l, 21)
+	if d2.q != 2 {
+		t.Fatalf("dialled queue %d while queue 1's accepted end is open, want queue 2", d2.q)
+	}
+	a.Close()
+	d3, a3 := connectPair(t, ctx, l, 22)
+	if d3.q != 1 {
+		t.Fatalf("dialled queue %d after queue 1's ends both closed, want queue 1", d3.q)
+	}
+	for _, e := range []*Endpoint{d2, a2, d3, a3} {
+		e.Close()
 	}
 	// The kept connection still works.
 	sendRaw(t, ctx, kd, []byte("still there"))

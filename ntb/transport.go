@@ -285,7 +285,9 @@ func (t *Transport) Queues() int {
 
 // Endpoint returns queue q as a fabric endpoint. Endpoints share the
 // transport's regions; closing one closes only its queue. A queue whose
-// endpoint was closed gets a new endpoint when the next session starts.
+// endpoint was closed gets a new endpoint when the next session starts
+// (or, for the queues of a listener and its dialers, within the session
+// once the peer's endpoint of the queue is closed too: see reclaim).
 func (t *Transport) Endpoint(q int) (*Endpoint, error) {
 	eps := t.endpoints()
 	if q < 0 || q >= len(eps) {

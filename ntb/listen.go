@@ -69,8 +69,14 @@ type sharedBridge struct {
 	t     *Transport
 	ready chan struct{} // dialers: closed once t is open, or failed to
 	err   error         // why it failed
-	mu    sync.Mutex
-	refs  int
+	// closing (under the dialers lock) marks a dialers' bridge whose
+	// last user let go: it stays in dialers.m until its transport is
+	// closed (gone), so that a new dialer waits for that rather than
+	// opening the side of the bridge still held.
+	closing bool
+	gone    chan struct{}
+	mu      sync.Mutex
+	refs    int
 	// given is the endpoint handed out (or being connected) on each
 	// queue: the queue is free again once the transport replaced it
 	// (Transport.reset).
@@ -86,14 +92,29 @@ func (b *sharedBridge) release() {
 	b.refs--
 	last := b.refs == 0
 	b.mu.Unlock()
-	if last && dialers.m[b.path] == b {
-		delete(dialers.m, b.path)
+	mine := last && dialers.m[b.path] == b
+	if mine {
+		b.closing = true
 	}
 	dialers.Unlock()
+	if mine && testHooks.closing != nil {
+		testHooks.closing()
+	}
 	if last && b.t != nil {
 		b.t.Close()
 	}
+	if mine {
+		dialers.Lock()
+		delete(dialers.m, b.path)
+		dialers.Unlock()
+		close(b.gone)
+	}
 }
+
+// testHooks let tests stop a dialers' bridge in the middle of closing
+// (closing runs after its last user let go, before its transport is
+// closed) and see a dialer wait for it (waiting). Nil outside tests.
+var testHooks struct{ closing, waiting func() }
 
 // dialers are the bridges this process dials listeners over, by path.
 var dialers struct {
@@ -366,10 +387,26 @@ func dialListener(ctx context.Context, addr, path string, sc ShmConfig, tc Confi
 		dialers.m = map[string]*sharedBridge{}
 	}
 	b := dialers.m[path]
+	for b != nil && b.closing {
+		// The last endpoint over this bridge was just closed: wait
+		// until its transport has let go of our side of the bridge.
+		gone := b.gone
+		dialers.Unlock()
+		if testHooks.waiting != nil {
+			testHooks.waiting()
+		}
+		select {
+		case <-gone:
+		case <-ctx.Done():
+			return nil, opErr(ctx.Err())
+		}
+		dialers.Lock()
+		b = dialers.m[path]
+	}
 	if b == nil {
 		// The first dialer opens the bridge, outside the lock: a peer
 		// that never comes holds up only the dialers of its bridge.
-		b = &sharedBridge{path: path, ready: make(chan struct{})}
+		b = &sharedBridge{path: path, ready: make(chan struct{}), gone: make(chan struct{})}
 		dialers.m[path] = b
 		b.refs++
 		dialers.Unlock()

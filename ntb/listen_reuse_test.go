@@ -291,3 +291,61 @@ func TestListenerQueueAbandoned(t *testing.T) {
 	}
 	acc.Close()
 }
+
+// TestListenerDialWhileClosing: a dial that comes while the last
+// dialled endpoint of the process is closing (net/http closes a
+// connection while it dials the next) waits until that endpoint's side
+// of the bridge is let go, then opens it again. It used to take the
+// closing transport (and lose its endpoint when the close went on) or
+// fail with ErrBusy (both sides of the bridge in use).
+func TestListenerDialWhileClosing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := driver{}.Listen(ctx, path, fabric.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d, a := connectPair(t, ctx, l, 0)
+	a.Close()
+	type res struct {
+		ep  fabric.Endpoint
+		err error
+	}
+	dialled := make(chan res, 1)
+	waiting := make(chan struct{}, 1)
+	testHooks.waiting = func() { waiting <- struct{}{} }
+	testHooks.closing = func() {
+		// The bridge is closing: dial now, and go on closing once the
+		// dial waits for it (or, broken, has ended).
+		go func() {
+			ep, err := fabric.Open(ctx, "ntb", l.Addr(), nil)
+			dialled <- res{ep, err}
+		}()
+		select {
+		case <-waiting:
+		case r := <-dialled:
+			dialled <- r
+		case <-ctx.Done():
+		}
+	}
+	defer func() { testHooks.closing, testHooks.waiting = nil, nil }()
+	d.Close()
+	testHooks.closing, testHooks.waiting = nil, nil
+	r := <-dialled
+	if r.err != nil {
+		t.Fatalf("a dial while the bridge was closing: %v", r.err)
+	}
+	d2 := r.ep.(*Endpoint)
+	defer d2.Close()
+	a2, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	sendRaw(t, ctx, d2, []byte("after the close"))
+	if got := recvRaw(t, ctx, a2.(*Endpoint), "the new dialer's message"); string(got) != "after the close" {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -1819,6 +1819,14 @@ var List = []Mutation{
 		Pkg:  "./ntb/", Run: "^TestListenerQueueAbandoned$",
 		Why: "a listener closes its listening endpoint of a queue the dialer's side closed without connecting (a dial that gave up), so that the queue serves again within the session",
 	},
+	{
+		Name: "ntb-dial-takes-closing-bridge",
+		File: "ntb/listen.go",
+		Old:  "\t\tb.closing = true\n",
+		New:  "\t\t_ = 0\n",
+		Pkg:  "./ntb/", Run: "^TestListenerDialWhileClosing$",
+		Why: "a dial while the process's last dialled endpoint is closing waits for its transport to let go of the bridge, rather than taking the closing transport or failing with ErrBusy (net/http over fabric/sock, connections closing)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -274,6 +274,15 @@ func (l *Listener) run() {
 	defer tick.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Close ends an answer the peer holds up (its ring full, or a
+	// reclaimed queue it never says it reset: ctrlRdy).
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		came := false
 		l.b.t.reclaim()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/internal/shm"
 )
 
 // connectPair dials the listener l and accepts the endpoint, then checks
@@ -347,5 +348,50 @@ func TestListenerDialWhileClosing(t *testing.T) {
 	sendRaw(t, ctx, d2, []byte("after the close"))
 	if got := recvRaw(t, ctx, a2.(*Endpoint), "the new dialer's message"); string(got) != "after the close" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestListenerCloseWhileAnswerBlocked: a peer that connects on a
+// reclaimed queue without saying it reset its side (ctrlRdy) holds the
+// listener's answer up; Listener.Close still returns.
+func TestListenerCloseWhileAnswerBlocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := driver{}.Listen(ctx, path, fabric.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not a deferred Close: it would wait for a Close that hangs.
+	defer func() { go l.Close() }()
+	raw := rawBridge(t, ctx, path, Config{})
+	old := raw.endpoints()[0]
+	old.Close()
+	for raw.endpoints()[0] == old { // the listener closes its end, then both reclaim
+		if ctx.Err() != nil {
+			t.Fatal("queue 0 was not reclaimed within 20 s")
+		}
+		raw.reclaim()
+		time.Sleep(time.Millisecond)
+	}
+	ep := raw.endpoints()[0]
+	// Take back the reset the listener's side waits for.
+	raw.mu.Lock()
+	shm.U32(raw.peerWin, ep.ctrl(ctrlRdy)).Store(0)
+	raw.mu.Unlock()
+	req := connMsg(connReq, 5)
+	sendRaw(t, ctx, ep, req[:])
+	for l.Stats().Pending != 1 { // the listener took the request; its answer waits
+		if ctx.Err() != nil {
+			t.Fatal("the listener did not take the request within 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Listener.Close did not return within 20 s while an answer was held up")
 	}
 }

@@ -1827,6 +1827,14 @@ var List = []Mutation{
 		Pkg:  "./ntb/", Run: "^TestListenerDialWhileClosing$",
 		Why: "a dial while the process's last dialled endpoint is closing waits for its transport to let go of the bridge, rather than taking the closing transport or failing with ErrBusy (net/http over fabric/sock, connections closing)",
 	},
+	{
+		Name: "ntb-listener-close-blocked-answer",
+		File: "ntb/listen.go",
+		Old:  "\t\tcase <-l.stop:\n\t\t\tcancel()\n",
+		New:  "\t\tcase <-l.stop:\n",
+		Pkg:  "./ntb/", Run: "^TestListenerCloseWhileAnswerBlocked$",
+		Why: "Listener.Close returns while a peer holds the listener's answer up (a reclaimed queue whose reset the peer never announces, or a full ring)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -433,6 +433,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 	n := 0
 	for {
 		c.mu.Lock()
+		if n == len(p) && n > 0 {
+			// Every byte went out before a close was seen: the Write
+			// succeeded, as a TCP write before the peer's FIN or RST
+			// does. net/http takes an error here for a failed request.
+			c.mu.Unlock()
+			return n, nil
+		}
 		var err error
 		switch {
 		case c.closed:

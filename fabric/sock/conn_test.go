@@ -2,6 +2,7 @@ package sock
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -9,8 +10,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/fabric"
 
 	"github.com/weft-io/weft/internal/testenv"
 )
@@ -315,4 +319,72 @@ func TestDeadlineMoved(t *testing.T) {
 			})
 		}
 	})
+}
+
+// gatedData is an endpoint whose sends of DATA frames wait for gate once
+// armed is set: a test holds a Write's frame while the peer closes.
+type gatedData struct {
+	fabric.Endpoint
+	armed   atomic.Bool
+	holding chan struct{} // a DATA frame waits at the gate
+	gate    chan struct{}
+}
+
+func (g *gatedData) hold(msgs []fabric.Message) {
+	if !g.armed.Load() || len(msgs) == 0 || len(msgs[0].SGEs) == 0 {
+		return
+	}
+	if b := msgs[0].SGEs[0].Bytes(); len(b) > 0 && b[0] == frameData {
+		g.armed.Store(false)
+		close(g.holding)
+		<-g.gate
+	}
+}
+
+func (g *gatedData) Send(msgs []fabric.Message) (int, error) {
+	g.hold(msgs)
+	return g.Endpoint.Send(msgs)
+}
+
+func (g *gatedData) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
+	g.hold(msgs)
+	return g.Endpoint.SendWait(ctx, msgs)
+}
+
+// TestWriteDoneBeforePeerClose: a Write whose every byte went out
+// returns them all and no error, though the peer's close arrived while
+// the last frame was going out, as a TCP write does. (net/http closes a
+// connection, and fails its request, on a Write error.)
+func TestWriteDoneBeforePeerClose(t *testing.T) {
+	ea, eb := ntbPair(t, nil)
+	g := &gatedData{Endpoint: eb, holding: make(chan struct{}), gate: make(chan struct{})}
+	a, err := NewConn(ea, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewConn(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	g.armed.Store(true)
+	type res struct {
+		n   int
+		err error
+	}
+	wrote := make(chan res, 1)
+	go func() {
+		n, err := b.Write([]byte("request"))
+		wrote <- res{n, err}
+	}()
+	testenv.Recv(t, g.holding, "the Write's DATA frame at the gate")
+	a.Close()
+	// b's reader sees the close while the Write's frame is held.
+	if _, err := io.ReadAll(b); err != nil && !errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("reading the closed peer: %v", err)
+	}
+	close(g.gate)
+	if r := testenv.Recv(t, wrote, "the Write"); r.n != len("request") || r.err != nil {
+		t.Fatalf("Write = %d, %v; want %d, nil", r.n, r.err, len("request"))
+	}
 }

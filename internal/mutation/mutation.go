@@ -1007,7 +1007,7 @@ var List = []Mutation{
 		Name: "ntb-dial-queue-past-session",
 		File: "ntb/listen.go",
 		Old:  "\tn := b.t.Queues()\n",
-		New:  "\tn := len(b.t.eps)\n",
+		New:  "\tn := len(b.t.endpoints())\n",
 		Pkg:  "./ntb/", Run: "^TestDialQueueBeyondListener$",
 		Why: "a dialer is refused a queue past those the session negotiated with the listener, with ErrRefused, not ErrPeerGone (issue 29)",
 	},

@@ -42,20 +42,28 @@ func connectPair(t *testing.T, ctx context.Context, l fabric.Listener, round int
 	return d, a
 }
 
+// listenFresh listens on a new bridge for one test, within a context of
+// 20 s; the listener closes, and the context ends, when the test does.
+func listenFresh(t *testing.T) (context.Context, fabric.Listener, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bridge")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	l, err := driver{}.Listen(ctx, path, fabric.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return ctx, l, path
+}
+
 // TestListenerQueueReuseNewSession: with nothing else open, closing a
 // dialled endpoint closes the dialers' side of the bridge, and the next
 // dial opens it again in a new session: the listener must listen on the
 // queue again (it used to serve each queue once: the second dial waited
 // for an answer on queue 0 until its context ended).
 func TestListenerQueueReuseNewSession(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := driver{}.Listen(ctx, path, fabric.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, l, _ := listenFresh(t)
 	for i := range 20 {
 		d, a := connectPair(t, ctx, l, i)
 		d.Close()
@@ -71,14 +79,7 @@ func TestListenerQueueReuseNewSession(t *testing.T) {
 // 20 dial/accept/close cycles on an 8-queue bridge must each find a queue
 // (the ninth used to be refused: "no free queue").
 func TestListenerQueueReuseSameSession(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := driver{}.Listen(ctx, path, fabric.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, l, _ := listenFresh(t)
 	kd, ka := connectPair(t, ctx, l, -1)
 	defer kd.Close()
 	defer ka.Close()
@@ -124,14 +125,7 @@ func TestListenerQueueReuseSameSession(t *testing.T) {
 // endpoint reports the peer's close instead of reaching the new session's
 // rings.
 func TestListenerConnEndsWithSession(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := driver{}.Listen(ctx, path, fabric.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, l, _ := listenFresh(t)
 	d, old := connectPair(t, ctx, l, 0)
 	defer old.Close()
 	d.Close() // the dialers' side of the bridge closes: the session ends
@@ -261,14 +255,7 @@ func TestQueueReclaim(t *testing.T) {
 // of that queue too, both sides reclaim it, and a connect request on the
 // fresh queue is answered.
 func TestListenerQueueAbandoned(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := driver{}.Listen(ctx, path, fabric.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, l, path := listenFresh(t)
 	raw := rawBridge(t, ctx, path, Config{})
 	old := raw.endpoints()[0]
 	old.Close()
@@ -300,14 +287,7 @@ func TestListenerQueueAbandoned(t *testing.T) {
 // closing transport (and lose its endpoint when the close went on) or
 // fail with ErrBusy (both sides of the bridge in use).
 func TestListenerDialWhileClosing(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := driver{}.Listen(ctx, path, fabric.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, l, _ := listenFresh(t)
 	d, a := connectPair(t, ctx, l, 0)
 	a.Close()
 	type res struct {

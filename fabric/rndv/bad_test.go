@@ -20,7 +20,17 @@ type hostile struct {
 // victim returns a Conn and the raw endpoint of its peer.
 func victim(t *testing.T, be backend, o *Options) (*Conn, *hostile) {
 	t.Helper()
+	return victimWrapped(t, be, o, nil)
+}
+
+// victimWrapped is victim whose Conn runs over wrap(its endpoint) (nil:
+// the endpoint itself).
+func victimWrapped(t *testing.T, be backend, o *Options, wrap func(fabric.Endpoint) fabric.Endpoint) (*Conn, *hostile) {
+	t.Helper()
 	ea, eb := be.pair(t, nil)
+	if wrap != nil {
+		ea = wrap(ea)
+	}
 	c, err := New(ea, o)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +194,7 @@ func TestViolations(t *testing.T) {
 			// write that lands in it names message 5.
 			h.send(frame(kindRTS, 0, 4096))
 			a := h.recv()
-			h.write(fabric.RemoteIOV{Addr: a.Addr(), Len: a.Len(), Key: fabric.Key(a.Key())}, 5|immLast)
+			h.write(a.Remote(), 5|immLast)
 		}, true},
 		{"imm-send", func(h *hostile) { h.sendImm(0 | immLast) }, true},
 	}

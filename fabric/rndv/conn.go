@@ -474,14 +474,14 @@ func (c *Conn) dispatchLocked(s int32, m *fabric.Message) error {
 		if c.nadv.ok {
 			return fmt.Errorf("rndv: peer violation: second ADV for message %d: %w", h.Seq(), fabric.ErrMalformed)
 		}
-		c.nadv = advert{ok: true, seq: h.Seq(), eager: h.Eager(), iov: fabric.RemoteIOV{Addr: h.Addr(), Len: h.Len(), Key: fabric.Key(h.Key())}}
+		c.nadv = advert{ok: true, seq: h.Seq(), eager: h.Eager(), iov: h.Remote()}
 		return nil
 	case d > 0:
 		return fmt.Errorf("rndv: peer violation: ADV for message %d, %d not sent yet: %w", h.Seq(), c.sseq, fabric.ErrMalformed)
 	case c.adv.ok:
 		return fmt.Errorf("rndv: peer violation: second ADV for message %d: %w", h.Seq(), fabric.ErrMalformed)
 	}
-	c.adv = advert{ok: true, seq: h.Seq(), eager: h.Eager(), iov: fabric.RemoteIOV{Addr: h.Addr(), Len: h.Len(), Key: fabric.Key(h.Key())}}
+	c.adv = advert{ok: true, seq: h.Seq(), eager: h.Eager(), iov: h.Remote()}
 	return nil
 }
 

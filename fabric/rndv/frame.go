@@ -1,6 +1,10 @@
 package rndv
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/weft-io/weft/fabric"
+)
 
 // The kinds of frame. Every frame starts with a Header; DATA carries
 // payload after it.
@@ -100,6 +104,11 @@ func (h Header) Len() uint64 { return binary.BigEndian.Uint64(h[offLen:]) }
 
 // Key returns the advertised buffer's remote key.
 func (h Header) Key() uint64 { return binary.BigEndian.Uint64(h[offKey:]) }
+
+// Remote returns the ADV's buffer as an RMA target.
+func (h Header) Remote() fabric.RemoteIOV {
+	return fabric.RemoteIOV{Addr: h.Addr(), Len: h.Len(), Key: fabric.Key(h.Key())}
+}
 
 // encode writes a header of kind into h (HeaderLen or ADVLen bytes) and
 // returns the frame's header length.

@@ -78,25 +78,12 @@ func hookedVictimCaps(t *testing.T, o *Options, caps func(fabric.Caps) fabric.Ca
 // hookedVictimOn is hookedVictimCaps over be.
 func hookedVictimOn(t *testing.T, be backend, o *Options, caps func(fabric.Caps) fabric.Caps) (*Conn, *hooked, *hostile) {
 	t.Helper()
-	ea, eb := be.pair(t, nil)
-	he := &hooked{Endpoint: ea, caps: caps}
-	c, err := New(he, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); eb.Close() })
-	h := &hostile{t: t, ep: eb}
-	if h.buf, err = eb.Alloc(4096, 0); err != nil {
-		t.Fatal(err)
-	}
-	if h.rx, err = eb.Alloc(64<<10, fabric.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
+	var he *hooked
+	c, h := victimWrapped(t, be, o, func(ep fabric.Endpoint) fabric.Endpoint {
+		he = &hooked{Endpoint: ep, caps: caps}
+		return he
+	})
 	return c, he, h
-}
-
-func advIOV(a Header) fabric.RemoteIOV {
-	return fabric.RemoteIOV{Addr: a.Addr(), Len: a.Len(), Key: fabric.Key(a.Key())}
 }
 
 // TestPollSlotsReleasedMeanwhile: while one role polls (the sender,
@@ -219,7 +206,7 @@ func TestRecvCancelledAfterAdvert(t *testing.T) {
 			if a.Kind() != kindADV || a.Eager() {
 				t.Fatalf("the victim answered %s eager %v", kindNames[a.Kind()], a.Eager())
 			}
-			h.write(advIOV(a), 0|immLast)
+			h.write(a.Remote(), 0|immLast)
 			if r := testenv.Recv(t, rc, "Recv 0"); r.n != 16 || r.err != nil {
 				t.Fatalf("Recv 0 = %d, %v", r.n, r.err)
 			}
@@ -236,7 +223,7 @@ func TestRecvCancelledAfterAdvert(t *testing.T) {
 			}
 			// The peer writes message 1 where it was told (the victim may have
 			// closed the endpoint: errors are fine).
-			h.ep.Write([]fabric.Message{{SGEs: []fabric.SGE{{Region: h.buf, Length: 16}}, Remote: advIOV(a).Slice(0, 16), Flags: fabric.FlagImm, Imm: 1 | immLast}})
+			h.ep.Write([]fabric.Message{{SGEs: []fabric.SGE{{Region: h.buf, Length: 16}}, Remote: a.Remote().Slice(0, 16), Flags: fabric.FlagImm, Imm: 1 | immLast}})
 			if n, err := c.Recv(testenv.Context(t), fabric.SGEOf(dstB)); err == nil {
 				t.Fatalf("after the cancelled Recv, Recv into another buffer = %d, nil: the write into the first", n)
 			}
@@ -384,7 +371,7 @@ func stalledAfterAdvert(t *testing.T, rts bool) {
 	}
 	h.send(frame(kindRTS, 0, 16))
 	go recv()
-	h.write(advIOV(h.recv()), 0|immLast)
+	h.write(h.recv().Remote(), 0|immLast)
 	if r := testenv.Recv(t, rc, "Recv 0"); r.n != 16 || r.err != nil {
 		t.Fatalf("Recv 0 = %d, %v", r.n, r.err)
 	}
@@ -396,7 +383,7 @@ func stalledAfterAdvert(t *testing.T, rts bool) {
 	if rts {
 		h.send(frame(kindRTS, 1, 8192))
 	} else {
-		h.write(advIOV(a), 1) // not the last
+		h.write(a.Remote(), 1) // not the last
 	}
 	if r := testenv.Recv(t, rc, "the victim's Recv"); !errors.Is(r.err, ErrStalled) {
 		t.Fatalf("Recv = %d, %v; want ErrStalled", r.n, r.err)

@@ -108,6 +108,10 @@ type Caps struct {
 	// is done. False when the peer is Weft, and wherever the connection
 	// itself carries the close (rdma_cm's DREQ, ntb, ethernet).
 	Foreign bool
+	// Path names the carrier the backend chose for this connection, where
+	// it has several: roce's "udp" (or "udp+gso"), "shm" or "xdp" (see
+	// roce's link=auto). Empty where a backend has one.
+	Path string
 }
 
 // Options configure Open. The zero value selects every default.

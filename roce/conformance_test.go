@@ -28,6 +28,10 @@ func freePort(t testing.TB) int {
 // rcPair connects two endpoints of two engines (127.0.0.1 and 127.0.0.2).
 func rcPair(t testing.TB, query string) (a, b *Endpoint) {
 	t.Helper()
+	// UDP, whoever owns the rings of these addresses (link=auto would
+	// take shared memory where this process does): the query may name
+	// another link, the last value of a key being the one that counts.
+	query = "link=udp&" + query
 	port := freePort(t)
 	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
 		addr := fmt.Sprintf("listen:127.0.0.1:%d?%s", port, query)

@@ -113,7 +113,10 @@ func (ep *Endpoint) CQ() fabric.CompletionQueue { return ep.qp.cq }
 func (ep *Endpoint) Caps() fabric.Caps {
 	qp := ep.qp
 	c := fabric.Caps{Backend: "roce", MaxMsgSize: qp.cfg.MaxMsgSize, MaxSGEs: maxSGE, MTU: qp.mtu,
-		InlineSize: qp.cfg.InlineSize, MaxRMASize: 1 << 31, Foreign: ep.foreign}
+		InlineSize: qp.cfg.InlineSize, MaxRMASize: 1 << 31, Foreign: ep.foreign, Path: qp.e.linkName()}
+	if qp.viaShm {
+		c.Path = "shm"
+	}
 	if qp.cfg.Type == RC {
 		c.RMA, c.Atomics, c.Reliable = true, true, true
 	} else {
@@ -178,17 +181,20 @@ type sharedEngine struct {
 // engineOpts are the address parameters that configure the engine of a
 // local address (noicrc, raw, link, gso), which all its endpoints share.
 type engineOpts struct {
-	NoICRC, NoRaw, Shm, XDP, GSO bool
+	NoICRC, NoRaw, Shm, XDP, GSO, Auto bool
 }
 
 // engineOpts returns the parameters of o that configure its engine.
 func (o Options) engineOpts() engineOpts {
-	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm, XDP: o.XDP, GSO: o.GSO}
+	return engineOpts{NoICRC: o.NoICRC, NoRaw: o.NoRaw, Shm: o.Shm, XDP: o.XDP, GSO: o.GSO, Auto: o.Auto}
 }
 
 // String formats the configuration as address parameters.
 func (c engineOpts) String() string {
 	lk := "udp"
+	if c.Auto {
+		lk = "auto"
+	}
 	if c.Shm {
 		lk = "shm"
 	}
@@ -221,7 +227,7 @@ func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
 			addr, s.cfg, c, fabric.ErrInvalid)
 	}
 	if s == nil {
-		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm, XDP: c.XDP, GSO: c.GSO})
+		e, err := NewEngine(EngineConfig{Addr: addr, NoICRC: c.NoICRC, NoRaw: c.NoRaw, Shm: c.Shm, XDP: c.XDP, GSO: c.GSO, Auto: c.Auto})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -268,6 +274,7 @@ type Options struct {
 	Shm       bool           // link=shm: carry packets through shared memory to engines of this host (ShmLink)
 	XDP       bool           // link=xdp: carry packets through an AF_XDP socket on the address's interface (XDPLink)
 	GSO       bool           // UDP GSO and GRO between Weft engines (see UDPConfig.GSO)
+	Auto      bool           // link=auto, the default: UDP, and shared memory to the Weft peers of this host that offer it (EngineConfig.Auto)
 	DialRetry time.Duration  // how long a dial retries a refused exchange (default 5s; "dialretry=0": never, -1: until ctx is done)
 	QP        QPConfig       // queue pair sizes
 	peerPort  netip.AddrPort // resolved bootstrap address
@@ -331,7 +338,12 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	o.DialRetry = p.Patience("dialretry", d.DialRetry)
 	o.NoICRC = p.Bool("noicrc", false)
 	o.NoRaw = !p.Bool("raw", true)
-	switch addrparam.Enum(p, "link", "udp", map[string]string{"udp": "udp", "shm": "shm", "xdp": "xdp"}) {
+	o.GSO = p.Bool("gso", false)
+	switch addrparam.Enum(p, "link", "auto", map[string]string{"auto": "auto", "udp": "udp", "shm": "shm", "xdp": "xdp"}) {
+	case "auto":
+		// gso=1 asks for UDP's GSO: the automatic link is UDP's
+		// without it.
+		o.Auto = !o.GSO
 	case "shm":
 		o.Shm = true
 	case "xdp":
@@ -340,7 +352,6 @@ func parseOptions(listen bool, bootstrap string, p *addrparam.Params) (Options, 
 	if o.XDP && o.MTU > link.XDPMaxMTU {
 		p.Fail("mtu", strconv.Itoa(o.MTU), fmt.Errorf("link=xdp carries a path MTU of %d at most", link.XDPMaxMTU))
 	}
-	o.GSO = p.Bool("gso", false)
 	o.QP.MaxMsgSize = p.Int("maxmsg", 0, 0, 1<<31-1)
 	o.QP.InlineSize = p.Int("inline", 0, 0, 1<<31-1)
 	return o, p.Err()
@@ -484,7 +495,11 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, e
 	ep := &Endpoint{qp: qp, pd: pd, release: release, laddr: laddr, raddr: raddr}
 	var b [4]byte
 	rand.Read(b[:])
-	mine := exchange.Dest{LID: exchange.WeftLID, QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
+	lid := uint16(exchange.WeftLID)
+	if eng.shmRing() {
+		lid = exchange.WeftShmLID
+	}
+	mine := exchange.Dest{LID: lid, QPN: qp.QPN(), PSN: wire.PSN(binary.LittleEndian.Uint32(b[:]) & wire.PSNMask), GID: eng.GID()}
 	return ep, mine, nil
 }
 
@@ -492,6 +507,9 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, e
 // peer gets a goodbye when the endpoint closes; another is foreign.
 func (ep *Endpoint) connect(o Options, mine, peer exchange.Dest) error {
 	ep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()
+	// The automatic link: a Weft peer whose engine has a ring on this
+	// host gets this QP's packets through it.
+	ep.qp.viaShm = peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())
 	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
 		MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}

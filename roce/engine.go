@@ -34,6 +34,10 @@ type Engine struct {
 	cfg   EngineConfig
 	link  link.Link
 	local netip.Addr
+	// auto is link as an AutoLink (EngineConfig.Auto), else nil; autoErr
+	// says why it has no ring, if it has none.
+	auto    *link.AutoLink
+	autoErr error
 
 	objMu  sync.RWMutex
 	qps    map[uint32]*QP
@@ -104,6 +108,14 @@ type EngineConfig struct {
 	XDP bool
 	// GSO is UDPConfig.GSO for the link the engine opens on Addr.
 	GSO bool
+	// Auto opens, beside the UDPLink on Addr, a ShmLink ring of the same
+	// address (an AutoLink), and sends to each Weft peer of this host
+	// that has one too through it: the address parameter link=auto, the
+	// default of a roce address. A peer that is not Weft, or not on this
+	// host, or whose engine has no ring, gets UDP. Without a ring of its
+	// own (another engine of the host owns the address's), the engine
+	// runs on UDP alone. Ignored with Link, Shm or XDP.
+	Auto bool
 	// NoICRC skips the verification of received ICRCs (they are always
 	// sent). The UDP link cannot see the IP header the peer sent and
 	// rebuilds it, assuming an IPv4 identification from 0 to 63, as Linux
@@ -127,6 +139,7 @@ const rxBatch = 64
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	lk := cfg.Link
 	var blk *link.QPNBlock
+	var autoErr error // why an automatic link has no ring
 	if lk == nil && cfg.Shm {
 		l, err := link.ListenShm(cfg.Addr, link.ShmConfig{})
 		if err != nil {
@@ -157,9 +170,14 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 			return nil, fmt.Errorf("roce: listen %v: %w", cfg.Addr, err)
 		}
 		lk, blk = l, b
+		if cfg.Auto {
+			lk, autoErr = autoLink(l)
+		}
 	}
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
+	e.auto, _ = lk.(*link.AutoLink)
+	e.autoErr = autoErr
 	e.gsiTx.init()
 	var b [4]byte
 	rand.Read(b[:])
@@ -190,6 +208,50 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.wg.Add(1)
 	go e.background()
 	return e, nil
+}
+
+// autoLink adds a shared-memory ring to u (EngineConfig.Auto). A ring
+// that cannot be had leaves u alone, with the reason.
+func autoLink(u *link.UDPLink) (link.Link, error) {
+	ring, err := link.ListenShm(u.LocalAddr(), link.ShmConfig{})
+	if err != nil {
+		return u, err
+	}
+	a, err := link.NewAutoLink(u, ring)
+	if err != nil {
+		ring.Close()
+		return u, err
+	}
+	return a, nil
+}
+
+// shmRing reports whether the engine takes packets from peers of this
+// host through a shared-memory ring of its own (EngineConfig.Auto), which
+// its endpoints tell their Weft peers (exchange.WeftShmLID).
+func (e *Engine) shmRing() bool { return e.auto != nil && e.auto.Shm() }
+
+// reachesShm reports whether the engine can send to peer through shared
+// memory: it runs an automatic link and peer's engine has a live ring on
+// this host.
+func (e *Engine) reachesShm(peer netip.Addr) bool {
+	return e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))
+}
+
+// linkName names the engine's carrier, as Caps.Path gives it: "udp" (with
+// "+gso"), "shm", "xdp", or "" for a link given in EngineConfig.Link.
+func (e *Engine) linkName() string {
+	switch e.link.(type) {
+	case *link.UDPLink, *link.AutoLink:
+		if e.cfg.GSO {
+			return "udp+gso"
+		}
+		return "udp"
+	case *link.ShmLink:
+		return "shm"
+	case *link.XDPLink:
+		return "xdp"
+	}
+	return ""
 }
 
 // QPNBlock returns the block of QPNs the engine owns on the host (see

@@ -228,6 +228,10 @@ type QP struct {
 	mtu    int
 	sport  uint16
 	dest   netip.AddrPort
+	// viaShm sends the QP's packets through the peer engine's
+	// shared-memory ring (link.Packet.Shm, the engine's AutoLink); set
+	// before the QP connects (Endpoint.connect), read-only after.
+	viaShm bool
 	status fabric.Status // why the QP is in ERR
 	closed atomic.Bool
 
@@ -708,7 +712,7 @@ func (qp *QP) sendProbe(now time.Time) {
 	buf := qp.probeBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
 	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
-	qp.probePkt[0] = link.Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.probePkt[0] = link.Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
 	qp.e.send(qp.probePkt[:])
 	qp.probeAt = now
 }

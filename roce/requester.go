@@ -274,7 +274,7 @@ func (qp *QP) flushTx() {
 		// A queued acknowledgement rides along, behind the requests (see
 		// ackDelay).
 		k := qp.buildAck(qp.ackPSN, qp.ackSyn)
-		qp.txPkts[n] = link.Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport}
+		qp.txPkts[n] = link.Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
 		n++
 	}
 	qp.e.send(qp.txPkts[:n])
@@ -302,7 +302,7 @@ func (qp *QP) nextTx() []byte {
 func (qp *QP) queueTx(n int) {
 	buf := qp.txBufs[qp.txN][:n]
 	qp.e.sealICRC(qp.icrcBuf[:], buf, qp.dest.Addr(), qp.sport)
-	qp.txPkts[qp.txN] = link.Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.txPkts[qp.txN] = link.Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
 	qp.txN++
 }
 

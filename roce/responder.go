@@ -411,7 +411,7 @@ func (qp *QP) sendAckLocked() {
 		return
 	}
 	n := qp.buildAck(qp.ackPSN, qp.ackSyn)
-	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
 	qp.e.send(qp.ackPkt[:])
 }
 
@@ -432,7 +432,7 @@ func (qp *QP) buildAck(psn wire.PSN, syn wire.Syndrome) int {
 // own, and an ACK sent at once is at least as new.
 func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
 	n := qp.buildAck(psn, syn)
-	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
 	qp.e.send(qp.ackPkt[:])
 }
 

@@ -29,15 +29,29 @@ func shmAddrPair(t testing.TB, query string) (a, b *Endpoint) {
 // shmAddrPairOpts is shmAddrPair with fabric options (nil: the defaults).
 func shmAddrPairOpts(t testing.TB, query string, opts *fabric.Options) (a, b *Endpoint) {
 	t.Helper()
+	return loopPair(t, "link=shm&"+query, "link=shm&"+query, opts)
+}
+
+// loopPair connects two endpoints on two random loopback addresses (see
+// shmAddr), a listening with the parameters qa and b dialing with qb,
+// with the TCP exchange on 127.0.0.1.
+func loopPair(t testing.TB, qa, qb string, opts *fabric.Options) (a, b *Endpoint) {
+	t.Helper()
+	return loopPairAt(t, shmAddr(), qa, qb, opts)
+}
+
+// loopPairAt is loopPair with a at the address la.
+func loopPairAt(t testing.TB, la netip.Addr, qa, qb string, opts *fabric.Options) (a, b *Endpoint) {
+	t.Helper()
 	port := freePort(t)
-	la, lb := shmAddr(), shmAddr()
+	lb := shmAddr()
 	for lb == la {
 		lb = shmAddr()
 	}
 	return fabrictest.OpenPair(t, 20*time.Second, func(ctx context.Context, s fabrictest.Side) (*Endpoint, error) {
-		addr := fmt.Sprintf("listen:127.0.0.1:%d?link=shm&local=%s&%s", port, la, query)
+		addr := fmt.Sprintf("listen:127.0.0.1:%d?local=%s&%s", port, la, qa)
 		if s == fabrictest.SideB {
-			addr = fmt.Sprintf("127.0.0.1:%d?link=shm&local=%s&%s", port, lb, query)
+			addr = fmt.Sprintf("127.0.0.1:%d?local=%s&%s", port, lb, qb)
 		}
 		ep, err := fabric.Open(ctx, "roce", addr, opts)
 		if err != nil {

@@ -35,9 +35,20 @@ type Dest struct {
 // no goodbye on Close, and a Weft endpoint sends it none.
 const WeftLID = 0x5746
 
-// IsWeft reports whether d came from a Weft endpoint (its LID is
-// WeftLID).
-func (d Dest) IsWeft() bool { return d.LID == WeftLID }
+// WeftShmLID is the LID a Weft endpoint sends instead of WeftLID when its
+// engine also takes packets through a shared-memory ring on its host, the
+// one named after its address (roce's automatic link, link.AutoLink). A
+// Weft peer on the same host that finds that ring alive sends through it;
+// any other peer sees a foreign LID that means nothing, or a Weft one.
+const WeftShmLID = 0x5753
+
+// IsWeft reports whether d came from a Weft endpoint (its LID is WeftLID
+// or WeftShmLID).
+func (d Dest) IsWeft() bool { return d.LID == WeftLID || d.LID == WeftShmLID }
+
+// OffersShm reports whether d's engine takes packets through a
+// shared-memory ring on its host (its LID is WeftShmLID).
+func (d Dest) OffersShm() bool { return d.LID == WeftShmLID }
 
 // PingpongMsgSize is the size of the message ibv_*_pingpong exchange:
 // sizeof "0000:000000:000000:00000000000000000000000000000000", the text

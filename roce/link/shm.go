@@ -479,6 +479,18 @@ func (l *ShmLink) ring(p *shmPeer) {
 	}
 }
 
+// reaches reports whether a has a ring here that is open and whose owner
+// is alive: a datagram written to it would be read.
+func (l *ShmLink) reaches(a netip.AddrPort) bool {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed.Load() {
+		return false
+	}
+	p := l.peer(a)
+	return p != nil && !p.dead && p.r.shut.Load() == 0 && ownerAlive(p.f)
+}
+
 // ownerAlive reports whether a process holds the owner's lock of a ring.
 func ownerAlive(f *os.File) bool {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1}

@@ -47,6 +47,10 @@ type Packet struct {
 	// SrcPort is, on write, the UDP source port to send from (0: the
 	// link's own port); on read, the source port the peer used.
 	SrcPort uint16
+	// Shm asks an AutoLink to write the datagram through the shared-memory
+	// ring of its destination, an engine of this host, rather than UDP.
+	// Other links ignore it; reads leave it false.
+	Shm bool
 }
 
 // Link carries RoCEv2 datagrams. It is the engine's only contact with the

@@ -1,0 +1,166 @@
+package roce
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
+	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
+)
+
+// autoCounts returns the counters of ep's engine's automatic link.
+func autoCounts(t testing.TB, ep *Endpoint) link.AutoCounts {
+	t.Helper()
+	a := ep.qp.e.auto
+	if a == nil {
+		t.Fatalf("the engine at %v has no automatic link (%v)", ep.qp.e.local, ep.qp.e.autoErr)
+	}
+	return a.Counts()
+}
+
+// pingPongN sends n messages from a to b and back, one at a time.
+func pingPongN(t testing.TB, a, b *Endpoint, n int) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	ra, err := a.Alloc(256, fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.Alloc(256, fabric.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each side's receive half and send half of its region.
+	recvA := []fabric.Message{{SGEs: []fabric.SGE{{Region: ra, Length: 128}}}}
+	recvB := []fabric.Message{{SGEs: []fabric.SGE{{Region: rb, Length: 128}}}}
+	for i := range n {
+		copy(ra.Bytes()[128:], []byte{byte(i), 'p', 'i', 'n', 'g'})
+		if _, err := a.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: ra, Offset: 128, Length: 5}}}}); err != nil {
+			t.Fatalf("a.SendWait %d: %v", i, err)
+		}
+		if _, err := b.RecvWait(ctx, recvB); err != nil || !bytes.Equal(rb.Bytes()[:recvB[0].Len], []byte{byte(i), 'p', 'i', 'n', 'g'}) {
+			t.Fatalf("b.RecvWait %d: %v %q", i, err, rb.Bytes()[:recvB[0].Len])
+		}
+		copy(rb.Bytes()[128:], []byte{byte(i), 'p', 'o', 'n', 'g'})
+		if _, err := b.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{{Region: rb, Offset: 128, Length: 5}}}}); err != nil {
+			t.Fatalf("b.SendWait %d: %v", i, err)
+		}
+		if _, err := a.RecvWait(ctx, recvA); err != nil || !bytes.Equal(ra.Bytes()[:recvA[0].Len], []byte{byte(i), 'p', 'o', 'n', 'g'}) {
+			t.Fatalf("a.RecvWait %d: %v %q", i, err, ra.Bytes()[:recvA[0].Len])
+		}
+	}
+}
+
+// TestAutoShm: two Weft endpoints of this host with the default link
+// (link=auto), each engine owning the ring of its address, agree on shared
+// memory in the exchange, say so in Caps.Path, and their messages go
+// through the rings both ways, not UDP.
+func TestAutoShm(t *testing.T) {
+	a, b := loopPair(t, "", "", nil)
+	for _, ep := range []*Endpoint{a, b} {
+		if p := ep.Caps().Path; p != "shm" {
+			t.Fatalf("Caps().Path = %q, want shm (the engines' rings: %v, %v)", p, a.qp.e.autoErr, b.qp.e.autoErr)
+		}
+	}
+	ca0, cb0 := autoCounts(t, a), autoCounts(t, b)
+	pingPongN(t, a, b, 20)
+	ca, cb := autoCounts(t, a), autoCounts(t, b)
+	if ca.ShmTx-ca0.ShmTx < 20 || cb.ShmTx-cb0.ShmTx < 20 || ca.ShmRx-ca0.ShmRx < 20 || cb.ShmRx-cb0.ShmRx < 20 {
+		t.Fatalf("20 round trips moved a %+v -> %+v, b %+v -> %+v: want at least 20 datagrams each way through the rings", ca0, ca, cb0, cb)
+	}
+}
+
+// TestAutoWakes: an engine on an automatic link parks in one wait on its
+// UDP socket and its ring, and a peer's datagram into the ring ends the
+// wait through the ring's bell, not the engine's next deadline (a
+// millisecond away: the link's wait would still end, late).
+func TestAutoWakes(t *testing.T) {
+	a, b := loopPair(t, "keepalive=0", "keepalive=0", &fabric.Options{Spin: -1})
+	pingPongN(t, a, b, 1)
+	// Each try waits until b's engine has parked, then sends it a
+	// message; a try whose send came after the engine's deadline ended
+	// the park proves nothing, so try until one rings the bell.
+	for try := 0; autoCounts(t, b).BellWakes == 0; try++ {
+		if try == 50 {
+			t.Fatalf("50 messages to a parked engine: no park ended by the ring's bell (%+v)", autoCounts(t, b))
+		}
+		p0 := autoCounts(t, b).Parks
+		if !testenv.Eventually(testenv.Timeout, func() bool { return autoCounts(t, b).Parks > p0 }) {
+			t.Fatalf("b's engine did not park in %v (%+v)", testenv.Timeout, autoCounts(t, b))
+		}
+		pingPongN(t, a, b, 1)
+	}
+}
+
+// TestAutoPeerUDP: an endpoint with the default link facing one on
+// link=udp (which offers no ring) uses UDP both ways: nothing goes to a
+// ring its peer does not read.
+func TestAutoPeerUDP(t *testing.T) {
+	a, b := loopPair(t, "", "link=udp", nil)
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
+		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
+	}
+	c0 := autoCounts(t, a)
+	pingPongN(t, a, b, 10)
+	if c := autoCounts(t, a); c.ShmTx != c0.ShmTx || c.ShmRx != c0.ShmRx {
+		t.Fatalf("the automatic side moved datagrams through rings: %+v -> %+v", c0, c)
+	}
+}
+
+// TestAutoRingTaken: an engine whose address's ring another engine of
+// the host owns runs on UDP alone and offers no ring; its peer, which has
+// one, still sends it UDP.
+func TestAutoRingTaken(t *testing.T) {
+	addr := shmAddr()
+	taken, err := link.ListenShm(netip.AddrPortFrom(addr, link.Port), link.ShmConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	a, b := loopPairAt(t, addr, "", "", nil)
+	if a.qp.e.auto != nil || a.qp.e.autoErr == nil {
+		t.Fatalf("the engine at %v has an automatic link although another owns its ring", addr)
+	}
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
+		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
+	}
+	c0 := autoCounts(t, b)
+	pingPongN(t, a, b, 10)
+	if c := autoCounts(t, b); c.ShmTx != c0.ShmTx {
+		t.Fatalf("the peer wrote to the ring of an address whose engine offered none: %+v -> %+v", c0, c)
+	}
+}
+
+// TestConformanceAuto runs the conformance cases between two engines on
+// the default link, through their rings.
+func TestConformanceAuto(t *testing.T) {
+	fabrictest.TestPair(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		a, b := loopPair(t, "", "", nil)
+		return a, b
+	})
+}
+
+// The same cases with the peer in another process: the automatic link's
+// rings between two address spaces.
+func TestConformanceAutoProcesses(t *testing.T) {
+	fabrictest.TestProcesses(t, func(t testing.TB, key string, side fabrictest.Side) fabric.Endpoint {
+		local := shmAddr().String()
+		ep := processSide(t, "weft-roce-auto-ft-"+key, side, "listen:127.0.0.1:%d?local="+local, "127.0.0.1:%d?local="+local)
+		if p := ep.Caps().Path; p != "shm" {
+			t.Fatalf("Caps().Path = %q, want shm", p)
+		}
+		return ep
+	})
+}
+
+// BenchmarkEngineAuto is BenchmarkEngine with the default link between
+// two engines of this host: through their rings.
+func BenchmarkEngineAuto(b *testing.B) {
+	fabrictest.Benchmark(b, func(b *testing.B) (fabric.Endpoint, fabric.Endpoint) {
+		x, y := loopPair(b, "mtu=4096&keepalive=0", "mtu=4096&keepalive=0", nil)
+		return x, y
+	})
+}

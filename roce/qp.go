@@ -222,12 +222,12 @@ type QP struct {
 	ctr fabric.Counters
 	evs chan fabric.Event
 
-	mu     sync.Mutex
-	state  QPState
-	attr   QPAttr
-	mtu    int
-	sport  uint16
-	dest   netip.AddrPort
+	mu    sync.Mutex
+	state QPState
+	attr  QPAttr
+	mtu   int
+	sport uint16
+	dest  netip.AddrPort
 	// viaShm sends the QP's packets through the peer engine's
 	// shared-memory ring (link.Packet.Shm, the engine's AutoLink); set
 	// before the QP connects (Endpoint.connect), read-only after.

@@ -51,7 +51,7 @@ func (s *endpointSource) Status() Status {
 	s.mu.Lock()
 	st, since := s.state, s.since
 	s.mu.Unlock()
-	return Status{Kind: "endpoint", Backend: c.Backend, Local: s.ep.LocalAddr(), Remote: s.ep.RemoteAddr(),
+	return Status{Kind: "endpoint", Backend: c.Backend, Path: c.Path, Local: s.ep.LocalAddr(), Remote: s.ep.RemoteAddr(),
 		State: st, Since: since, Counters: EndpointCounters(s.ep.Stats())}
 }
 

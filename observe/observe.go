@@ -48,6 +48,9 @@ type Status struct {
 	Kind string `json:"kind"`
 	// Backend is the fabric backend, if any.
 	Backend string `json:"backend,omitempty"`
+	// Path is the carrier an endpoint's connection uses, where its
+	// backend has several (fabric.Caps.Path: roce's "udp" or "shm").
+	Path string `json:"path,omitempty"`
 	// Local and Remote are addresses, in the backend's syntax.
 	Local  string `json:"local,omitempty"`
 	Remote string `json:"remote,omitempty"`

@@ -41,6 +41,30 @@
 // program: fabric.Caps.Foreign. rdma_cm addresses (roce/cm: cm.IsAddr)
 // connect through the engine's own rdma_cm instead.
 //
+// # The link an address gets
+//
+// With no link= parameter an address runs the automatic link (link=auto,
+// link.AutoLink): the engine opens its UDP socket, which every RoCE peer
+// can take, and beside it a shared-memory ring named after its address.
+// Its endpoints offer the ring in the exchange (exchange.WeftShmLID, a
+// LID that means nothing to rdma-core's programs). A queue pair whose
+// peer offered one, and whose ring this engine finds alive on this host,
+// sends through it: Weft peers of one host talk without the kernel's
+// network stack (BenchmarkEngineAuto beside BenchmarkEngine), with no
+// flag on either side. Everything else gets the interoperable UDP wire:
+// Linux rxe, NICs, rdma-core and perftest programs, link=udp peers,
+// peers on other hosts, and every rdma_cm connection (its private data
+// carries no offer yet). The choice is per queue pair and each side's
+// own: fabric.Caps.Path says "shm" or "udp". An engine whose ring name
+// another engine of the host holds (the same address in another network
+// namespace, or another process on a shared port) runs on UDP alone.
+//
+// One parameter forces a side: link=udp (UDP only, as before link=auto:
+// no ring, no offer), link=shm (rings only), link=xdp (AF_XDP), and gso=1,
+// which asks for UDP with GSO. Across hosts the automatic link is UDP: it
+// does not yet pick GSO or AF_XDP, which need the peer's agreement and
+// privileges (see link.UDPConfig.GSO and link.XDPLink).
+//
 // # Errors
 //
 // Errors match the fabric sentinels with errors.Is. Every remote access is

@@ -138,7 +138,11 @@ func printStatus(w io.Writer, s *observe.Snapshot, all bool, nev int) {
 		if !src.Since.IsZero() {
 			since = s.Time.Sub(src.Since).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", src.Name, src.Kind, dash(src.Backend), src.State, since, dash(src.Local), dash(src.Remote))
+		backend := src.Backend
+		if src.Path != "" {
+			backend += "/" + src.Path // the carrier the backend chose: roce/shm
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", src.Name, src.Kind, dash(backend), src.State, since, dash(src.Local), dash(src.Remote))
 	}
 	tw.Flush()
 	for _, src := range s.Sources {

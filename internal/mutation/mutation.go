@@ -1843,6 +1843,38 @@ var List = []Mutation{
 		Pkg:  "./ntb/", Run: "^TestListenerCloseWhileAnswerBlocked$",
 		Why: "Listener.Close returns while a peer holds the listener's answer up (a reclaimed queue whose reset the peer never announces, or a full ring)",
 	},
+	{
+		Name: "roce-auto-not-default",
+		File: "roce/endpoint.go",
+		Old:  "\t\to.Auto = !o.GSO\n",
+		New:  "\t\to.Auto = false\n",
+		Pkg:  "./roce/", Run: "^TestAutoShm$",
+		Why: "link=auto is the default of a roce address: two Weft engines of one host meet through shared memory with no flag",
+	},
+	{
+		Name: "roce-auto-no-offer",
+		File: "roce/endpoint.go",
+		Old:  "\t\tlid = exchange.WeftShmLID\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestAutoShm$",
+		Why: "an endpoint whose engine has a ring offers it in the exchange (WeftShmLID)",
+	},
+	{
+		Name: "roce-auto-shm-unoffered",
+		File: "roce/endpoint.go",
+		Old:  "\tep.qp.viaShm = peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())\n",
+		New:  "\tep.qp.viaShm = ep.qp.e.auto != nil\n",
+		Pkg:  "./roce/", Run: "^TestAutoPeerUDP$",
+		Why: "shared memory only to a peer that offered its ring: a link=udp or foreign peer gets UDP",
+	},
+	{
+		Name: "roce-auto-bell-unwatched",
+		File: "roce/link/auto.go",
+		Old:  "\t\twerr = a.set.Watch(shm.bell.FD())\n",
+		New:  "\t\twerr = nil\n",
+		Pkg:  "./roce/", Run: "^TestAutoWakes$",
+		Why: "an automatic link's one wait ends on the ring's bell, not at the engine's next deadline",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -463,6 +463,11 @@ func (qp *QP) Modify(state QPState, attr *QPAttr) error {
 		qp.npsn, qp.txPSN, qp.una, qp.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN, attr.SQPSN
 		qp.retries, qp.rnrRetries = int(attr.RetryCnt), int(attr.RNRRetry)
 		qp.maxWnd = qp.e.maxWnd
+		if qp.viaShm {
+			// The peer's ring pushes back rather than drop (see
+			// maxInflightLossless).
+			qp.maxWnd = maxInflightLossless
+		}
 		qp.cwnd, qp.cwndAcc, qp.ssthresh = initWindow, 0, qp.maxWnd
 		qp.rtoHold, qp.rttOn = false, false
 		qp.lastActive = nanotime()

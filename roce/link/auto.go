@@ -42,18 +42,32 @@ type AutoLink struct {
 	timer  *time.Timer
 	ctxFn  func()
 
-	skip      int // ReadBatch: reads that found datagrams in the ring and left UDP unread
+	skip      int         // ReadBatch: reads that found datagrams in the ring and left UDP unread
+	quiet     int         // ReadBatch: UDP reads in a row that found nothing
+	lazy      int         // ReadBatch: reads that left a quiet UDP socket unread
+	udpDue    atomic.Bool // a WaitRead returned: read UDP next, whatever woke it
 	counts    struct{ shmTx, shmRx, parks, bellWakes atomic.Uint64 }
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// Reading the UDP socket costs a system call (about half a microsecond
+// to find it empty, more than a look at the ring costs), which a poll of
+// the ring's traffic should not pay every time; UDP peers must neither
+// starve behind a busy ring nor wait long behind an idle one.
+//
 // autoUDPSkip is how many reads in a row that found datagrams in the ring
-// may leave the UDP socket unread: reading it costs a system call, which
-// the ring's datagrams should not pay on every poll, but UDP peers must
-// not starve behind a busy ring either.
-const autoUDPSkip = 4
+// may leave the UDP socket unread. A socket found empty autoUDPQuiet
+// times in a row is quiet: then a read that finds the ring empty looks at
+// it only every autoUDPLazy-th time (a few microseconds of a spinning
+// poller), until it yields a datagram. A read after WaitRead always looks
+// at it: the wait may have ended for a datagram there.
+const (
+	autoUDPSkip  = 4
+	autoUDPQuiet = 16
+	autoUDPLazy  = 8
+)
 
 // NewAutoLink returns a link over udp and shm, which must have the same
 // local address; shm may be nil (UDP only). The AutoLink owns both: its
@@ -166,7 +180,18 @@ func (a *AutoLink) ReadBatch(pkts []Packet) (int, error) {
 	if n == len(pkts) {
 		return n, nil
 	}
+	if n == 0 && a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 && !a.udpDue.Load() {
+		a.lazy++
+		return 0, nil
+	}
+	a.lazy = 0
+	a.udpDue.Store(false)
 	m, err := a.udp.ReadBatch(pkts[n:])
+	if m > 0 {
+		a.quiet = 0
+	} else if a.quiet < autoUDPQuiet {
+		a.quiet++
+	}
 	return n + m, err
 }
 
@@ -201,6 +226,7 @@ func (a *AutoLink) WriteBatch(pkts []Packet) (int, error) {
 // a producer rings the ring's bell, the deadline passes (zero: none), ctx
 // is done or the link closes.
 func (a *AutoLink) WaitRead(ctx context.Context, deadline time.Time) error {
+	defer a.udpDue.Store(true)
 	if a.set == nil {
 		if a.shm != nil {
 			// A ring without a bell: look at it every shmSlice at least.

@@ -1875,6 +1875,30 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestAutoWakes$",
 		Why: "an automatic link's one wait ends on the ring's bell, not at the engine's next deadline",
 	},
+	{
+		Name: "link-auto-udp-starved",
+		File: "roce/link/auto.go",
+		Old:  "\tif a.skip >= autoUDPSkip || a.udpDue.Load() {\n",
+		New:  "\tif a.udpDue.Load() {\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkBusyRing$",
+		Why: "UDP peers do not starve behind a busy ring: an AutoLink reads UDP first every autoUDPSkip+1 reads",
+	},
+	{
+		Name: "link-auto-quiet-udp-unread",
+		File: "roce/link/auto.go",
+		Old:  "\tif a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 {\n",
+		New:  "\tif a.quiet >= autoUDPQuiet {\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkQuietUDP$",
+		Why: "a quiet UDP socket is still read every autoUDPLazy polls of an empty ring",
+	},
+	{
+		Name: "link-auto-wait-udp-not-due",
+		File: "roce/link/auto.go",
+		Old:  "\tdefer a.udpDue.Store(true)\n",
+		New:  "",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkQuietUDP$",
+		Why: "the first poll after a wait reads UDP: the wait may have ended for a datagram there",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -159,40 +159,53 @@ func (a *AutoLink) Counts() AutoCounts {
 	return AutoCounts{ShmTx: a.counts.shmTx.Load(), ShmRx: a.counts.shmRx.Load(), Parks: a.counts.parks.Load(), BellWakes: a.counts.bellWakes.Load()}
 }
 
-// ReadBatch implements Link: datagrams from the ring first, then from
-// UDP, which is read at least every autoUDPSkip+1 calls and whenever the
-// ring has nothing.
+// ReadBatch implements Link: datagrams from the ring, and from UDP
+// first every autoUDPSkip+1 calls that found the ring busy, at the first
+// call after a wait, and (see autoUDPQuiet) when the ring is empty.
 func (a *AutoLink) ReadBatch(pkts []Packet) (int, error) {
-	n := 0
-	if a.shm != nil {
-		var err error
-		n, err = a.shm.ReadBatch(pkts)
-		a.counts.shmRx.Add(uint64(n))
-		if err != nil {
-			return n, err
-		}
-		if n > 0 && a.skip < autoUDPSkip {
-			a.skip++
-			return n, nil
-		}
+	if a.shm == nil {
+		return a.udp.ReadBatch(pkts)
 	}
-	a.skip = 0
-	if n == len(pkts) {
-		return n, nil
+	if a.skip >= autoUDPSkip || a.udpDue.Load() {
+		// UDP's turn, before the ring can fill the burst.
+		a.skip = 0
+		m, err := a.readUDP(pkts)
+		if err != nil || m == len(pkts) {
+			return m, err
+		}
+		n, err := a.readShm(pkts[m:])
+		return m + n, err
 	}
-	if n == 0 && a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 && !a.udpDue.Load() {
+	n, err := a.readShm(pkts)
+	if n > 0 || err != nil {
+		a.skip++
+		return n, err
+	}
+	if a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 {
 		a.lazy++
 		return 0, nil
 	}
+	return a.readUDP(pkts)
+}
+
+// readShm reads the ring.
+func (a *AutoLink) readShm(pkts []Packet) (int, error) {
+	n, err := a.shm.ReadBatch(pkts)
+	a.counts.shmRx.Add(uint64(n))
+	return n, err
+}
+
+// readUDP reads the UDP socket and notes whether it was quiet.
+func (a *AutoLink) readUDP(pkts []Packet) (int, error) {
 	a.lazy = 0
 	a.udpDue.Store(false)
-	m, err := a.udp.ReadBatch(pkts[n:])
+	m, err := a.udp.ReadBatch(pkts)
 	if m > 0 {
 		a.quiet = 0
 	} else if a.quiet < autoUDPQuiet {
 		a.quiet++
 	}
-	return n + m, err
+	return m, err
 }
 
 // WriteBatch implements Link: each run of packets goes through the

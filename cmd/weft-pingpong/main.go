@@ -33,7 +33,9 @@
 //	weft-pingpong -backend roce -addr 'PEER:18515' -sizes 4096 -n 200 -warmup 0 -no-ref
 //
 // "-backend roce" with no address runs both ends as well, over two
-// user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2).
+// user-space RoCEv2 engines on loopback (127.0.0.1 and 127.0.0.2), which
+// meet through shared memory by default (link=auto: the header says
+// roce/shm); "-link udp" keeps them on UDP.
 //
 // Latencies are one-way, half the round trip, as perftest reports them.
 package main
@@ -43,6 +45,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +80,7 @@ func main() {
 	helpAddr := flag.Bool("help-addr", false, "print the address syntax of every backend")
 	spin := flag.Duration("spin", time.Millisecond, "how long blocking calls busy-poll before they sleep (0: the backend default)")
 	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for the peer to connect (0: forever)")
+	linkFlag := flag.String("link", "auto", "with -backend roce and no -addr: the engines' link (auto, udp, shm; see go doc roce)")
 	flag.Parse()
 	if *helpAddr {
 		for _, b := range fabric.Backends() {
@@ -102,7 +106,7 @@ func main() {
 		if *server {
 			fatal(fmt.Errorf("-server needs -addr"))
 		}
-		if err := runBoth(ctx, *backend, opts, sizes, *iters, *warmup, *refIters, *noRef, *timeout); err != nil {
+		if err := runBoth(ctx, *backend, *linkFlag, opts, sizes, *iters, *warmup, *refIters, *noRef, *timeout); err != nil {
 			fatal(err)
 		}
 		return
@@ -184,7 +188,7 @@ func shmDir() string {
 }
 
 // runBoth starts a server process of this binary and runs the client.
-func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool, timeout time.Duration) error {
+func runBoth(ctx context.Context, backend, lk string, opts *fabric.Options, sizes []int, iters, warmup, refIters int, noRef bool, timeout time.Duration) error {
 	if backend != "ntb" && backend != "roce" {
 		return fmt.Errorf("running both ends needs -backend ntb or roce; for %s start a -server and a client with -addr", backend)
 	}
@@ -217,8 +221,8 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 		// Two user-space RoCE engines over loopback: the server on
 		// 127.0.0.1, the client on 127.0.0.2, path MTU 4096.
 		port := 18515 + os.Getpid()%1000
-		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0", port)
-		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0", port)
+		serverAddr = fmt.Sprintf("listen:127.0.0.1:%d?mtu=4096&raw=0&link=%s", port, url.QueryEscape(lk))
+		clientAddr = fmt.Sprintf("127.0.0.1:%d?local=127.0.0.2&mtu=4096&raw=0&link=%s", port, url.QueryEscape(lk))
 	} else {
 		os.Remove(path)
 		defer os.Remove(path)
@@ -236,6 +240,9 @@ func runBoth(ctx context.Context, backend string, opts *fabric.Options, sizes []
 		return err
 	}
 	defer ep.Close()
+	if p := ep.Caps().Path; p != "" {
+		backend += "/" + p // the carrier the connection took (roce: link=auto's choice)
+	}
 	fmt.Printf("Weft pingpong: backend %s (%s), client pid %d, server pid %d, GOMAXPROCS %d\n",
 		backend, clientAddr, os.Getpid(), cmd.Process.Pid, runtime.GOMAXPROCS(0))
 	if ref != nil {

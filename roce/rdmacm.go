@@ -39,6 +39,21 @@ type peerKey struct {
 	id   uint32
 }
 
+// cmShmMark, in bits 40 to 55 of the channel adapter GUID a Weft engine
+// sends in its REQs and REPs (otherwise zero there), offers the peer the
+// engine's shared-memory ring (link=auto), as exchange.WeftShmLID does in
+// the pingpong exchange: the rdma_cm private data belongs to the
+// application. Linux's CM and librdmacm keep a peer's GUID as a name and
+// read nothing into it.
+const (
+	cmShmMark = 0x5746 << 40
+	cmShmMask = 0xffff << 40
+)
+
+// cmOffersShm reports whether a peer's channel adapter GUID offers its
+// shared-memory ring (cmShmMark).
+func cmOffersShm(guid uint64) bool { return guid&cmShmMask == cmShmMark }
+
 // CM returns the engine's communication manager, starting it on first
 // use. From then on the engine answers CM datagrams: a REQ for a port
 // nobody listens on is rejected (which the peer's rdma_connect reports as
@@ -49,9 +64,13 @@ func (e *Engine) CM() *CM {
 	}
 	m := &CM{e: e, conns: map[uint32]*cmConn{}, peers: map[peerKey]*cmConn{}, listeners: map[uint16]*CMListener{},
 		udListeners: map[uint16]*CMListener{}}
-	// A channel adapter GUID: EUI-64 style, from the engine's address.
+	// A channel adapter GUID: EUI-64 style, from the engine's address,
+	// marked where the engine offers its shared-memory ring.
 	a := e.local.As16()
 	m.guid = 0x0200_0000_0000_0000 | uint64(binary.BigEndian.Uint32(a[12:]))<<8 | uint64(a[11])
+	if e.shmRing() {
+		m.guid |= cmShmMark
+	}
 	if e.gsi.CompareAndSwap(nil, m) {
 		return m
 	}
@@ -192,6 +211,7 @@ type cmConn struct {
 	sid       cm.ServiceID
 	srcPort   uint16 // the rdma_cm port of the connecting side
 	peerData  []byte // the peer's private data (REQ: after the CMA header)
+	peerShm   bool   // the REQ's GUID offered the peer's shared-memory ring (cmShmMark)
 	remoteAck uint8  // REQ: the ACK timeout the connecting side asks us to use
 	remoteRet uint8  // REQ: the retry count it asks for
 	remoteRNR uint8  // REQ/REP: the RNR retry count it asks for
@@ -509,6 +529,7 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 	c.sid = sid
 	c.srcPort = hdr.Port()
 	c.peerData = append([]byte(nil), req.PrivateData()[cm.CMAHeaderSize:]...)
+	c.peerShm = cmOffersShm(req.LocalCAGUID())
 	c.remoteAck = req.Primary().LocalACKTimeout()
 	c.remoteRet = req.RetryCount()
 	c.remoteRNR = req.RNRRetryCount()
@@ -553,6 +574,7 @@ func (m *CM) onREP(mad cm.MAD, rep cm.REP, src netip.Addr) bool {
 	c.rr = rep.InitiatorDepth()
 	c.peerData = append([]byte(nil), rep.PrivateData()...)
 	m.peers[peerKey{src, c.remoteID}] = c
+	c.qp.viaShm = cmOffersShm(rep.LocalCAGUID()) && m.e.reachesShm(src) // before the QP connects
 	attr := &QPAttr{PathMTU: c.mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: c.cfg.ACKTimeout, RetryCnt: c.cfg.Retry, RNRRetry: rep.RNRRetryCount(), MinRNRTimer: 12,
 		MaxRDAtomic: int(c.depth), KeepAlive: c.cfg.KeepAlive}
@@ -917,6 +939,7 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 	attr := &QPAttr{PathMTU: mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: c.cfg.acceptACKTimeout(c.remoteAck), RetryCnt: c.remoteRet, RNRRetry: c.remoteRNR, MinRNRTimer: 12,
 		MaxRDAtomic: max(1, int(c.depth)), KeepAlive: c.cfg.KeepAlive}
+	qp.viaShm = c.peerShm && m.e.reachesShm(c.peer) // before the QP connects
 	if err := qp.Connect(attr); err != nil {
 		c.reject(cm.RejNoQP, cm.MsgREQ, nil)
 		c.fail(err)

@@ -21,6 +21,14 @@ import (
 // listener on 127.0.0.1 and a dialer on 127.0.0.2.
 func cmFabricPair(t testing.TB, query string) (a, b fabric.Endpoint) {
 	t.Helper()
+	// UDP, whoever owns the rings of these addresses (see rcPair).
+	return cmFabricPairAt(t, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), "link=udp&"+query, "link=udp&"+query)
+}
+
+// cmFabricPairAt is cmFabricPair with the listener on la, the dialer on
+// lb, and their parameters qa and qb.
+func cmFabricPairAt(t testing.TB, la, lb netip.Addr, qa, qb string) (a, b fabric.Endpoint) {
+	t.Helper()
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -30,14 +38,14 @@ func cmFabricPair(t testing.TB, query string) (a, b fabric.Endpoint) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("rdmacm://listen:127.0.0.1:%d?%s", port, query), nil)
+		ep, err := fabric.Open(ctx, "roce", fmt.Sprintf("rdmacm://listen:%s:%d?%s", la, port, qa), nil)
 		ch <- res{ep, err}
 	}()
 	var z fabric.Endpoint
 	var err error
 	for {
 		// Refused until the listener is up.
-		z, err = fabric.Open(ctx, "roce", fmt.Sprintf("127.0.0.1:%d?cm=1&local=127.0.0.2&%s", port, query), nil)
+		z, err = fabric.Open(ctx, "roce", fmt.Sprintf("%s:%d?cm=1&local=%s&%s", la, port, lb, qb), nil)
 		if err == nil || !errors.Is(err, fabric.ErrRefused) || ctx.Err() != nil {
 			break
 		}
@@ -196,4 +204,32 @@ func cmHalfOpen(t testing.TB, addr string) func() {
 	cm.CMAHeader(r.PrivateData()).Set(netip.AddrPortFrom(ghost, 1), ap.Addr())
 	inject(s.e, ghost, b[:])
 	return func() {}
+}
+
+// TestCMAutoShm: over rdma_cm, two Weft engines of this host with the
+// default link offer their rings in the REQ's and REP's channel adapter
+// GUID (cmShmMark) and take them; a link=udp side offers none, and both
+// stay on UDP.
+func TestCMAutoShm(t *testing.T) {
+	la, lb := shmAddr(), shmAddr()
+	for la == lb {
+		lb = shmAddr()
+	}
+	a, b := cmFabricPairAt(t, la, lb, "", "")
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "shm" || pb != "shm" {
+		t.Fatalf("Caps().Path = %q and %q, want shm and shm", pa, pb)
+	}
+	pingPongN(t, a.(*Endpoint), b.(*Endpoint), 5)
+	if ca, cb := autoCounts(t, a.(*Endpoint)), autoCounts(t, b.(*Endpoint)); ca.ShmRx < 5 || cb.ShmRx < 5 {
+		t.Fatalf("5 round trips through the rings: a %+v, b %+v", ca, cb)
+	}
+	lc := shmAddr()
+	for lc == la || lc == lb {
+		lc = shmAddr()
+	}
+	c, d := cmFabricPairAt(t, la, lc, "", "link=udp")
+	if pc, pd := c.Caps().Path, d.Caps().Path; pc != "udp" || pd != "udp" {
+		t.Fatalf("against a link=udp peer: Caps().Path = %q and %q, want udp and udp", pc, pd)
+	}
+	pingPongN(t, c.(*Endpoint), d.(*Endpoint), 5)
 }

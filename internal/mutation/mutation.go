@@ -1899,6 +1899,22 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestAutoLinkQuietUDP$",
 		Why: "the first poll after a wait reads UDP: the wait may have ended for a datagram there",
 	},
+	{
+		Name: "roce-cm-auto-no-offer",
+		File: "roce/rdmacm.go",
+		Old:  "\t\tm.guid |= cmShmMark\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestCMAutoShm$",
+		Why: "over rdma_cm an engine with a ring offers it in its CA GUID, so two Weft engines of a host meet through shared memory",
+	},
+	{
+		Name: "roce-cm-auto-unoffered",
+		File: "roce/rdmacm.go",
+		Old:  "\tqp.viaShm = c.peerShm && m.e.reachesShm(c.peer) // before the QP connects\n",
+		New:  "\tqp.viaShm = m.e.auto != nil\n",
+		Pkg:  "./roce/", Run: "^TestCMAutoShm$",
+		Why: "an rdma_cm listener sends through shared memory only to a peer whose REQ offered its ring",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

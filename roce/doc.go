@@ -46,15 +46,17 @@
 // With no link= parameter an address runs the automatic link (link=auto,
 // link.AutoLink): the engine opens its UDP socket, which every RoCE peer
 // can take, and beside it a shared-memory ring named after its address.
-// Its endpoints offer the ring in the exchange (exchange.WeftShmLID, a
-// LID that means nothing to rdma-core's programs). A queue pair whose
+// Its endpoints offer the ring when they connect: in the pingpong
+// exchange (exchange.WeftShmLID, a LID that means nothing to rdma-core's
+// programs) and, over rdma_cm, in the channel adapter GUID of the REQ and
+// REP (a mark librdmacm and Linux's CM read nothing into; the private
+// data stays the application's). A queue pair whose
 // peer offered one, and whose ring this engine finds alive on this host,
 // sends through it: Weft peers of one host talk without the kernel's
 // network stack (BenchmarkEngineAuto beside BenchmarkEngine), with no
 // flag on either side. Everything else gets the interoperable UDP wire:
-// Linux rxe, NICs, rdma-core and perftest programs, link=udp peers,
-// peers on other hosts, and every rdma_cm connection (its private data
-// carries no offer yet). The choice is per queue pair and each side's
+// Linux rxe, NICs, rdma-core, librdmacm and perftest programs, link=udp
+// peers, and peers on other hosts. The choice is per queue pair and each side's
 // own: fabric.Caps.Path says "shm" or "udp". An engine whose ring name
 // another engine of the host holds (the same address in another network
 // namespace, or another process on a shared port) runs on UDP alone.

@@ -209,7 +209,8 @@ func (c engineOpts) String() string {
 // another configuration is not shared: the call fails with an error
 // matching fabric.ErrInvalid (an address's noicrc, raw, link and gso
 // parameters configure its engine, so all endpoints of one local address
-// must agree on them). Port 0 is the engine's default port, link.Port:
+// must agree on them), except that an endpoint with the default link
+// (link=auto, no gso) joins the engine whatever link it runs. Port 0 is the engine's default port, link.Port:
 // endpoints that name it and endpoints that leave it out share one
 // engine.
 func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
@@ -222,7 +223,9 @@ func acquireEngine(addr netip.AddrPort, c engineOpts) (*Engine, func(), error) {
 		engines.m = map[netip.AddrPort]*sharedEngine{}
 	}
 	s := engines.m[addr]
-	if s != nil && s.cfg != c {
+	// An endpoint that names no link (link=auto) takes the engine running
+	// at its address whatever its link: it has no preference of its own.
+	if s != nil && s.cfg != c && !(c.Auto && s.cfg.NoICRC == c.NoICRC && s.cfg.NoRaw == c.NoRaw) {
 		return nil, nil, fmt.Errorf("the engine at %s runs with %s; this endpoint asks for %s: %w",
 			addr, s.cfg, c, fabric.ErrInvalid)
 	}
@@ -508,8 +511,11 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, e
 func (ep *Endpoint) connect(o Options, mine, peer exchange.Dest) error {
 	ep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()
 	// The automatic link: a Weft peer whose engine has a ring on this
-	// host gets this QP's packets through it.
-	ep.qp.viaShm = peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())
+	// host gets this RC QP's packets through it. UD keeps UDP: a ring
+	// that stays full longer than the engine waits on it drops
+	// datagrams that a UDP socket's buffers would have held, and UD has
+	// no retransmission to recover them.
+	ep.qp.viaShm = o.Type == RC && peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())
 	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
 		MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}

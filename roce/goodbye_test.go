@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,9 +147,22 @@ func TestGoodbyeSharedPort(t *testing.T) {
 // acknowledged before the goodbye, so the peer's send of it completes
 // successfully rather than flushed by the goodbye (the acknowledgement
 // is otherwise held back for ackDelay).
+//
+// Over UDP, and over the automatic link, where both go through the
+// peer's ring (here the engine's own: the pair shares it): a goodbye sent
+// on UDP would overtake the acknowledgement there.
 func TestGoodbyeAcksFirst(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0?link=udp", shmAddr().String() + ":0"} {
+		t.Run(addr, func(t *testing.T) { goodbyeAcksFirst(t, addr) })
+	}
+}
+
+func goodbyeAcksFirst(t *testing.T, addr string) {
 	for i := range 20 {
-		a, b := fabrictest.ListenPair(t, "roce", "127.0.0.1:0", nil)
+		a, b := fabrictest.ListenPair(t, "roce", addr, nil)
+		if want := map[bool]string{true: "udp", false: "shm"}[strings.Contains(addr, "link=udp")]; a.Caps().Path != want {
+			t.Fatalf("Caps().Path = %q, want %s", a.Caps().Path, want)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		sbuf, _ := b.Alloc(64, 0)
 		if _, err := b.SendWait(ctx, []fabric.Message{{SGEs: []fabric.SGE{fabric.SGEOf(sbuf)}, Flags: fabric.FlagSignal}}); err != nil {

@@ -92,15 +92,18 @@ func (e *Engine) gsiInput(p *wire.Packet, src netip.Addr) {
 	m.input(mad, src)
 }
 
-// sendMAD sends the MAD mad (cm.MADSize bytes) to the GSI of dst.
-func (m *CM) sendMAD(dst netip.Addr, mad []byte) {
-	m.e.sendGSI(dst, mad)
+// sendMAD sends the MAD mad (cm.MADSize bytes) to the GSI of dst,
+// through dst's shared-memory ring if shm (see sendGSI).
+func (m *CM) sendMAD(dst netip.Addr, mad []byte, shm bool) {
+	m.e.sendGSI(dst, mad, shm)
 	m.ctr.tx.Add(1)
 }
 
 // sendGSI sends the MAD mad (cm.MADSize bytes) from QP 1 to the GSI of
-// dst.
-func (e *Engine) sendGSI(dst netip.Addr, mad []byte) {
+// dst: through dst's shared-memory ring if shm (link.Packet.Shm), the
+// carrier of the queue pair the MAD is about, so that it arrives after
+// that QP's packets sent before it.
+func (e *Engine) sendGSI(dst netip.Addr, mad []byte, shm bool) {
 	t := &e.gsiTx
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -116,7 +119,7 @@ func (e *Engine) sendGSI(dst netip.Addr, mad []byte) {
 	copy(b[wire.BTHSize+wire.DETHSize:], mad[:cm.MADSize])
 	sport := udSrcPort(gsiQPN)
 	e.sealICRC(t.hbuf[:], b, dst, sport)
-	t.pkt[0] = link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, link.Port), SrcPort: sport}
+	t.pkt[0] = link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, link.Port), SrcPort: sport, Shm: shm}
 	e.send(t.pkt[:])
 }
 
@@ -165,7 +168,7 @@ func (qp *QP) sendGoodbye() {
 	d.SetLocalCommID(qp.qpn)
 	d.SetRemoteCommID(0)
 	d.SetRemoteQPN(peer)
-	qp.e.sendGSI(dst, b[:])
+	qp.e.sendGSI(dst, b[:], qp.viaShm) // after the acknowledgement, on its link
 	qp.e.goodbyes.sent.Add(1)
 }
 

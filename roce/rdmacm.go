@@ -255,11 +255,16 @@ func (m *CM) forget(c *cmConn) {
 	}
 }
 
+// viaShm reports whether the connection's QP sends through the peer's
+// shared-memory ring (link=auto): its CM messages go the same way, so
+// that a DREQ or RTU keeps its place among the QP's packets.
+func (c *cmConn) viaShm() bool { return c.qp != nil && c.qp.viaShm }
+
 // send sends the message in c.last to the peer. With retry it arms the
 // response timer, which sends it again up to cfg.MaxRetries times and then
 // calls c.expire.
 func (c *cmConn) send(retry bool) {
-	c.m.sendMAD(c.peer, c.last[:])
+	c.m.sendMAD(c.peer, c.last[:], c.viaShm())
 	c.stopTimer()
 	if retry {
 		c.retries = int(c.cfg.MaxRetries)
@@ -294,7 +299,7 @@ func (m *CM) fire(c *cmConn, gen uint64) {
 		if c.retries > 0 {
 			c.retries--
 			m.ctr.retx.Add(1)
-			m.sendMAD(c.peer, c.last[:])
+			m.sendMAD(c.peer, c.last[:], c.viaShm())
 			c.arm(cm.Timeout(c.cfg.ResponseTimeout))
 			return
 		}
@@ -392,7 +397,7 @@ func (c *cmConn) reject(reason cm.RejectReason, which cm.MsgKind, data []byte) {
 	r.SetMessageRejected(which)
 	r.SetReason(reason)
 	copy(r.PrivateData(), data)
-	c.m.sendMAD(c.peer, b[:])
+	c.m.sendMAD(c.peer, b[:], c.viaShm())
 }
 
 // replyREJ answers a message that matches no connection with a REJ.
@@ -404,7 +409,7 @@ func (m *CM) replyREJ(dst netip.Addr, tid uint64, remoteID uint32, which cm.MsgK
 	r.SetRemoteCommID(remoteID)
 	r.SetMessageRejected(which)
 	r.SetReason(reason)
-	m.sendMAD(dst, b[:])
+	m.sendMAD(dst, b[:], false)
 }
 
 // input handles a valid CM MAD from src. It runs on the engine's polling
@@ -488,7 +493,7 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 	if c := m.peers[peerKey{src, req.LocalCommID()}]; c != nil && !c.ud {
 		if c.state == cmRepSent {
 			m.ctr.retx.Add(1)
-			m.sendMAD(c.peer, c.last[:])
+			m.sendMAD(c.peer, c.last[:], c.viaShm())
 		}
 		return true
 	}
@@ -595,7 +600,7 @@ func (m *CM) sendRTU(c *cmConn) {
 	r := cm.RTU(mad.Data())
 	r.SetLocalCommID(c.localID)
 	r.SetRemoteCommID(c.remoteID)
-	m.sendMAD(c.peer, b[:])
+	m.sendMAD(c.peer, b[:], c.viaShm())
 }
 
 // onREJ handles a rejection of our REQ or REP, or of the connection.
@@ -637,7 +642,7 @@ func (m *CM) onDREQ(mad cm.MAD, dreq cm.DREQ, src netip.Addr) bool {
 	r := cm.DREP(out.Data())
 	r.SetLocalCommID(dreq.RemoteCommID())
 	r.SetRemoteCommID(dreq.LocalCommID())
-	m.sendMAD(src, b[:])
+	m.sendMAD(src, b[:], false)
 	return ok
 }
 

@@ -128,7 +128,7 @@ func (m *CM) onSIDRReq(mad cm.MAD, req cm.SIDRReq, src netip.Addr) bool {
 	if c := m.peers[peerKey{src, req.RequestID()}]; c != nil && c.ud {
 		if c.state == cmTimewait { // our SIDR_REP was lost
 			m.ctr.retx.Add(1)
-			m.sendMAD(c.peer, c.last[:])
+			m.sendMAD(c.peer, c.last[:], false)
 		}
 		return true
 	}
@@ -154,7 +154,7 @@ func (m *CM) onSIDRReq(mad cm.MAD, req cm.SIDRReq, src netip.Addr) bool {
 		r.SetRequestID(req.RequestID())
 		r.SetStatus(status)
 		r.SetServiceID(sid)
-		m.sendMAD(src, b[:])
+		m.sendMAD(src, b[:], false)
 		return true
 	}
 	c := m.newConn(lst.cfg)
@@ -189,7 +189,7 @@ func (c *cmConn) sidrReply(status cm.SIDRStatus, qpn, qkey uint32, data []byte) 
 	r.SetServiceID(c.sid)
 	r.SetQKey(qkey)
 	copy(r.PrivateData(), data)
-	c.m.sendMAD(c.peer, c.last[:])
+	c.m.sendMAD(c.peer, c.last[:], false)
 }
 
 // ListenUD starts taking SIDR requests for rdma_cm port port of the UDP

@@ -1862,7 +1862,7 @@ var List = []Mutation{
 	{
 		Name: "roce-auto-shm-unoffered",
 		File: "roce/endpoint.go",
-		Old:  "\tep.qp.viaShm = peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())\n",
+		Old:  "\tep.qp.viaShm = o.Type == RC && peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())\n",
 		New:  "\tep.qp.viaShm = ep.qp.e.auto != nil\n",
 		Pkg:  "./roce/", Run: "^TestAutoPeerUDP$",
 		Why: "shared memory only to a peer that offered its ring: a link=udp or foreign peer gets UDP",
@@ -1884,20 +1884,12 @@ var List = []Mutation{
 		Why: "UDP peers do not starve behind a busy ring: an AutoLink reads UDP first every autoUDPSkip+1 reads",
 	},
 	{
-		Name: "link-auto-quiet-udp-unread",
-		File: "roce/link/auto.go",
-		Old:  "\tif a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 {\n",
-		New:  "\tif a.quiet >= autoUDPQuiet {\n",
-		Pkg:  "./roce/link/", Run: "^TestAutoLinkQuietUDP$",
-		Why: "a quiet UDP socket is still read every autoUDPLazy polls of an empty ring",
-	},
-	{
 		Name: "link-auto-wait-udp-not-due",
 		File: "roce/link/auto.go",
 		Old:  "\tdefer a.udpDue.Store(true)\n",
 		New:  "",
-		Pkg:  "./roce/link/", Run: "^TestAutoLinkQuietUDP$",
-		Why: "the first poll after a wait reads UDP: the wait may have ended for a datagram there",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkReadsUDP$",
+		Why: "the first poll after a wait reads UDP first: the wait may have ended for a datagram there",
 	},
 	{
 		Name: "roce-cm-auto-no-offer",
@@ -1914,6 +1906,22 @@ var List = []Mutation{
 		New:  "\tqp.viaShm = m.e.auto != nil\n",
 		Pkg:  "./roce/", Run: "^TestCMAutoShm$",
 		Why: "an rdma_cm listener sends through shared memory only to a peer whose REQ offered its ring",
+	},
+	{
+		Name: "link-auto-empty-ring-skips-udp",
+		File: "roce/link/auto.go",
+		Old:  "\t\ta.skip++\n\t\treturn n, err\n\t}\n\treturn a.readUDP(pkts)\n",
+		New:  "\t\ta.skip++\n\t\treturn n, err\n\t}\n\treturn 0, nil\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkReadsUDP$",
+		Why: "an AutoLink's ReadBatch returns 0 only when the UDP socket is empty too (the engine's timers count on it)",
+	},
+	{
+		Name: "roce-auto-goodbye-on-udp",
+		File: "roce/gsi.go",
+		Old:  "\tqp.e.sendGSI(dst, b[:], qp.viaShm) // after the acknowledgement, on its link\n",
+		New:  "\tqp.e.sendGSI(dst, b[:], false)\n",
+		Pkg:  "./roce/", Run: "^TestGoodbyeAcksFirst$",
+		Why: "a goodbye goes on its QP's link, behind the acknowledgement it follows: on UDP it overtakes one in the ring",
 	},
 }
 

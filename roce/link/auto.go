@@ -52,22 +52,14 @@ type AutoLink struct {
 	closeErr  error
 }
 
-// Reading the UDP socket costs a system call (about half a microsecond
-// to find it empty, more than a look at the ring costs), which a poll of
-// the ring's traffic should not pay every time; UDP peers must neither
-// starve behind a busy ring nor wait long behind an idle one.
-//
 // autoUDPSkip is how many reads in a row that found datagrams in the ring
-// may leave the UDP socket unread. A socket found empty autoUDPQuiet
-// times in a row is quiet: then a read that finds the ring empty looks at
-// it only every autoUDPLazy-th time (a few microseconds of a spinning
-// poller), until it yields a datagram. A read after WaitRead always looks
-// at it: the wait may have ended for a datagram there.
-const (
-	autoUDPSkip  = 4
-	autoUDPQuiet = 16
-	autoUDPLazy  = 8
-)
+// may leave the UDP socket unread: reading it costs a system call, which
+// the ring's datagrams should not pay on every poll, but UDP peers must
+// not starve behind a busy ring. A read that finds the ring empty always
+// reads UDP: 0 from ReadBatch means neither holds anything, which the
+// engine's timers rely on (a socket left unread while it held
+// acknowledgements would look drained, and its QPs late).
+const autoUDPSkip = 4
 
 // NewAutoLink returns a link over udp and shm, which must have the same
 // local address; shm may be nil (UDP only). The AutoLink owns both: its
@@ -159,9 +151,9 @@ func (a *AutoLink) Counts() AutoCounts {
 	return AutoCounts{ShmTx: a.counts.shmTx.Load(), ShmRx: a.counts.shmRx.Load(), Parks: a.counts.parks.Load(), BellWakes: a.counts.bellWakes.Load()}
 }
 
-// ReadBatch implements Link: datagrams from the ring, and from UDP
-// first every autoUDPSkip+1 calls that found the ring busy, at the first
-// call after a wait, and (see autoUDPQuiet) when the ring is empty.
+// ReadBatch implements Link: datagrams from the ring, and from UDP when
+// the ring is empty; UDP first every autoUDPSkip+1 calls that found the
+// ring busy, and at the first call after a wait.
 func (a *AutoLink) ReadBatch(pkts []Packet) (int, error) {
 	if a.shm == nil {
 		return a.udp.ReadBatch(pkts)
@@ -181,10 +173,6 @@ func (a *AutoLink) ReadBatch(pkts []Packet) (int, error) {
 		a.skip++
 		return n, err
 	}
-	if a.quiet >= autoUDPQuiet && a.lazy < autoUDPLazy-1 {
-		a.lazy++
-		return 0, nil
-	}
 	return a.readUDP(pkts)
 }
 
@@ -195,17 +183,10 @@ func (a *AutoLink) readShm(pkts []Packet) (int, error) {
 	return n, err
 }
 
-// readUDP reads the UDP socket and notes whether it was quiet.
+// readUDP reads the UDP socket.
 func (a *AutoLink) readUDP(pkts []Packet) (int, error) {
-	a.lazy = 0
 	a.udpDue.Store(false)
-	m, err := a.udp.ReadBatch(pkts)
-	if m > 0 {
-		a.quiet = 0
-	} else if a.quiet < autoUDPQuiet {
-		a.quiet++
-	}
-	return m, err
+	return a.udp.ReadBatch(pkts)
 }
 
 // WriteBatch implements Link: each run of packets goes through the

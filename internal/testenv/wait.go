@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +15,27 @@ import (
 // minutes) would end the whole package with an empty log. It is a bound
 // for a hang, not a measure of speed: the slowest legitimate wait of a
 // test, under the race detector on a loaded machine, is far below it.
-const Timeout = 60 * time.Second
+//
+// It is 60 s, or shorter where WEFT_TIMEOUT (a duration, as "15s") says
+// so: the mutation stage (internal/mutation) sets it for the tests it
+// runs on broken code, whose hangs it need not wait a minute for. A value
+// that does not parse, is not positive or is longer than 60 s is ignored:
+// the bound can be tightened, never loosened.
+var Timeout = timeoutFrom(os.Getenv(TimeoutEnv))
+
+// TimeoutEnv is the environment variable that shortens Timeout.
+const TimeoutEnv = "WEFT_TIMEOUT"
+
+// maxTimeout is Timeout when TimeoutEnv does not shorten it.
+const maxTimeout = 60 * time.Second
+
+func timeoutFrom(v string) time.Duration {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > maxTimeout {
+		return maxTimeout
+	}
+	return d
+}
 
 // Context returns a context for the blocking calls of a test (Accept,
 // Dial, RecvWait, Wait): it is done Timeout after the call, or when the

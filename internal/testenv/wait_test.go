@@ -49,11 +49,32 @@ func failure(t *testing.T, body func(tb testing.TB)) (string, time.Duration) {
 // TestTimeoutMessage: the message names the bound as the brief says it
 // (60s, not 1m0s).
 func TestTimeoutMessage(t *testing.T) {
-	if got := timedOut(Timeout); got != "timed out after 60s" {
-		t.Errorf("timedOut(Timeout) = %q", got)
+	if got := timedOut(maxTimeout); got != "timed out after 60s" {
+		t.Errorf("timedOut(60s) = %q", got)
 	}
 	if got := timedOut(50 * time.Millisecond); got != "timed out after 0.05s" {
 		t.Errorf("timedOut(50ms) = %q", got)
+	}
+}
+
+// TestTimeoutFrom: WEFT_TIMEOUT shortens the bound and nothing else
+// changes it: an empty, malformed, zero, negative or longer value leaves
+// it at 60 s.
+func TestTimeoutFrom(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"":      60 * time.Second,
+		"15s":   15 * time.Second,
+		"500ms": 500 * time.Millisecond,
+		"60s":   60 * time.Second,
+		"2m":    60 * time.Second,
+		"0":     60 * time.Second,
+		"-5s":   60 * time.Second,
+		"15":    60 * time.Second,
+		"soon":  60 * time.Second,
+	} {
+		if got := timeoutFrom(v); got != want {
+			t.Errorf("timeoutFrom(%q) = %v, want %v", v, got, want)
+		}
 	}
 }
 

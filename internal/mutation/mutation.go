@@ -45,6 +45,12 @@ type Mutation struct {
 	Run string
 	// Why says which promise the mutation breaks.
 	Why string
+	// Race runs the guarding test under the race detector, for a
+	// mutation that only it catches (one that lets two goroutines touch
+	// the same memory without the order the code promises). The others
+	// run without it, at half the cost: their tests fail on the broken
+	// code without it, and run with it in the suite itself.
+	Race bool
 }
 
 // List is the mutations, from the table of issue 17 and after.

@@ -464,9 +464,8 @@ func TestXDPLinkUnresolvedNeighbour(t *testing.T) {
 	if n, err := x.WriteBatch(pk); n != 1 || err != nil {
 		t.Fatalf("write to a neighbour whose address is being looked up again: %d, %v", n, err)
 	}
-	if !pending(ipB) {
-		t.Fatal("a resolved address past its time is not looked up again")
-	}
+	// (The lookup may be over already: the kernel's neighbour table
+	// holds B. That it ran shows in the renewal below.)
 	readOne(t, b)
 	if !testenv.Eventually(10*time.Second, func() bool {
 		x.nmu.Lock()

@@ -171,7 +171,10 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		}
 		lk, blk = l, b
 		if cfg.Auto {
-			lk, autoErr = autoLink(l)
+			var a *link.AutoLink
+			if a, autoErr = autoLink(l); a != nil {
+				lk = a
+			}
 		}
 	}
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
@@ -211,18 +214,30 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 }
 
 // autoLink adds a shared-memory ring to u (EngineConfig.Auto). A ring
-// that cannot be had leaves u alone, with the reason.
-func autoLink(u *link.UDPLink) (link.Link, error) {
+// that cannot be had leaves u alone (nil), with the reason.
+func autoLink(u *link.UDPLink) (*link.AutoLink, error) {
 	ring, err := link.ListenShm(u.LocalAddr(), link.ShmConfig{})
 	if err != nil {
-		return u, err
+		return nil, err
 	}
 	a, err := link.NewAutoLink(u, ring)
 	if err != nil {
 		ring.Close()
-		return u, err
+		return nil, err
 	}
 	return a, nil
+}
+
+// udpLink returns the engine's UDP link, inside its automatic link if it
+// runs one; nil if it has none.
+func (e *Engine) udpLink() *link.UDPLink {
+	switch l := e.link.(type) {
+	case *link.UDPLink:
+		return l
+	case *link.AutoLink:
+		return l.UDP()
+	}
+	return nil
 }
 
 // shmRing reports whether the engine takes packets from peers of this

@@ -191,7 +191,7 @@ func shareChild(t *testing.T) {
 		}
 		e := eps[0].qp.e
 		rep.Block, rep.Stats = e.QPNBlock(), e.Stats()
-		if u, ok := e.link.(*link.UDPLink); ok {
+		if u := e.udpLink(); u != nil {
 			rep.Shared, rep.Raw = u.Shared(), u.Raw()
 		}
 		for _, ep := range eps {

@@ -164,3 +164,19 @@ func BenchmarkEngineAuto(b *testing.B) {
 		return x, y
 	})
 }
+
+// TestAutoPeerShm: an endpoint on link=shm and one with the default link
+// meet through the rings both ways. The link=shm engine owns its
+// address's ring, so it offers it as an automatic engine does: its peer
+// must not answer on UDP, which a link=shm engine never reads.
+func TestAutoPeerShm(t *testing.T) {
+	a, b := loopPair(t, "link=shm", "", nil)
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "shm" || pb != "shm" {
+		t.Fatalf("Caps().Path = %q and %q, want shm and shm", pa, pb)
+	}
+	c0 := autoCounts(t, b)
+	pingPongN(t, a, b, 10)
+	if c := autoCounts(t, b); c.ShmTx-c0.ShmTx < 10 || c.ShmRx-c0.ShmRx < 10 {
+		t.Fatalf("10 round trips moved %+v -> %+v on the automatic side: want at least 10 datagrams each way through the rings", c0, c)
+	}
+}

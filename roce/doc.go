@@ -62,7 +62,8 @@
 // namespace, or another process on a shared port) runs on UDP alone.
 //
 // One parameter forces a side: link=udp (UDP only, as before link=auto:
-// no ring, no offer), link=shm (rings only), link=xdp (AF_XDP), and gso=1,
+// no ring, no offer), link=shm (rings only, offered as link=auto's are, so
+// that peers on the default link answer through them), link=xdp (AF_XDP), and gso=1,
 // which asks for UDP with GSO. Across hosts the automatic link is UDP: it
 // does not yet pick GSO or AF_XDP, which need the peer's agreement and
 // privileges (see link.UDPConfig.GSO and link.XDPLink).

@@ -241,9 +241,16 @@ func (e *Engine) udpLink() *link.UDPLink {
 }
 
 // shmRing reports whether the engine takes packets from peers of this
-// host through a shared-memory ring of its own (EngineConfig.Auto), which
-// its endpoints tell their Weft peers (exchange.WeftShmLID).
-func (e *Engine) shmRing() bool { return e.auto != nil && e.auto.Shm() }
+// host through a shared-memory ring of its own (EngineConfig.Auto, or a
+// ShmLink: link=shm), which its endpoints tell their Weft peers
+// (exchange.WeftShmLID). A link=shm engine reads nothing else: a peer
+// with the default link that it did not tell would answer on UDP.
+func (e *Engine) shmRing() bool {
+	if _, ok := e.link.(*link.ShmLink); ok {
+		return true
+	}
+	return e.auto != nil && e.auto.Shm()
+}
 
 // reachesShm reports whether the engine can send to peer through shared
 // memory: it runs an automatic link and peer's engine has a live ring on

@@ -1938,6 +1938,14 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestGoodbyeAcksFirst$",
 		Why: "a goodbye goes on its QP's link, behind the acknowledgement it follows: on UDP it overtakes one in the ring",
 	},
+	{
+		Name: "roce-shm-engine-no-offer",
+		File: "roce/engine.go",
+		Old:  "\tif _, ok := e.link.(*link.ShmLink); ok {\n\t\treturn true\n\t}\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestAutoPeerShm$",
+		Why: "a link=shm engine offers its ring: a peer with the default link answers through it, not on UDP, which it never reads",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

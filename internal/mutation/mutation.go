@@ -1946,6 +1946,14 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestAutoPeerShm$",
 		Why: "a link=shm engine offers its ring: a peer with the default link answers through it, not on UDP, which it never reads",
 	},
+	{
+		Name: "link-auto-nobell-reads-unmapped",
+		File: "roce/link/auto.go",
+		Old:  "\t\t\tif ready, err := a.shm.readableOpen(); ready || err != nil {\n\t\t\t\treturn err\n\t\t\t}\n",
+		New:  "\t\t\tif a.shm.readable() {\n\t\t\t\treturn nil\n\t\t\t}\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkNoBellClosed$",
+		Why: "an AutoLink without a bell looks at its ring only while it is mapped: a WaitRead after Close reports os.ErrClosed, not a fault",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

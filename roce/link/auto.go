@@ -227,8 +227,8 @@ func (a *AutoLink) WaitRead(ctx context.Context, deadline time.Time) error {
 			if d := time.Now().Add(shmSlice); deadline.IsZero() || d.Before(deadline) {
 				deadline = d
 			}
-			if a.shm.readable() {
-				return nil
+			if ready, err := a.shm.readableOpen(); ready || err != nil {
+				return err
 			}
 		}
 		return a.udp.WaitRead(ctx, deadline)

@@ -206,3 +206,34 @@ func TestAutoLinkWait(t *testing.T) {
 		t.Fatalf("WaitRead on a closed link: %v", err)
 	}
 }
+
+// An AutoLink whose ring has no bell (no pipe could be made) waits as
+// UDP does, looking at the ring between; once closed, its WaitRead
+// reports os.ErrClosed without looking at the ring, whose mapping Close
+// has removed (the engine's loop may wait once more after Close).
+func TestAutoLinkNoBellClosed(t *testing.T) {
+	u, err := ListenUDPConfig(netip.AddrPortFrom(shmAddr(), 0), UDPConfig{NoRaw: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ListenShm(u.LocalAddr(), ShmConfig{Dir: t.TempDir()})
+	if err != nil {
+		u.Close()
+		t.Fatal(err)
+	}
+	s.bell.Close()
+	s.bell = nil
+	a, err := NewAutoLink(u, s)
+	if err != nil {
+		u.Close()
+		s.Close()
+		t.Fatal(err)
+	}
+	if err := a.WaitRead(context.Background(), time.Now().Add(time.Millisecond)); err != nil {
+		t.Fatalf("WaitRead to a deadline: %v", err)
+	}
+	a.Close()
+	if err := a.WaitRead(context.Background(), time.Now().Add(time.Millisecond)); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("WaitRead on a closed link: %v, want os.ErrClosed", err)
+	}
+}

@@ -659,6 +659,17 @@ func (l *ShmLink) readable() bool {
 	return l.r.tail.Load() > l.r.head.Load()
 }
 
+// readableOpen is readable for a caller that holds no lock: it reports
+// os.ErrClosed once Close has begun (the mapping may be gone).
+func (l *ShmLink) readableOpen() (bool, error) {
+	l.memMu.RLock()
+	defer l.memMu.RUnlock()
+	if l.closed.Load() {
+		return false, os.ErrClosed
+	}
+	return l.readable(), nil
+}
+
 // wakeSelf rings the link's own bell, to end a WaitRead (a cancelled
 // context). A bell that Close has closed ignores it.
 func (l *ShmLink) wakeSelf() {

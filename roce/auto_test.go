@@ -180,3 +180,53 @@ func TestAutoPeerShm(t *testing.T) {
 		t.Fatalf("10 round trips moved %+v -> %+v on the automatic side: want at least 10 datagrams each way through the rings", c0, c)
 	}
 }
+
+// TestCMShmPeerDisconnect: over rdma_cm, an engine on link=shm dials one
+// on the automatic link; they meet through the rings, and the DREP that
+// answers the link=shm side's DREQ goes through its ring too (it reads no
+// UDP), so its Disconnect completes at once. The CM's response timeout is
+// longer than the test: a lost DREP is not sent again in time.
+func TestCMShmPeerDisconnect(t *testing.T) {
+	ctx := testenv.Context(t)
+	la, lb := shmAddr(), shmAddr()
+	for la == lb {
+		lb = shmAddr()
+	}
+	ea, err := NewEngine(EngineConfig{Addr: netip.AddrPortFrom(la, link.Port), Shm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ea.Close() })
+	eb, err := NewEngine(EngineConfig{Addr: netip.AddrPortFrom(lb, link.Port), Auto: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eb.Close() })
+	if !eb.shmRing() {
+		t.Fatalf("the automatic engine at %v has no ring: %v", lb, eb.autoErr)
+	}
+	cfg := &ConnConfig{ResponseTimeout: 31}
+	l, err := eb.CM().Listen(7471, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	pa, pb := ea.AllocPD(), eb.AllocPD()
+	accepted := acceptOne(t, ctx, l, pb, nil)
+	ca, err := ea.CM().Dial(ctx, pa, netip.AddrPortFrom(lb, 7471), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := testenv.Recv(t, accepted, "the Accept")
+	if cb == nil {
+		t.FailNow()
+	}
+	if !cb.QP().viaShm {
+		t.Fatal("the automatic side does not send through the link=shm engine's ring")
+	}
+	sendRecv(t, ctx, ca.QP(), cb.QP(), pa, pb, "through the rings")
+	sendRecv(t, ctx, cb.QP(), ca.QP(), pb, pa, "and back")
+	if err := ca.Disconnect(ctx); err != nil {
+		t.Fatalf("the link=shm side's Disconnect: %v (no DREP came back)", err)
+	}
+}

@@ -642,7 +642,9 @@ func (m *CM) onDREQ(mad cm.MAD, dreq cm.DREQ, src netip.Addr) bool {
 	r := cm.DREP(out.Data())
 	r.SetLocalCommID(dreq.RemoteCommID())
 	r.SetRemoteCommID(dreq.LocalCommID())
-	m.sendMAD(src, b[:], false)
+	// On the connection's carrier, as its DREQ came: a peer on link=shm
+	// reads no UDP.
+	m.sendMAD(src, b[:], c != nil && c.viaShm())
 	return ok
 }
 

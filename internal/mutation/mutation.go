@@ -1954,6 +1954,14 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestAutoLinkNoBellClosed$",
 		Why: "an AutoLink without a bell looks at its ring only while it is mapped: a WaitRead after Close reports os.ErrClosed, not a fault",
 	},
+	{
+		Name: "roce-cm-drep-on-udp",
+		File: "roce/rdmacm.go",
+		Old:  "\tm.sendMAD(src, b[:], c != nil && c.viaShm())\n",
+		New:  "\tm.sendMAD(src, b[:], false)\n",
+		Pkg:  "./roce/", Run: "^TestCMShmPeerDisconnect$",
+		Why: "a DREP goes on its connection's carrier: a link=shm peer, which reads no UDP, gets it through its ring",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -43,8 +43,6 @@ type AutoLink struct {
 	ctxFn  func()
 
 	skip      int         // ReadBatch: reads that found datagrams in the ring and left UDP unread
-	quiet     int         // ReadBatch: UDP reads in a row that found nothing
-	lazy      int         // ReadBatch: reads that left a quiet UDP socket unread
 	udpDue    atomic.Bool // a WaitRead returned: read UDP next, whatever woke it
 	counts    struct{ shmTx, shmRx, parks, bellWakes atomic.Uint64 }
 	closed    atomic.Bool

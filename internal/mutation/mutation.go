@@ -1962,6 +1962,14 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestCMShmPeerDisconnect$",
 		Why: "a DREP goes on its connection's carrier: a link=shm peer, which reads no UDP, gets it through its ring",
 	},
+	{
+		Name: "link-shm-gone-peer-kept",
+		File: "roce/link/shm.go",
+		Old:  "\t\tif pst, perr := p.f.Stat(); err == nil && perr == nil && os.SameFile(st, pst) {\n",
+		New:  "\t\tif pst, perr := p.f.Stat(); err != nil || perr != nil || os.SameFile(st, pst) {\n",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkReleasesGonePeer$",
+		Why: "a sender lets go of the ring of a peer that closed and removed it: the mapping would keep the ring's shared memory for good",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

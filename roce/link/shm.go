@@ -510,9 +510,12 @@ func (l *ShmLink) peer(a netip.AddrPort) *shmPeer {
 		return p
 	}
 	if p != nil {
-		// Dead: look again at most every so often for its successor.
+		// Dead: keep it while its file is still the address's (an owner
+		// that died without removing it); let it go once the file is gone
+		// or replaced. Its owner's Close removed the name, and the mapping
+		// alone would keep the ring's memory.
 		st, err := os.Stat(shmPath(l.cfg.Dir, a))
-		if pst, perr := p.f.Stat(); err != nil || perr != nil || os.SameFile(st, pst) {
+		if pst, perr := p.f.Stat(); err == nil && perr == nil && os.SameFile(st, pst) {
 			return p
 		}
 		unix.Munmap(p.mem)

@@ -588,3 +588,30 @@ func FuzzShmRing(f *testing.F) {
 		view(mem) // must not panic whatever the header says
 	})
 }
+
+// A peer that closed and removed its ring is let go: the sender unmaps
+// the old ring, whose memory (up to 4.5 MB of the host's shared memory,
+// the file being gone) would otherwise stay with every engine that ever
+// sent to it, and still counts what it sends there as dropped.
+func TestShmLinkReleasesGonePeer(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{})
+	baddr := b.LocalAddr()
+	if n, _ := a.WriteBatch(shmPackets(baddr, 1, 64)); n != 1 || a.Drops() != 0 {
+		t.Fatalf("to a live ring: %d, %d drops", n, a.Drops())
+	}
+	b.Close()
+	for i := range 2 { // the first finds the ring closed, the second its file gone
+		if n, _ := a.WriteBatch(shmPackets(baddr, 1, 64)); n != 1 || a.Drops() != uint64(i+1) {
+			t.Fatalf("to a closed ring: %d, %d drops", n, a.Drops())
+		}
+	}
+	if a.reaches(baddr) {
+		t.Fatal("a closed ring reaches its owner")
+	}
+	a.wmu.Lock()
+	n := len(a.peers)
+	a.wmu.Unlock()
+	if n != 0 {
+		t.Fatalf("the sender still maps %d rings, one of an owner that closed and removed it", n)
+	}
+}

@@ -241,12 +241,13 @@ func (e *Engine) udpLink() *link.UDPLink {
 }
 
 // shmRing reports whether the engine takes packets from peers of this
-// host through a shared-memory ring of its own (EngineConfig.Auto, or a
-// ShmLink: link=shm), which its endpoints tell their Weft peers
-// (exchange.WeftShmLID). A link=shm engine reads nothing else: a peer
-// with the default link that it did not tell would answer on UDP.
+// host through a shared-memory ring of its own in the default directory
+// (EngineConfig.Auto, or EngineConfig.Shm: link=shm), which its endpoints
+// tell their Weft peers (exchange.WeftShmLID). A link=shm engine reads
+// nothing else: a peer with the default link that it did not tell would
+// answer on UDP.
 func (e *Engine) shmRing() bool {
-	if _, ok := e.link.(*link.ShmLink); ok {
+	if e.cfg.Shm && e.cfg.Link == nil {
 		return true
 	}
 	return e.auto != nil && e.auto.Shm()

@@ -1941,7 +1941,7 @@ var List = []Mutation{
 	{
 		Name: "roce-shm-engine-no-offer",
 		File: "roce/engine.go",
-		Old:  "\tif _, ok := e.link.(*link.ShmLink); ok {\n\t\treturn true\n\t}\n",
+		Old:  "\tif e.cfg.Shm && e.cfg.Link == nil {\n\t\treturn true\n\t}\n",
 		New:  "",
 		Pkg:  "./roce/", Run: "^TestAutoPeerShm$",
 		Why: "a link=shm engine offers its ring: a peer with the default link answers through it, not on UDP, which it never reads",

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -181,6 +182,59 @@ func TestAutoPeerShm(t *testing.T) {
 	}
 }
 
+// shmAutoEngines starts an engine on link=shm and one on the automatic
+// link, on two random loopback addresses.
+func shmAutoEngines(t *testing.T) (shm, auto *Engine) {
+	t.Helper()
+	la, lb := shmAddr(), shmAddr()
+	for la == lb {
+		lb = shmAddr()
+	}
+	shm, err := NewEngine(EngineConfig{Addr: netip.AddrPortFrom(la, link.Port), Shm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shm.Close() })
+	auto, err = NewEngine(EngineConfig{Addr: netip.AddrPortFrom(lb, link.Port), Auto: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { auto.Close() })
+	if !auto.shmRing() {
+		t.Fatalf("the automatic engine at %v has no ring: %v", lb, auto.autoErr)
+	}
+	return shm, auto
+}
+
+// TestCMShmPeerRefused: an engine on link=shm that dials one on the
+// automatic link hears its REJs, which go through its ring (it reads no
+// UDP): the CM's (nobody listens) and the application's. The CM's
+// response timeout is longer than the test: a lost REJ would leave Dial
+// waiting for the REQ's retries.
+func TestCMShmPeerRefused(t *testing.T) {
+	ctx := testenv.Context(t)
+	ea, eb := shmAutoEngines(t)
+	cfg := &ConnConfig{ResponseTimeout: 31}
+	raddr := netip.AddrPortFrom(eb.LocalAddr(), 7471)
+	eb.CM() // answering from now on
+	if _, err := ea.CM().Dial(ctx, ea.AllocPD(), raddr, cfg); !errors.Is(err, fabric.ErrRefused) {
+		t.Fatalf("Dial with nobody listening: %v, want fabric.ErrRefused", err)
+	}
+	l, err := eb.CM().Listen(7471, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		if r, err := l.Next(ctx); err == nil {
+			r.Reject(nil)
+		}
+	}()
+	if _, err := ea.CM().Dial(ctx, ea.AllocPD(), raddr, cfg); !errors.Is(err, fabric.ErrRefused) {
+		t.Fatalf("Dial that the application rejects: %v, want fabric.ErrRefused", err)
+	}
+}
+
 // TestCMShmPeerDisconnect: over rdma_cm, an engine on link=shm dials one
 // on the automatic link; they meet through the rings, and the DREP that
 // answers the link=shm side's DREQ goes through its ring too (it reads no
@@ -188,23 +242,7 @@ func TestAutoPeerShm(t *testing.T) {
 // longer than the test: a lost DREP is not sent again in time.
 func TestCMShmPeerDisconnect(t *testing.T) {
 	ctx := testenv.Context(t)
-	la, lb := shmAddr(), shmAddr()
-	for la == lb {
-		lb = shmAddr()
-	}
-	ea, err := NewEngine(EngineConfig{Addr: netip.AddrPortFrom(la, link.Port), Shm: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ea.Close() })
-	eb, err := NewEngine(EngineConfig{Addr: netip.AddrPortFrom(lb, link.Port), Auto: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eb.Close() })
-	if !eb.shmRing() {
-		t.Fatalf("the automatic engine at %v has no ring: %v", lb, eb.autoErr)
-	}
+	ea, eb := shmAutoEngines(t)
 	cfg := &ConnConfig{ResponseTimeout: 31}
 	l, err := eb.CM().Listen(7471, 0, cfg)
 	if err != nil {
@@ -213,7 +251,7 @@ func TestCMShmPeerDisconnect(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	pa, pb := ea.AllocPD(), eb.AllocPD()
 	accepted := acceptOne(t, ctx, l, pb, nil)
-	ca, err := ea.CM().Dial(ctx, pa, netip.AddrPortFrom(lb, 7471), cfg)
+	ca, err := ea.CM().Dial(ctx, pa, netip.AddrPortFrom(eb.LocalAddr(), 7471), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,7 +258,14 @@ func (m *CM) forget(c *cmConn) {
 // viaShm reports whether the connection's QP sends through the peer's
 // shared-memory ring (link=auto): its CM messages go the same way, so
 // that a DREQ or RTU keeps its place among the QP's packets.
-func (c *cmConn) viaShm() bool { return c.qp != nil && c.qp.viaShm }
+// Before its QP, a passive connection answers (a REJ) through the ring
+// the REQ offered, if alive: a link=shm peer reads nothing else.
+func (c *cmConn) viaShm() bool {
+	if c.qp == nil {
+		return c.peerShm && c.m.e.reachesShm(c.peer)
+	}
+	return c.qp.viaShm
+}
 
 // send sends the message in c.last to the peer. With retry it arms the
 // response timer, which sends it again up to cfg.MaxRetries times and then
@@ -400,8 +407,9 @@ func (c *cmConn) reject(reason cm.RejectReason, which cm.MsgKind, data []byte) {
 	c.m.sendMAD(c.peer, b[:], c.viaShm())
 }
 
-// replyREJ answers a message that matches no connection with a REJ.
-func (m *CM) replyREJ(dst netip.Addr, tid uint64, remoteID uint32, which cm.MsgKind, reason cm.RejectReason) {
+// replyREJ answers a message that matches no connection with a REJ,
+// through dst's shared-memory ring if shm.
+func (m *CM) replyREJ(dst netip.Addr, tid uint64, remoteID uint32, which cm.MsgKind, reason cm.RejectReason, shm bool) {
 	var b [cm.MADSize]byte
 	mad := cm.MAD(b[:])
 	mad.Init(cm.AttrREJ, tid)
@@ -409,7 +417,7 @@ func (m *CM) replyREJ(dst netip.Addr, tid uint64, remoteID uint32, which cm.MsgK
 	r.SetRemoteCommID(remoteID)
 	r.SetMessageRejected(which)
 	r.SetReason(reason)
-	m.sendMAD(dst, b[:], false)
+	m.sendMAD(dst, b[:], shm)
 }
 
 // input handles a valid CM MAD from src. It runs on the engine's polling
@@ -483,6 +491,13 @@ func (c *cmConn) established() {
 	closeOnce(c.done)
 }
 
+// reqShm reports whether an answer to req, from src, goes through src's
+// shared-memory ring: the REQ offered it (cmShmMark) and it is alive. A
+// link=shm peer reads nothing else.
+func (m *CM) reqShm(req cm.REQ, src netip.Addr) bool {
+	return cmOffersShm(req.LocalCAGUID()) && m.e.reachesShm(src)
+}
+
 // onREQ handles a connection request.
 func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 	req := cm.REQ(mad.Data())
@@ -505,21 +520,21 @@ func (m *CM) onREQ(mad cm.MAD, src netip.Addr) bool {
 	hdr := cm.CMAHeader(req.PrivateData())
 	switch {
 	case lst == nil:
-		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejInvalidServiceID)
+		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejInvalidServiceID, m.reqShm(req, src))
 		return true
 	case req.TransportType() != cm.TransportRC || req.ExtendedTransportType() != 0:
-		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejInvalidTransportType)
+		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejInvalidTransportType, m.reqShm(req, src))
 		return true
 	case hdr.Check() != nil:
 		m.ctr.drops.Add(hdr.Check())
-		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejConsumerDefined)
+		m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejConsumerDefined, m.reqShm(req, src))
 		return true
 	}
 	// A new QP from the same peer QP while an old connection lives: the
 	// old one is stale (its peer restarted).
 	for _, o := range m.conns {
 		if o.peer == src && o.remoteQPN == req.LocalQPN() && o.state == cmEstablished {
-			m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejStaleConn)
+			m.replyREJ(src, mad.TID(), req.LocalCommID(), cm.MsgREQ, cm.RejStaleConn, m.reqShm(req, src))
 			o.sendDREQ()
 			return true
 		}

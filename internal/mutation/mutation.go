@@ -1970,6 +1970,22 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestShmLinkReleasesGonePeer$",
 		Why: "a sender lets go of the ring of a peer that closed and removed it: the mapping would keep the ring's shared memory for good",
 	},
+	{
+		Name: "roce-cm-rej-unmatched-on-udp",
+		File: "roce/rdmacm.go",
+		Old:  "\treturn cmOffersShm(req.LocalCAGUID()) && m.e.reachesShm(src)\n",
+		New:  "\treturn false\n",
+		Pkg:  "./roce/", Run: "^TestCMShmPeerRefused$",
+		Why: "the CM's REJ of a REQ goes through the ring the REQ offered: a link=shm dialer, which reads no UDP, is refused, not left to time out",
+	},
+	{
+		Name: "roce-cm-rej-pending-on-udp",
+		File: "roce/rdmacm.go",
+		Old:  "\t\treturn c.peerShm && c.m.e.reachesShm(c.peer)\n",
+		New:  "\t\treturn false\n",
+		Pkg:  "./roce/", Run: "^TestCMShmPeerRefused$",
+		Why: "an application's Reject goes through the ring the REQ offered: a link=shm dialer, which reads no UDP, is refused, not left to time out",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

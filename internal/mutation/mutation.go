@@ -1986,6 +1986,14 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestCMShmPeerRefused$",
 		Why: "an application's Reject goes through the ring the REQ offered: a link=shm dialer, which reads no UDP, is refused, not left to time out",
 	},
+	{
+		Name: "link-shm-take-by-rename",
+		File: "roce/link/shm.go",
+		Old:  "\t\terr := os.Link(tmp.Name(), path)\n",
+		New:  "\t\terr := os.ErrInvalid\n",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkStartTogether$",
+		Why: "of two links that start at one address together one owns the ring and the other is refused: renaming over the name let both believe they did",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -240,8 +240,9 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 	path := shmPath(cfg.Dir, addr)
 	size := shmHeader + cfg.Slots*shmSlotSize
 	// A new file under a temporary name, initialised and locked, then
-	// renamed over the address's: a sender never maps a half-made ring,
-	// and a sender still mapping a dead owner's old file finds it closed.
+	// given the address's name (takeShm): a sender never maps a half-made
+	// ring, and a sender still mapping a dead owner's old file finds it
+	// closed.
 	tmp, err := os.CreateTemp(cfg.Dir, ".weft-roce-*")
 	if err != nil {
 		return nil, fmt.Errorf("roce: shm link: %w", err)
@@ -269,20 +270,83 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 	for i := uint64(0); i < r.slots; i++ {
 		r.seq(i).Store(i)
 	}
-	// Take the address: refuse it while a live owner holds the old file.
-	if old, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
-		live := lockByte(old, 0, false) != nil
-		if !live {
-			markClosed(old)
-		}
-		old.Close()
-		if live {
-			unix.Munmap(mem)
-			return fail(fmt.Errorf("roce: shm link: %s is held by a running engine: %w", path, unix.EADDRINUSE))
-		}
+	bell, err := takeShm(tmp, path)
+	if err != nil {
+		unix.Munmap(mem)
+		return fail(err)
 	}
-	// The bell, before the ring is found: a dead owner's pipe is taken
-	// over as it is. Without one, WaitRead polls.
+	l := &ShmLink{local: addr, cfg: cfg, f: tmp, mem: mem, r: r, peers: map[netip.AddrPort]*shmPeer{},
+		bell: bell, slice: shmSlice}
+	return l, nil
+}
+
+// shmTakeHook, if set, runs in ListenShm before it takes the address
+// (tests: another engine starting at the same moment).
+var shmTakeHook func()
+
+// takeShm gives the address's name, path, to the new ring file tmp
+// (locked, initialised), and returns the ring's bell (nil: none could be
+// made; WaitRead then polls). A name nobody holds is taken by a hard
+// link, which fails if another engine took it first: of two engines that
+// start together one wins and the other finds it live, where renaming
+// over the name let both believe they owned the ring, one of them with a
+// file nobody writes to. A dead owner's file is replaced by one successor
+// only: the one that locks its takeover byte (1) while the name is still
+// that file. It fails with an error matching syscall.EADDRINUSE while a
+// live engine holds the name, or another takes it over.
+func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
+	inUse := func() (*wake.Parker, error) {
+		return nil, fmt.Errorf("roce: shm link: %s is held by a running engine: %w", path, unix.EADDRINUSE)
+	}
+	if shmTakeHook != nil {
+		shmTakeHook()
+	}
+	for {
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			os.Remove(tmp.Name())
+			// The bell, now that the name is ours (a pipe of its owner's
+			// that died with no ring is taken over as it is). A sender
+			// that finds the ring first finds no reader and reads the
+			// ring on its own for a while (see shmMute).
+			bell, err := wake.ListenFIFO(shmBellPath(path))
+			if err != nil {
+				bell = nil
+			}
+			return bell, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			// No hard links here: rename over the name, as a first
+			// owner can (and two that start together may both).
+			return replaceShm(tmp, path)
+		}
+		old, err := os.OpenFile(path, os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // its owner closed it meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("roce: shm link: %w", err)
+		}
+		if lockByte(old, 0, false) != nil || lockByte(old, 1, false) != nil {
+			old.Close()
+			return inUse()
+		}
+		ost, err1 := old.Stat()
+		st, err2 := os.Stat(path)
+		if err1 != nil || err2 != nil || !os.SameFile(st, ost) {
+			old.Close() // replaced meanwhile: look again
+			continue
+		}
+		markClosed(old)
+		bell, err := replaceShm(tmp, path)
+		old.Close() // its takeover lock, now that the name is ours
+		return bell, err
+	}
+}
+
+// replaceShm renames tmp over path, making the bell first: a dead
+// owner's pipe is taken over as it is.
+func replaceShm(tmp *os.File, path string) (*wake.Parker, error) {
 	bell, err := wake.ListenFIFO(shmBellPath(path))
 	if err != nil {
 		bell = nil
@@ -291,12 +355,9 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 		if bell != nil {
 			bell.Close()
 		}
-		unix.Munmap(mem)
-		return fail(fmt.Errorf("roce: shm link: %w", err))
+		return nil, fmt.Errorf("roce: shm link: %w", err)
 	}
-	l := &ShmLink{local: addr, cfg: cfg, f: tmp, mem: mem, r: r, peers: map[netip.AddrPort]*shmPeer{},
-		bell: bell, slice: shmSlice}
-	return l, nil
+	return bell, nil
 }
 
 // markClosed sets the closed flag of a ring file whose owner is gone, so

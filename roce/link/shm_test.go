@@ -615,3 +615,50 @@ func TestShmLinkReleasesGonePeer(t *testing.T) {
 		t.Fatalf("the sender still maps %d rings, one of an owner that closed and removed it", n)
 	}
 }
+
+// Of two links that start at one address at the same moment (two
+// processes sharing an address, started together), one takes the ring
+// and the other is refused: neither may believe it owns a ring file that
+// the other's replaced, which its peers' datagrams would never reach.
+func TestShmLinkStartTogether(t *testing.T) {
+	dir := t.TempDir()
+	addr := netip.MustParseAddrPort("10.1.0.7:4791")
+	var second *ShmLink
+	var secondErr error
+	shmTakeHook = func() {
+		shmTakeHook = nil // the second runs its whole ListenShm here
+		second, secondErr = ListenShm(addr, ShmConfig{Dir: dir})
+	}
+	t.Cleanup(func() { shmTakeHook = nil })
+	first, err := ListenShm(addr, ShmConfig{Dir: dir})
+	if secondErr != nil {
+		t.Fatalf("the link that started second, and took the address first: %v", secondErr)
+	}
+	defer second.Close()
+	if err == nil {
+		first.Close()
+		t.Fatal("both links at one address believe they own its ring")
+	}
+	if !errors.Is(err, unix.EADDRINUSE) {
+		t.Fatalf("the link that lost the address: %v, want EADDRINUSE", err)
+	}
+	// The winner's ring is the address's: a sender reaches it.
+	a, err := ListenShm(netip.MustParseAddrPort("10.1.0.8:4791"), ShmConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if n, _ := a.WriteBatch(shmPackets(addr, 1, 64)); n != 1 {
+		t.Fatal("write")
+	}
+	if got, _ := second.ReadBatch(rxPackets(2)); got != 1 {
+		t.Fatalf("the owner read %d of 1", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 4 { // two rings, two bells
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the directory holds %q, want two rings and their bells", names)
+	}
+}

@@ -268,3 +268,16 @@ func TestCMShmPeerDisconnect(t *testing.T) {
 		t.Fatalf("the link=shm side's Disconnect: %v (no DREP came back)", err)
 	}
 }
+
+// TestCMShmMarkForeign: an engine with a ring marks its CA GUID, and only
+// a Weft GUID so marked offers a ring: not an EUI-64 GUID whose MAC bytes
+// happen to spell the mark (rxe's GUID from MAC 50:57:46:12:34:56).
+func TestCMShmMarkForeign(t *testing.T) {
+	_, eb := shmAutoEngines(t)
+	if g := eb.CM().guid; !cmOffersShm(g) {
+		t.Fatalf("the CA GUID %#x of an engine with a ring does not offer it", g)
+	}
+	if g := uint64(0x5257_46ff_fe12_3456); cmOffersShm(g) {
+		t.Fatalf("the foreign CA GUID %#x offers a ring", g)
+	}
+}

@@ -47,12 +47,15 @@ type peerKey struct {
 // read nothing into it.
 const (
 	cmShmMark = 0x5746 << 40
-	cmShmMask = 0xffff << 40
+	cmGUIDTag = 0x02 << 56 // the top byte of every Weft engine's GUID
 )
 
 // cmOffersShm reports whether a peer's channel adapter GUID offers its
-// shared-memory ring (cmShmMark).
-func cmOffersShm(guid uint64) bool { return guid&cmShmMask == cmShmMark }
+// shared-memory ring: a Weft GUID (cmGUIDTag) with cmShmMark. The top
+// 24 bits are checked, not the mark's 16 alone: those of an EUI-64 GUID
+// made from a MAC (rxe's, a NIC's) are the MAC's second and third bytes,
+// which may be anything.
+func cmOffersShm(guid uint64) bool { return guid>>40 == (cmGUIDTag|cmShmMark)>>40 }
 
 // CM returns the engine's communication manager, starting it on first
 // use. From then on the engine answers CM datagrams: a REQ for a port

@@ -1994,6 +1994,14 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestShmLinkStartTogether$",
 		Why: "of two links that start at one address together one owns the ring and the other is refused: renaming over the name let both believe they did",
 	},
+	{
+		Name: "roce-cm-mark-16-bits",
+		File: "roce/rdmacm.go",
+		Old:  "func cmOffersShm(guid uint64) bool { return guid>>40 == (cmGUIDTag|cmShmMark)>>40 }\n",
+		New:  "func cmOffersShm(guid uint64) bool { return guid>>40&0xffff == cmShmMark>>40 }\n",
+		Pkg:  "./roce/", Run: "^TestCMShmMarkForeign$",
+		Why: "only a Weft CA GUID offers a ring: a foreign EUI-64 GUID whose MAC bytes spell the mark does not",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -291,8 +291,9 @@ var shmTakeHook func()
 // start together one wins and the other finds it live, where renaming
 // over the name let both believe they owned the ring, one of them with a
 // file nobody writes to. A dead owner's file is replaced by one successor
-// only: the one that locks its takeover byte (1) while the name is still
-// that file. It fails with an error matching syscall.EADDRINUSE while a
+// only: the one whose lock of it (the owner's byte, free since its death)
+// succeeds while the name is still that file; the others find it locked,
+// as if live, then the successor's. It fails with an error matching syscall.EADDRINUSE while a
 // live engine holds the name, or another takes it over.
 func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
 	inUse := func() (*wake.Parker, error) {
@@ -327,7 +328,7 @@ func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("roce: shm link: %w", err)
 		}
-		if lockByte(old, 0, false) != nil || lockByte(old, 1, false) != nil {
+		if lockByte(old, 0, false) != nil {
 			old.Close()
 			return inUse()
 		}
@@ -339,7 +340,7 @@ func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
 		}
 		markClosed(old)
 		bell, err := replaceShm(tmp, path)
-		old.Close() // its takeover lock, now that the name is ours
+		old.Close() // and its lock, now that the name is ours
 		return bell, err
 	}
 }

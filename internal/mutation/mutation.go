@@ -1995,6 +1995,14 @@ var List = []Mutation{
 		Why: "of two links that start at one address together one owns the ring and the other is refused: renaming over the name let both believe they did",
 	},
 	{
+		Name: "link-shm-takeover-unlocked",
+		File: "roce/link/shm.go",
+		Old:  "\t\tmarkClosed(old)\n\t\tif shmTakeHook != nil {\n",
+		New:  "\t\tmarkClosed(old)\n\t\told.Close()\n\t\tif shmTakeHook != nil {\n",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkTakeOverTogether$",
+		Why: "a successor keeps its lock of a dead owner's file until the name is its own: of two that take over together one owns the ring",
+	},
+	{
 		Name: "roce-cm-mark-16-bits",
 		File: "roce/rdmacm.go",
 		Old:  "func cmOffersShm(guid uint64) bool { return guid>>40 == (cmGUIDTag|cmShmMark)>>40 }\n",

@@ -281,8 +281,9 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 }
 
 // shmTakeHook, if set, runs in ListenShm before it takes the address
-// (tests: another engine starting at the same moment).
-var shmTakeHook func()
+// (takeover false), and when it is about to replace a dead owner's file
+// (true): tests start another engine there at that moment.
+var shmTakeHook func(takeover bool)
 
 // takeShm gives the address's name, path, to the new ring file tmp
 // (locked, initialised), and returns the ring's bell (nil: none could be
@@ -300,7 +301,7 @@ func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
 		return nil, fmt.Errorf("roce: shm link: %s is held by a running engine: %w", path, unix.EADDRINUSE)
 	}
 	if shmTakeHook != nil {
-		shmTakeHook()
+		shmTakeHook(false)
 	}
 	for {
 		err := os.Link(tmp.Name(), path)
@@ -339,6 +340,9 @@ func takeShm(tmp *os.File, path string) (*wake.Parker, error) {
 			continue
 		}
 		markClosed(old)
+		if shmTakeHook != nil {
+			shmTakeHook(true)
+		}
 		bell, err := replaceShm(tmp, path)
 		old.Close() // and its lock, now that the name is ours
 		return bell, err

@@ -625,7 +625,7 @@ func TestShmLinkStartTogether(t *testing.T) {
 	addr := netip.MustParseAddrPort("10.1.0.7:4791")
 	var second *ShmLink
 	var secondErr error
-	shmTakeHook = func() {
+	shmTakeHook = func(bool) {
 		shmTakeHook = nil // the second runs its whole ListenShm here
 		second, secondErr = ListenShm(addr, ShmConfig{Dir: dir})
 	}
@@ -660,5 +660,38 @@ func TestShmLinkStartTogether(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("the directory holds %q, want two rings and their bells", names)
+	}
+}
+
+// Of two links that take over a dead owner's ring at the same moment, one
+// owns it and the other is refused.
+func TestShmLinkTakeOverTogether(t *testing.T) {
+	dir := t.TempDir()
+	addr := netip.MustParseAddrPort("10.1.0.7:4791")
+	dead, err := ListenShm(addr, ShmConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	die(dead)
+	var second *ShmLink
+	var secondErr error
+	shmTakeHook = func(takeover bool) {
+		if takeover { // the first is replacing the dead file: the second starts
+			shmTakeHook = nil
+			second, secondErr = ListenShm(addr, ShmConfig{Dir: dir})
+		}
+	}
+	t.Cleanup(func() { shmTakeHook = nil })
+	first, err := ListenShm(addr, ShmConfig{Dir: dir})
+	if err != nil {
+		t.Fatalf("the first successor: %v", err)
+	}
+	defer first.Close()
+	if secondErr == nil {
+		second.Close()
+		t.Fatal("two successors both believe they own the ring")
+	}
+	if !errors.Is(secondErr, unix.EADDRINUSE) {
+		t.Fatalf("the second successor: %v, want EADDRINUSE", secondErr)
 	}
 }

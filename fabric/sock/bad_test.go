@@ -55,6 +55,13 @@ func rawFrame(typ uint8, credit uint32, payload []byte) []byte {
 	return append(b, payload...)
 }
 
+// rawWindow is a WINDOW frame: the new window and a credit grant.
+func rawWindow(window, credit uint32) []byte {
+	p := make([]byte, 4)
+	binary.LittleEndian.PutUint32(p, window)
+	return rawFrame(frameWindow, credit, p)
+}
+
 func rawHello(ver, window uint32) []byte {
 	p := make([]byte, 16)
 	copy(p, "WEFTSOCK")
@@ -67,7 +74,7 @@ func rawHello(ver, window uint32) []byte {
 // its credit or stalls has its connection closed with a typed error,
 // while a well-behaved connection on the same listener carries on.
 func TestBadPeer(t *testing.T) {
-	hello := rawHello(1, 64<<10)
+	hello := rawHello(version, 64<<10)
 	cases := []struct {
 		name   string
 		frames [][]byte
@@ -78,7 +85,7 @@ func TestBadPeer(t *testing.T) {
 		{"reserved-bits", [][]byte{hello, {2, 0, 1, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
 		{"data-before-hello", [][]byte{rawFrame(2, 0, []byte("early"))}, fabric.ErrMalformed},
 		{"bad-version", [][]byte{rawHello(9, 64<<10)}, fabric.ErrMalformed},
-		{"tiny-window", [][]byte{rawHello(1, 16)}, fabric.ErrMalformed},
+		{"tiny-window", [][]byte{rawHello(version, 16)}, fabric.ErrMalformed},
 		{"empty-data", [][]byte{hello, rawFrame(2, 0, nil)}, fabric.ErrMalformed},
 		{"ping-with-payload", [][]byte{hello, rawFrame(7, 0, []byte("x"))}, fabric.ErrMalformed},
 		{"second-hello", [][]byte{hello, hello}, fabric.ErrMalformed},
@@ -184,7 +191,7 @@ func TestResetReported(t *testing.T) {
 // its limit: a frame at the limit is taken, one byte past it closes the
 // connection with a typed error.
 func TestBadPeerPair(t *testing.T) {
-	hello := rawHello(1, 64<<10)
+	hello := rawHello(version, 64<<10)
 	const window = 8 << 10
 	cases := []struct {
 		name   string
@@ -194,18 +201,31 @@ func TestBadPeerPair(t *testing.T) {
 		{"short", [][]byte{hello, {2, 0, 0}}, fabric.ErrMalformed},
 		{"unknown-type", [][]byte{hello, rawFrame(numFrameTypes, 0, nil)}, fabric.ErrMalformed},
 		{"type-zero", [][]byte{hello, rawFrame(0, 0, nil)}, fabric.ErrMalformed},
-		{"flags", [][]byte{hello, {2, 1, 0, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"flags", [][]byte{hello, {2, 2, 0, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
+		{"flag-starved-data", [][]byte{hello, {2, flagStarved, 0, 0, 0, 0, 0, 0, 'x'}}, nil},
+		{"flag-starved-credit", [][]byte{hello, {3, flagStarved, 0, 0, 0, 0, 0, 0}}, fabric.ErrMalformed},
+		// WINDOW: the peer's window grows (never shrinks, at most to
+		// maxWindow), and its credit, growth included, stays within it.
+		// This side has sent nothing: its credit is the HELLO's 64 KiB.
+		{"grow-exact", [][]byte{hello, rawWindow(128<<10, 64<<10)}, nil},
+		{"grow-grant-beyond", [][]byte{hello, rawWindow(128<<10, 64<<10+1)}, fabric.ErrMalformed},
+		{"grow-same", [][]byte{hello, rawWindow(64<<10, 0)}, fabric.ErrMalformed},
+		{"grow-shrink", [][]byte{hello, rawWindow(32<<10, 0)}, fabric.ErrMalformed},
+		{"grow-max", [][]byte{hello, rawWindow(maxWindow, 0)}, nil},
+		{"grow-above-max", [][]byte{hello, rawWindow(maxWindow+1, 0)}, fabric.ErrMalformed},
+		{"grow-short", [][]byte{hello, rawFrame(frameWindow, 0, make([]byte, windowLen-1))}, fabric.ErrMalformed},
+		{"grow-before-hello", [][]byte{rawWindow(128<<10, 0)}, fabric.ErrMalformed},
 		{"reserved-2", [][]byte{hello, {2, 0, 1, 0, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
 		{"reserved-3", [][]byte{hello, {2, 0, 0, 1, 0, 0, 0, 0, 'x'}}, fabric.ErrMalformed},
 		{"data-before-hello", [][]byte{rawFrame(frameData, 0, []byte("early"))}, fabric.ErrMalformed},
-		{"bad-version", [][]byte{rawHello(2, 64<<10)}, fabric.ErrMalformed},
+		{"bad-version", [][]byte{rawHello(version+1, 64<<10)}, fabric.ErrMalformed},
 		{"bad-magic", [][]byte{append(rawFrame(frameHello, 0, []byte("WEFTSOCX")), make([]byte, 8)...)}, fabric.ErrMalformed},
 		{"hello-short", [][]byte{hello[:len(hello)-1]}, fabric.ErrMalformed},
 		{"hello-long", [][]byte{append(hello[:len(hello):len(hello)], 0)}, fabric.ErrMalformed},
-		{"window-min", [][]byte{rawHello(1, minWindow)}, nil},
-		{"window-below-min", [][]byte{rawHello(1, minWindow-1)}, fabric.ErrMalformed},
-		{"window-max", [][]byte{rawHello(1, maxWindow)}, nil},
-		{"window-above-max", [][]byte{rawHello(1, maxWindow+1)}, fabric.ErrMalformed},
+		{"window-min", [][]byte{rawHello(version, minWindow)}, nil},
+		{"window-below-min", [][]byte{rawHello(version, minWindow-1)}, fabric.ErrMalformed},
+		{"window-max", [][]byte{rawHello(version, maxWindow)}, nil},
+		{"window-above-max", [][]byte{rawHello(version, maxWindow+1)}, fabric.ErrMalformed},
 		{"second-hello", [][]byte{hello, hello}, fabric.ErrMalformed},
 		{"empty-data", [][]byte{hello, rawFrame(frameData, 0, nil)}, fabric.ErrMalformed},
 		{"credit-with-payload", [][]byte{hello, rawFrame(frameCredit, 0, []byte("x"))}, fabric.ErrMalformed},

@@ -21,11 +21,19 @@ type Config struct {
 	// Options configure the endpoint that Dial opens and the listener
 	// that Listen starts (and so the endpoints it accepts).
 	Options fabric.Options
-	// Window is the receive window in bytes: the most data the peer may
-	// send before this side's application reads it, and so the receive
-	// memory of the connection (0: DefaultWindow). It is rounded up to
-	// 4 KiB and at most 1 GiB.
+	// Window is the initial receive window in bytes: the most data the
+	// peer may send before this side's application reads it, and so the
+	// receive memory of the connection (0: DefaultWindow). It is rounded
+	// up to 4 KiB and at most 1 GiB.
 	Window int
+	// MaxWindow caps the receive window's growth (0: DefaultMaxWindow,
+	// negative: no growth). The window doubles, up to MaxWindow, when
+	// the peer reports that it ran out of credit with more to send
+	// while this side's application has read everything that arrived:
+	// the window, not the reader, is then what limits the stream, and
+	// the bandwidth-delay product is more than it holds. It is rounded
+	// up to 4 KiB and at least Window.
+	MaxWindow int
 	// MaxFrame bounds the payload of one DATA frame (0: the endpoint's
 	// largest message, at most 64 KiB); larger writes are split.
 	MaxFrame int
@@ -42,6 +50,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultWindow       = 256 << 10
+	DefaultMaxWindow    = 4 << 20
 	DefaultKeepAlive    = time.Second
 	DefaultStallTimeout = 15 * time.Second
 	defaultMaxFrame     = 64<<10 - hdrLen // a whole frame fits a 64 KiB receive slot (verbs' default)
@@ -65,6 +74,13 @@ func (c *Config) resolve() Config {
 		r.Window = DefaultWindow
 	}
 	r.Window = min(max((r.Window+4095)&^4095, minWindow), maxWindow)
+	switch {
+	case r.MaxWindow == 0:
+		r.MaxWindow = DefaultMaxWindow
+	case r.MaxWindow < 0:
+		r.MaxWindow = r.Window
+	}
+	r.MaxWindow = min(max((r.MaxWindow+4095)&^4095, r.Window), maxWindow)
 	if r.KeepAlive == 0 {
 		r.KeepAlive = DefaultKeepAlive
 	}
@@ -130,13 +146,18 @@ type Conn struct {
 
 	mu sync.Mutex
 	// Receive side.
-	rbuf      []byte // ring of Window bytes
+	rbuf      []byte // ring of the window's size
+	growBy    int    // window growth not yet sent (growLocked)
 	rhead     int
 	rlen      int
 	rxAllowed int64 // credit the peer still has
-	unacked   int64 // bytes read, not yet granted back
-	eof       bool  // FIN or CLOSE received
-	helloRx   bool
+	// starved: the peer reported (flagStarved) that it ran out of
+	// credit; the next Read that leaves nothing buffered grows the
+	// window (growLocked).
+	starved bool
+	unacked int64 // bytes read, not yet granted back
+	eof     bool  // FIN or CLOSE received
+	helloRx bool
 	// Send side.
 	credit     int64 // bytes this side may still send
 	peerWindow int64
@@ -317,14 +338,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.rlen > 0 {
 			n := c.copyOutLocked(p)
 			grant := c.readLocked(n)
+			grow := c.growLocked()
 			more := c.rlen > 0 || c.eof
 			c.mu.Unlock()
 			if more {
 				signal(c.rdReady) // for other readers
 			}
-			if grant > 0 {
-				c.sendCredit(grant)
-			}
+			c.grant(grant, grow)
 			return n, nil
 		}
 		if c.eof {
@@ -346,14 +366,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 			if n > 0 {
 				c.mu.Lock()
 				grant := c.readLocked(n)
+				grow := c.growLocked()
 				more := c.rlen > 0 || c.eof
 				c.mu.Unlock()
 				if more {
 					signal(c.rdReady)
 				}
-				if grant > 0 {
-					c.sendCredit(grant)
-				}
+				c.grant(grant, grow)
 				return n, nil
 			}
 			continue
@@ -393,6 +412,51 @@ func (c *Conn) readLocked(n int) uint32 {
 	c.rxAllowed += c.unacked
 	c.unacked = 0
 	return grant
+}
+
+// growLocked grows the receive window when the peer has reported that
+// it ran out of credit (flagStarved) and this Read has left nothing
+// buffered: the application keeps up, so the window, not the reader,
+// limits the stream. The window doubles, at most to Config.MaxWindow;
+// the ring, empty, is replaced by one of the new size. It reports
+// whether it grew; the caller then sends WINDOW (grant), whose credit
+// carries the growth, already added to rxAllowed.
+func (c *Conn) growLocked() bool {
+	if !c.starved || c.rlen != 0 || len(c.rbuf) >= c.cfg.MaxWindow || c.eof || c.peerClosed {
+		return false
+	}
+	c.starved = false
+	w := min(2*len(c.rbuf), c.cfg.MaxWindow)
+	c.rxAllowed += int64(w - len(c.rbuf))
+	c.growBy += w - len(c.rbuf)
+	c.rbuf, c.rhead = make([]byte, w), 0
+	return true
+}
+
+// grant sends the credit a Read freed (readLocked) and, with grow, the
+// window's growth (growLocked): CREDIT, or WINDOW.
+func (c *Conn) grant(credit uint32, grow bool) {
+	if !grow {
+		if credit > 0 {
+			c.sendCredit(credit)
+		}
+		return
+	}
+	c.smu.Lock()
+	c.mu.Lock()
+	w, by := len(c.rbuf), c.growBy
+	c.growBy = 0
+	c.mu.Unlock()
+	if by > 0 { // (a concurrent grant may have sent it)
+		b := c.sreg.Bytes()
+		putHeader(b, frameWindow, credit+uint32(by))
+		binary.LittleEndian.PutUint32(b[hdrLen:], uint32(w))
+		c.postCtl(c.ctx, hdrLen+windowLen)
+	} else if credit > 0 {
+		putHeader(c.sreg.Bytes(), frameCredit, credit)
+		c.postCtl(c.ctx, hdrLen)
+	}
+	c.smu.Unlock()
 }
 
 // copyOutLocked moves up to len(p) buffered bytes into p.
@@ -475,9 +539,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			continue
 		}
+		starved := int64(chunk) == c.credit && n+chunk < len(p)
 		c.credit -= int64(chunk)
 		c.mu.Unlock()
-		sent, err := c.sendData(p[n : n+chunk])
+		sent, err := c.sendData(p[n:n+chunk], starved)
 		n += sent
 		if sent < chunk {
 			c.mu.Lock()
@@ -503,8 +568,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 // the reader has freed. With ring it first takes the completions that
 // have arrived, waiting for one only while every slot is in flight, and
 // sends as many frames as there are free slots. It returns the bytes of
-// the frames posted: all of p unless slots ran short or it fails.
-func (c *Conn) sendData(p []byte) (int, error) {
+// the frames posted: all of p unless slots ran short or it fails. With
+// starved (p is the last of the credit and the writer has more) the
+// frame that ends p carries flagStarved.
+func (c *Conn) sendData(p []byte, starved bool) (int, error) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	slot := hdrLen + c.maxData
@@ -546,6 +613,9 @@ func (c *Conn) sendData(p []byte) (int, error) {
 		copy(b[o+hdrLen:], p[off:off+k])
 		c.ssge[i].Offset, c.ssge[i].Length = o, hdrLen+k
 		off += k
+		if starved && off == len(p) {
+			b[o+1] = flagStarved
+		}
 	}
 	posted, err := c.postLocked(c.wdl.ctx(), f, signal)
 	if signal {
@@ -875,6 +945,16 @@ func (c *Conn) handle(b []byte, fl fabric.MsgFlags) (stop bool, err error) {
 		c.mu.Unlock()
 		return false, nil
 	}
+	if h.typ == frameWindow {
+		// The window grows, never shrinks, and its growth comes as
+		// credit in this frame, checked below.
+		w := int64(binary.LittleEndian.Uint32(p))
+		if w <= c.peerWindow || w > maxWindow {
+			c.mu.Unlock()
+			return false, c.violation(&ProtocolError{fmt.Sprintf("window of %d after %d", w, c.peerWindow), fabric.ErrMalformed})
+		}
+		c.peerWindow = w
+	}
 	if h.credit > 0 {
 		if c.credit+int64(h.credit) > c.peerWindow {
 			c.mu.Unlock()
@@ -895,6 +975,9 @@ func (c *Conn) handle(b []byte, fl fabric.MsgFlags) (stop bool, err error) {
 		default:
 			c.copyInLocked(p)
 			c.rxAllowed -= int64(len(p))
+			if h.flags&flagStarved != 0 {
+				c.starved = true
+			}
 		}
 	case frameFin:
 		if c.eof {

@@ -34,9 +34,16 @@ func pattern(seed uint64, n int) []byte {
 // checks every byte.
 func TestStream(t *testing.T) {
 	forEach(t, func(t *testing.T, be backend) {
-		for _, w := range []int{4096, 0} {
-			t.Run(map[int]string{4096: "window4K", 0: "default"}[w], func(t *testing.T) {
-				a, b := connPair(t, be, &Config{Window: w})
+		for _, tc := range []struct {
+			name string
+			cfg  Config
+		}{
+			{"window4K", Config{Window: 4096, MaxWindow: -1}},
+			{"grow4K", Config{Window: 4096, MaxWindow: 64 << 10}},
+			{"default", Config{}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				a, b := connPair(t, be, &tc.cfg)
 				size := 4 << 20
 				if testing.Short() || raceEnabled {
 					size = 1 << 20
@@ -224,6 +231,41 @@ func TestPeerClose(t *testing.T) {
 			if !errors.Is(err, net.ErrClosed) {
 				t.Errorf("after Close: %v, want net.ErrClosed", err)
 			}
+		}
+	})
+}
+
+// TestWindowGrows: a window too small for the stream doubles while the
+// writer runs out of credit and the reader keeps up, up to MaxWindow and
+// no further, on both ends' books (the receiver's ring, the sender's
+// view of the peer's window).
+func TestWindowGrows(t *testing.T) {
+	forEach(t, func(t *testing.T, be backend) {
+		const window, maxWin = 16 << 10, 64 << 10
+		a, b := connPair(t, be, &Config{Window: window, MaxWindow: maxWin})
+		data := pattern(3, 1<<20)
+		errs := make(chan error, 1)
+		go func() { _, err := b.Write(data); errs <- err }()
+		got := make([]byte, len(data))
+		var err error
+		testenv.Await(t, "1 MiB through a 16 KiB window", func() { _, err = io.ReadFull(a, got) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.Recv(t, errs, "the Write"); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatal("the stream arrived corrupted")
+		}
+		a.mu.Lock()
+		ring := len(a.rbuf)
+		a.mu.Unlock()
+		b.mu.Lock()
+		peer := b.peerWindow
+		b.mu.Unlock()
+		if ring != maxWin || peer != maxWin {
+			t.Fatalf("after 1 MiB: receive ring %d bytes, the sender's view of its window %d; want both %d (MaxWindow)", ring, peer, maxWin)
 		}
 	})
 }

@@ -17,7 +17,13 @@
 // initial credit. Every later frame may grant further credit as the
 // application consumes what it received: a sender never has more than
 // the peer's window in flight, so a connection's receive memory is
-// bounded by its window. FIN ends a direction (CloseWrite), CLOSE ends the
+// bounded by its window. The window grows, doubling up to
+// Config.MaxWindow, while the stream needs more (the bandwidth-delay
+// product is larger than it): a DATA frame that spends the sender's last
+// credit with more to send says so (a flag), and a receiver whose
+// application has read everything grows its window and tells the sender
+// with a WINDOW frame, whose credit carries the growth. A window never
+// shrinks. FIN ends a direction (CloseWrite), CLOSE ends the
 // connection, RST reports a protocol violation, and PING/PONG prove
 // liveness while the connection is idle.
 //

@@ -18,10 +18,20 @@ const (
 	frameRst               // the sender found a protocol violation; payload: reason
 	framePing              // liveness probe; the peer answers PONG
 	framePong              // answer to PING
+	frameWindow            // the sender's receive window grew; payload: the new window
 	numFrameTypes
 )
 
-var frameNames = [numFrameTypes]string{"", "HELLO", "DATA", "CREDIT", "FIN", "CLOSE", "RST", "PING", "PONG"}
+var frameNames = [numFrameTypes]string{"", "HELLO", "DATA", "CREDIT", "FIN", "CLOSE", "RST", "PING", "PONG", "WINDOW"}
+
+// Frame flags.
+const (
+	// flagStarved, on DATA only: this frame used the last of the
+	// sender's credit and its writer has more to send. The receiver
+	// grows its window when it also finds its application keeping up
+	// (see Conn.growLocked).
+	flagStarved = 1 << 0
+)
 
 const (
 	// hdrLen is the size of the frame header:
@@ -29,9 +39,11 @@ const (
 	//	type[1] flags[1] reserved[2] credit[4, little endian]
 	hdrLen = 8
 	// helloLen is the payload of HELLO: magic[8] version[4] window[4].
-	helloLen    = 16
+	helloLen = 16
+	// windowLen is the payload of WINDOW: window[4, little endian].
+	windowLen   = 4
 	helloMagic  = "WEFTSOCK"
-	version     = 1
+	version     = 2 // 2: WINDOW and flagStarved
 	maxRstLen   = 64
 	maxWindow   = 1 << 30
 	minWindow   = 4096
@@ -98,7 +110,11 @@ func parseFrame(b []byte) (header, []byte, error) {
 	if h.typ == 0 || h.typ >= numFrameTypes {
 		return h, nil, errType
 	}
-	if h.flags != 0 || b[2] != 0 || b[3] != 0 {
+	allowed := uint8(0)
+	if h.typ == frameData {
+		allowed = flagStarved
+	}
+	if h.flags&^allowed != 0 || b[2] != 0 || b[3] != 0 {
 		return h, nil, errReserved
 	}
 	p := b[hdrLen:]
@@ -112,6 +128,10 @@ func parseFrame(b []byte) (header, []byte, error) {
 		}
 	case frameData:
 		if len(p) == 0 || len(p) > maxFrameLen {
+			return h, nil, errLength
+		}
+	case frameWindow:
+		if len(p) != windowLen {
 			return h, nil, errLength
 		}
 	case frameRst:

@@ -27,9 +27,18 @@ func TestParseFrame(t *testing.T) {
 		rawFrame(frameCredit, maxWindow+1, nil), rawFrame(frameFin, 0, []byte{0}),
 		rawFrame(frameData, 0, nil), rawFrame(frameRst, 0, make([]byte, maxRstLen+1)),
 		rawFrame(frameHello, 0, make([]byte, helloLen)), append(b[:n:n], 0),
+		rawFrame(frameWindow, 0, make([]byte, windowLen+1)), rawFrame(frameWindow, 0, nil),
+		{frameCredit, flagStarved, 0, 0, 0, 0, 0, 0}, {frameData, 2, 0, 0, 0, 0, 0, 0, 'x'},
 	} {
 		if _, _, err := parseFrame(bad); !errors.Is(err, fabric.ErrMalformed) {
 			t.Errorf("parseFrame(%x) = %v, want ErrMalformed", bad, err)
+		}
+	}
+	for _, good := range [][]byte{
+		{frameData, flagStarved, 0, 0, 0, 0, 0, 0, 'x'}, rawFrame(frameWindow, 4096, make([]byte, windowLen)),
+	} {
+		if _, _, err := parseFrame(good); err != nil {
+			t.Errorf("parseFrame(%x) = %v", good, err)
 		}
 	}
 	if allocs := testing.AllocsPerRun(100, func() { parseFrame(d) }); allocs != 0 {
@@ -45,6 +54,8 @@ func FuzzFrame(f *testing.F) {
 	f.Add(rawFrame(frameData, 1, []byte("x")))
 	f.Add(rawFrame(frameCredit, 4096, nil))
 	f.Add(rawFrame(frameRst, 0, []byte("reason")))
+	f.Add([]byte{frameData, flagStarved, 0, 0, 0, 0, 0, 0, 'x'})
+	f.Add(rawFrame(frameWindow, 4096, []byte{0, 0, 2, 0}))
 	f.Add([]byte{9, 9, 9})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, p, err := parseFrame(in)
@@ -56,6 +67,7 @@ func FuzzFrame(f *testing.F) {
 		}
 		out := make([]byte, hdrLen, hdrLen+len(p))
 		putHeader(out, h.typ, h.credit)
+		out[1] = h.flags
 		out = append(out, p...)
 		if !bytes.Equal(out, in) {
 			t.Fatalf("accepted %x, which re-encodes as %x", in, out)

@@ -243,7 +243,7 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 		// fall with the frame's size, and the endpoint sends from the
 		// slot without copying it.
 		c.ring = true
-		c.slots = min(max(r.Window/maxData, 2), sendSlots)
+		c.slots = min(max(r.MaxWindow/maxData, 2), sendSlots)
 		c.small = max(ctlSlot, min(c.inline, slot))
 	}
 	c.sreg, err = ep.Alloc(c.small+c.slots*slot, 0)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
 )
@@ -54,6 +55,10 @@ const (
 	DefaultKeepAlive    = time.Second
 	DefaultStallTimeout = 15 * time.Second
 	defaultMaxFrame     = 64<<10 - hdrLen // a whole frame fits a 64 KiB receive slot (verbs' default)
+	// zcMin is the least Write sent from the caller's buffer (Conn.zc):
+	// below it the copy into the send slots costs less than the
+	// registration of a new buffer (an allocation).
+	zcMin = 16 << 10
 	// rxBurst is the number of frames the receive loop takes at once.
 	rxBurst = 32
 	// sendSlots is the number of DATA frames a Write posts in one burst
@@ -142,7 +147,17 @@ type Conn struct {
 	ssge  [sendSlots]fabric.SGE
 	smsg  [sendSlots]fabric.Message
 	scomp [sendSlots]fabric.Completion
-	rreg  *fabric.Region
+	// Without ring, a large Write is sent from the caller's slice (zc):
+	// each frame is two SGEs, its header in the frame's slot and its
+	// payload in ureg, a local registration of the caller's buffer,
+	// which the endpoint copies at once (one copy instead of two).
+	// ureg is kept for the next Write from the same buffer (bufio,
+	// io.Copy), and registered anew for another one.
+	zc   bool
+	ureg *fabric.Region
+	zsge [2 * sendSlots]fabric.SGE
+	zmsg [sendSlots]fabric.Message
+	rreg *fabric.Region
 
 	mu sync.Mutex
 	// Receive side.
@@ -253,7 +268,10 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	for i := range sendSlots {
 		c.ssge[i].Region = c.sreg
 		c.smsg[i].SGEs = c.ssge[i : i+1]
+		c.zsge[2*i].Region = c.sreg
+		c.zmsg[i].SGEs = c.zsge[2*i : 2*i+2]
 	}
+	c.zc = !c.ring && caps.MaxSGEs >= 2
 	if vr, ok := ep.(fabric.ViewReceiver); ok {
 		c.vr = vr
 		c.views = make([]fabric.View, rxBurst)
@@ -590,6 +608,11 @@ func (c *Conn) sendData(p []byte, starved bool) (int, error) {
 		f = min(f, c.slots-c.sbusy)
 		first, signal = -1, true
 	}
+	var ureg *fabric.Region
+	uoff := 0
+	if c.zc && first != 0 && len(p) >= zcMin {
+		ureg, uoff = c.userRegion(p)
+	}
 	b := c.sreg.Bytes()
 	c.mu.Lock()
 	grant := c.unacked
@@ -610,14 +633,24 @@ func (c *Conn) sendData(p []byte, starved bool) (int, error) {
 		if i == 0 {
 			binary.LittleEndian.PutUint32(b[o+4:], uint32(grant))
 		}
-		copy(b[o+hdrLen:], p[off:off+k])
-		c.ssge[i].Offset, c.ssge[i].Length = o, hdrLen+k
+		if ureg != nil {
+			z := c.zsge[2*i : 2*i+2]
+			z[0].Offset, z[0].Length = o, hdrLen
+			z[1] = fabric.SGE{Region: ureg, Offset: uoff + off, Length: k}
+		} else {
+			copy(b[o+hdrLen:], p[off:off+k])
+			c.ssge[i].Offset, c.ssge[i].Length = o, hdrLen+k
+		}
 		off += k
 		if starved && off == len(p) {
 			b[o+1] = flagStarved
 		}
 	}
-	posted, err := c.postLocked(c.wdl.ctx(), f, signal)
+	msgs := c.smsg[:f]
+	if ureg != nil {
+		msgs = c.zmsg[:f]
+	}
+	posted, err := c.postLocked(c.wdl.ctx(), msgs, signal)
 	if signal {
 		c.shead = (c.shead + posted) % c.slots
 	}
@@ -630,23 +663,24 @@ func (c *Conn) sendData(p []byte, starved bool) (int, error) {
 	return min(posted*c.maxData, off), err
 }
 
-// postLocked posts the first f frames of smsg, whose SGEs the caller
-// set, waiting for room with ctx. Signaled frames are counted in sbusy
-// until reapLocked takes their completions. It returns how many frames
-// were posted. The caller holds smu.
-func (c *Conn) postLocked(ctx context.Context, f int, signal bool) (int, error) {
+// postLocked posts the frames of msgs (smsg or zmsg), whose SGEs the
+// caller set, waiting for room with ctx. Signaled frames are counted in
+// sbusy until reapLocked takes their completions. It returns how many
+// frames were posted. The caller holds smu.
+func (c *Conn) postLocked(ctx context.Context, msgs []fabric.Message, signal bool) (int, error) {
 	fl := fabric.MsgFlags(0)
 	if signal {
 		fl = fabric.FlagSignal
 	}
-	for i := range f {
-		c.smsg[i].Flags = fl
+	for i := range msgs {
+		msgs[i].Flags = fl
 	}
+	f := len(msgs)
 	posted := 0
 	var err error
 	for posted < f && err == nil {
 		var k int
-		k, err = c.ep.SendWait(ctx, c.smsg[posted:f])
+		k, err = c.ep.SendWait(ctx, msgs[posted:])
 		posted += k
 	}
 	c.stats.framesTx.Add(uint64(posted))
@@ -654,6 +688,29 @@ func (c *Conn) postLocked(ctx context.Context, f int, signal bool) (int, error) 
 		c.sbusy += posted
 	}
 	return posted, err
+}
+
+// userRegion returns a registration covering p (the caller's buffer, for
+// Conn.zc) and p's offset in it: ureg if it covers p, else a new
+// registration of p's whole backing array, kept in ureg. It returns nil
+// if the endpoint refuses. The caller holds smu.
+func (c *Conn) userRegion(p []byte) (*fabric.Region, int) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	if r := c.ureg; r != nil {
+		rb := r.Bytes()
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(rb)))
+		if base >= start && base+uintptr(len(p)) <= start+uintptr(len(rb)) {
+			return r, int(base - start)
+		}
+		r.Close()
+		c.ureg = nil
+	}
+	r, err := c.ep.Register(p[:cap(p)], 0)
+	if err != nil {
+		return nil, 0
+	}
+	c.ureg = r
+	return r, 0
 }
 
 // reapLocked takes the completions of signaled frames that have arrived,
@@ -689,7 +746,7 @@ func (c *Conn) reapLocked(ctx context.Context, block bool) error {
 func (c *Conn) postCtl(ctx context.Context, n int) error {
 	c.ssge[0].Offset, c.ssge[0].Length = 0, n
 	signal := n > c.inline
-	if _, err := c.postLocked(ctx, 1, signal); err != nil || !signal {
+	if _, err := c.postLocked(ctx, c.smsg[:1], signal); err != nil || !signal {
 		return err
 	}
 	for c.sbusy > 0 {
@@ -786,6 +843,10 @@ func (c *Conn) shutdown() {
 	defer c.pmu.Unlock()
 	c.smu.Lock()
 	c.sreg.Close()
+	if c.ureg != nil {
+		c.ureg.Close()
+		c.ureg = nil
+	}
 	c.smu.Unlock()
 	if c.rreg != nil {
 		c.rreg.Close()

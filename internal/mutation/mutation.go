@@ -339,6 +339,22 @@ var List = []Mutation{
 		Why: "the window grows no further than Config.MaxWindow: the connection's receive memory stays capped (issue 25)",
 	},
 	{
+		Name: "sock-zc-on-ring",
+		File: "fabric/sock/conn.go",
+		Old:  "\tc.zc = !c.ring && caps.MaxSGEs >= 2\n",
+		New:  "\tc.zc = caps.MaxSGEs >= 2\n",
+		Pkg:  "./fabric/sock/", Run: "^TestWriteBufferOwned$",
+		Why: "a Write goes from the caller's buffer only where the endpoint copies it at once: on a send ring (roce) the frames are read after Write returns, when the buffer is the caller's again (issue 25)",
+	},
+	{
+		Name: "sock-zc-offset-lost",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\t\treturn r, int(base - start)\n",
+		New:  "\t\t\treturn r, 0\n",
+		Pkg:  "./fabric/sock/", Run: "^TestWriteBufferReuse$/^ntb$",
+		Why: "a Write from a slice inside a buffer already registered sends that slice, at its offset (issue 25)",
+	},
+	{
 		Name: "rndv-adv-ahead-accepted",
 		File: "fabric/rndv/conn.go",
 		Old:  "\tcase d > 0:\n",

@@ -17,7 +17,7 @@
 // initial credit. Every later frame may grant further credit as the
 // application consumes what it received: a sender never has more than
 // the peer's window in flight, so a connection's receive memory is
-// bounded by its window. The window grows, doubling up to
+// bounded by its window. The window may grow, doubling up to
 // Config.MaxWindow, while the stream needs more (the bandwidth-delay
 // product is larger than it): a DATA frame that spends the sender's last
 // credit with more to send says so (a flag), and a receiver whose

@@ -51,14 +51,14 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultWindow       = 256 << 10
+	DefaultWindow = 256 << 10
 	// DefaultMaxWindow is DefaultWindow: the window grows only when
 	// asked to. Measured (1 MiB stream, 2-core host): growth to 4 MiB
 	// gains nothing within the noise over roce and ntb, where the
 	// endpoint's CPU per byte bounds the stream, and halves ethernet's,
 	// whose endpoint retransmits with more in flight (706 packets a
 	// 300 MiB run, none without growth).
-	DefaultMaxWindow = DefaultWindow
+	DefaultMaxWindow    = DefaultWindow
 	DefaultKeepAlive    = time.Second
 	DefaultStallTimeout = 15 * time.Second
 	defaultMaxFrame     = 64<<10 - hdrLen // a whole frame fits a 64 KiB receive slot (verbs' default)

@@ -311,3 +311,48 @@ func rawPeerOn(t testing.TB, ep fabric.Endpoint) *rawPeer {
 	}
 	return &rawPeer{t: t, ep: ep, reg: reg}
 }
+
+// TestWindowGrowsOnlyIntoReads: a DATA frame that spends the peer's last
+// credit (flagStarved) grows the window only when it went whole into a
+// Read's slice; one that spills into the ring (the reader takes less
+// than the window at a time) leaves the window as it is.
+func TestWindowGrowsOnlyIntoReads(t *testing.T) {
+	const window = 8 << 10
+	for _, tc := range []struct {
+		name string
+		read int // the Reads' slice
+		want int // the window after the frame was read
+	}{
+		{"whole", window, 2 * window},
+		{"spilled", window / 2, window},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := rocePair(t, nil, "")
+			c, err := NewConn(a, &Config{Window: window, MaxWindow: 64 << 10, KeepAlive: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			raw := rawPeerOn(t, b)
+			raw.send(rawHello(version, 64<<10))
+			f := rawFrame(frameData, 0, make([]byte, window))
+			f[1] = flagStarved
+			raw.send(f)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, tc.read)
+			for got := 0; got < window; {
+				n, err := c.Read(buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+			c.mu.Lock()
+			w := len(c.rbuf)
+			c.mu.Unlock()
+			if w != tc.want {
+				t.Fatalf("window after a starved frame read in slices of %d: %d, want %d", tc.read, w, tc.want)
+			}
+		})
+	}
+}

@@ -339,6 +339,14 @@ var List = []Mutation{
 		Why: "the window grows no further than Config.MaxWindow: the connection's receive memory stays capped (issue 25)",
 	},
 	{
+		Name: "sock-starved-spill-grows",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\t\tif h.flags&flagStarved != 0 && idle && c.rlen == 0 {\n",
+		New:  "\t\t\tif h.flags&flagStarved != 0 && (idle || !idle) {\n",
+		Pkg:  "./fabric/sock/", Run: "^TestWindowGrowsOnlyIntoReads$",
+		Why: "the window grows only when the starved frame went whole into a Read's slice: a reader that takes less than the window at a time would only get another copy from a larger ring (issue 25)",
+	},
+	{
 		Name: "sock-zc-on-ring",
 		File: "fabric/sock/conn.go",
 		Old:  "\tc.zc = !c.ring && caps.MaxSGEs >= 2\n",

@@ -281,3 +281,47 @@ func TestCMShmMarkForeign(t *testing.T) {
 		t.Fatalf("the foreign CA GUID %#x offers a ring", g)
 	}
 }
+
+// TestEngineViaShm: the automatic link's one rule (Engine.viaShm), which
+// the endpoints' exchange, the CM's REP and Accept all take: an RC QP to
+// a peer that offered its ring, alive on this host, from an engine with
+// an automatic link.
+func TestEngineViaShm(t *testing.T) {
+	shm, auto := shmAutoEngines(t)
+	ring, none := shm.LocalAddr(), shmAddr()
+	for none == ring || none == auto.LocalAddr() {
+		none = shmAddr()
+	}
+	for _, c := range []struct {
+		e       *Engine
+		typ     QPType
+		offered bool
+		peer    netip.Addr
+		want    bool
+	}{
+		{auto, RC, true, ring, true},
+		{auto, UD, true, ring, false},            // UD keeps UDP
+		{auto, RC, false, ring, false},           // not offered: another process's ring
+		{auto, RC, true, none, false},            // offered, but no ring there
+		{shm, RC, true, auto.LocalAddr(), false}, // no automatic link
+	} {
+		if got := c.e.viaShm(c.typ, c.offered, c.peer); got != c.want {
+			t.Errorf("engine %v: viaShm(%v, offered %v, %v) = %v, want %v", c.e.LocalAddr(), c.typ, c.offered, c.peer, got, c.want)
+		}
+	}
+}
+
+// TestAutoUDKeepsUDP: UD endpoints with the default link send on UDP,
+// although both engines have rings: UD cannot recover what a full ring
+// drops.
+func TestAutoUDKeepsUDP(t *testing.T) {
+	a, b := loopPair(t, "type=ud", "type=ud", nil)
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
+		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
+	}
+	c0 := autoCounts(t, a)
+	pingPongN(t, a, b, 10)
+	if c := autoCounts(t, a); c.ShmTx != c0.ShmTx || c.ShmRx != c0.ShmRx {
+		t.Fatalf("UD moved datagrams through rings: %+v -> %+v", c0, c)
+	}
+}

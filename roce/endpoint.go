@@ -511,11 +511,8 @@ func newEndpoint(o Options, local netip.Addr, laddr, raddr string) (*Endpoint, e
 func (ep *Endpoint) connect(o Options, mine, peer exchange.Dest) error {
 	ep.goodbye, ep.foreign = peer.IsWeft(), !peer.IsWeft()
 	// The automatic link: a Weft peer whose engine has a ring on this
-	// host gets this RC QP's packets through it. UD keeps UDP: a ring
-	// that stays full longer than the engine waits on it drops
-	// datagrams that a UDP socket's buffers would have held, and UD has
-	// no retransmission to recover them.
-	ep.qp.viaShm = o.Type == RC && peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())
+	// host gets this RC QP's packets through it (Engine.viaShm).
+	ep.qp.viaShm = ep.qp.e.viaShm(o.Type, peer.OffersShm(), peer.GID.Addr())
 	attr := &QPAttr{PathMTU: o.MTU, Dest: peer.GID.Addr(), DestQPN: peer.QPN, RQPSN: peer.PSN,
 		SQPSN: mine.PSN, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry,
 		MinRNRTimer: 12, MaxRDAtomic: 16, QKey: o.QKey}

@@ -253,11 +253,17 @@ func (e *Engine) shmRing() bool {
 	return e.auto != nil && e.auto.Shm()
 }
 
-// reachesShm reports whether the engine can send to peer through shared
-// memory: it runs an automatic link and peer's engine has a live ring on
-// this host.
-func (e *Engine) reachesShm(peer netip.Addr) bool {
-	return e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))
+// viaShm is the rule of the automatic link: whether a QP of type t that
+// connects to peer sends its packets through peer's shared-memory ring
+// (QP.viaShm). Its Weft peer offered the ring (exchange.WeftShmLID in the
+// endpoints' exchange, cmShmMark in the CM's REQ or REP), the engine
+// runs an automatic link and the ring is alive on this host. UD keeps
+// UDP: a ring that stays full longer than the engine waits on it drops
+// datagrams that a UDP socket's buffers would have held, and UD has no
+// retransmission to recover them. A connection's CM messages go as its
+// RC QP's packets do (cmConn.viaShm), before the QP too.
+func (e *Engine) viaShm(t QPType, offered bool, peer netip.Addr) bool {
+	return t == RC && offered && e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))
 }
 
 // linkName names the engine's carrier, as Caps.Path gives it: "udp" (with

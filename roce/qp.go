@@ -230,7 +230,7 @@ type QP struct {
 	dest  netip.AddrPort
 	// viaShm sends the QP's packets through the peer engine's
 	// shared-memory ring (link.Packet.Shm, the engine's AutoLink); set
-	// before the QP connects (Endpoint.connect), read-only after.
+	// before the QP connects (Engine.viaShm decides), read-only after.
 	viaShm bool
 	status fabric.Status // why the QP is in ERR
 	closed atomic.Bool

@@ -265,7 +265,7 @@ func (m *CM) forget(c *cmConn) {
 // the REQ offered, if alive: a link=shm peer reads nothing else.
 func (c *cmConn) viaShm() bool {
 	if c.qp == nil {
-		return c.peerShm && c.m.e.reachesShm(c.peer)
+		return c.m.e.viaShm(RC, c.peerShm, c.peer)
 	}
 	return c.qp.viaShm
 }
@@ -498,7 +498,7 @@ func (c *cmConn) established() {
 // shared-memory ring: the REQ offered it (cmShmMark) and it is alive. A
 // link=shm peer reads nothing else.
 func (m *CM) reqShm(req cm.REQ, src netip.Addr) bool {
-	return cmOffersShm(req.LocalCAGUID()) && m.e.reachesShm(src)
+	return m.e.viaShm(RC, cmOffersShm(req.LocalCAGUID()), src)
 }
 
 // onREQ handles a connection request.
@@ -597,7 +597,7 @@ func (m *CM) onREP(mad cm.MAD, rep cm.REP, src netip.Addr) bool {
 	c.rr = rep.InitiatorDepth()
 	c.peerData = append([]byte(nil), rep.PrivateData()...)
 	m.peers[peerKey{src, c.remoteID}] = c
-	c.qp.viaShm = cmOffersShm(rep.LocalCAGUID()) && m.e.reachesShm(src) // before the QP connects
+	c.qp.viaShm = m.e.viaShm(c.qp.cfg.Type, cmOffersShm(rep.LocalCAGUID()), src) // before the QP connects
 	attr := &QPAttr{PathMTU: c.mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: c.cfg.ACKTimeout, RetryCnt: c.cfg.Retry, RNRRetry: rep.RNRRetryCount(), MinRNRTimer: 12,
 		MaxRDAtomic: int(c.depth), KeepAlive: c.cfg.KeepAlive}
@@ -964,7 +964,7 @@ func (r *ConnRequest) Accept(ctx context.Context, pd *PD, data []byte) (*Conn, e
 	attr := &QPAttr{PathMTU: mtu, Dest: c.peer, DestQPN: c.remoteQPN, RQPSN: c.psn, SQPSN: c.remotePSN,
 		Timeout: c.cfg.acceptACKTimeout(c.remoteAck), RetryCnt: c.remoteRet, RNRRetry: c.remoteRNR, MinRNRTimer: 12,
 		MaxRDAtomic: max(1, int(c.depth)), KeepAlive: c.cfg.KeepAlive}
-	qp.viaShm = c.peerShm && m.e.reachesShm(c.peer) // before the QP connects
+	qp.viaShm = m.e.viaShm(qp.cfg.Type, c.peerShm, c.peer) // before the QP connects
 	if err := qp.Connect(attr); err != nil {
 		c.reject(cm.RejNoQP, cm.MsgREQ, nil)
 		c.fail(err)

@@ -1949,7 +1949,7 @@ var List = []Mutation{
 	{
 		Name: "roce-auto-shm-unoffered",
 		File: "roce/endpoint.go",
-		Old:  "\tep.qp.viaShm = o.Type == RC && peer.OffersShm() && ep.qp.e.reachesShm(peer.GID.Addr())\n",
+		Old:  "\tep.qp.viaShm = ep.qp.e.viaShm(o.Type, peer.OffersShm(), peer.GID.Addr())\n",
 		New:  "\tep.qp.viaShm = ep.qp.e.auto != nil\n",
 		Pkg:  "./roce/", Run: "^TestAutoPeerUDP$",
 		Why: "shared memory only to a peer that offered its ring: a link=udp or foreign peer gets UDP",
@@ -1989,7 +1989,7 @@ var List = []Mutation{
 	{
 		Name: "roce-cm-auto-unoffered",
 		File: "roce/rdmacm.go",
-		Old:  "\tqp.viaShm = c.peerShm && m.e.reachesShm(c.peer) // before the QP connects\n",
+		Old:  "\tqp.viaShm = m.e.viaShm(qp.cfg.Type, c.peerShm, c.peer) // before the QP connects\n",
 		New:  "\tqp.viaShm = m.e.auto != nil\n",
 		Pkg:  "./roce/", Run: "^TestCMAutoShm$",
 		Why: "an rdma_cm listener sends through shared memory only to a peer whose REQ offered its ring",
@@ -2045,7 +2045,7 @@ var List = []Mutation{
 	{
 		Name: "roce-cm-rej-unmatched-on-udp",
 		File: "roce/rdmacm.go",
-		Old:  "\treturn cmOffersShm(req.LocalCAGUID()) && m.e.reachesShm(src)\n",
+		Old:  "\treturn m.e.viaShm(RC, cmOffersShm(req.LocalCAGUID()), src)\n",
 		New:  "\treturn false\n",
 		Pkg:  "./roce/", Run: "^TestCMShmPeerRefused$",
 		Why: "the CM's REJ of a REQ goes through the ring the REQ offered: a link=shm dialer, which reads no UDP, is refused, not left to time out",
@@ -2053,7 +2053,7 @@ var List = []Mutation{
 	{
 		Name: "roce-cm-rej-pending-on-udp",
 		File: "roce/rdmacm.go",
-		Old:  "\t\treturn c.peerShm && c.m.e.reachesShm(c.peer)\n",
+		Old:  "\t\treturn c.m.e.viaShm(RC, c.peerShm, c.peer)\n",
 		New:  "\t\treturn false\n",
 		Pkg:  "./roce/", Run: "^TestCMShmPeerRefused$",
 		Why: "an application's Reject goes through the ring the REQ offered: a link=shm dialer, which reads no UDP, is refused, not left to time out",
@@ -2081,6 +2081,22 @@ var List = []Mutation{
 		New:  "func cmOffersShm(guid uint64) bool { return guid>>40&0xffff == cmShmMark>>40 }\n",
 		Pkg:  "./roce/", Run: "^TestCMShmMarkForeign$",
 		Why: "only a Weft CA GUID offers a ring: a foreign EUI-64 GUID whose MAC bytes spell the mark does not",
+	},
+	{
+		Name: "roce-auto-ud-via-shm",
+		File: "roce/engine.go",
+		Old:  "\treturn t == RC && offered && e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))\n",
+		New:  "\treturn offered && e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))\n",
+		Pkg:  "./roce/", Run: "^TestAutoUDKeepsUDP$",
+		Why: "UD keeps UDP under the automatic link: a full ring drops what UD cannot recover",
+	},
+	{
+		Name: "roce-auto-ring-unoffered",
+		File: "roce/engine.go",
+		Old:  "\treturn t == RC && offered && e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))\n",
+		New:  "\treturn t == RC && e.auto != nil && e.auto.Reaches(netip.AddrPortFrom(peer, link.Port))\n",
+		Pkg:  "./roce/", Run: "^TestAutoRingTaken$",
+		Why: "a ring alive at the peer's address is used only if the peer offered it: another process's ring of that address is not the peer's",
 	},
 }
 

@@ -34,10 +34,8 @@ type Engine struct {
 	cfg   EngineConfig
 	link  link.Link
 	local netip.Addr
-	// auto is link as an AutoLink (EngineConfig.Auto), else nil; autoErr
-	// says why it has no ring, if it has none.
-	auto    *link.AutoLink
-	autoErr error
+	// auto is link as an AutoLink (EngineConfig.Auto), else nil.
+	auto *link.AutoLink
 
 	objMu  sync.RWMutex
 	qps    map[uint32]*QP
@@ -139,7 +137,6 @@ const rxBatch = 64
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	lk := cfg.Link
 	var blk *link.QPNBlock
-	var autoErr error // why an automatic link has no ring
 	if lk == nil && cfg.Shm {
 		l, err := link.ListenShm(cfg.Addr, link.ShmConfig{})
 		if err != nil {
@@ -171,8 +168,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		}
 		lk, blk = l, b
 		if cfg.Auto {
-			var a *link.AutoLink
-			if a, autoErr = autoLink(l); a != nil {
+			if a := autoLink(l); a != nil {
 				lk = a
 			}
 		}
@@ -180,7 +176,6 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.auto, _ = lk.(*link.AutoLink)
-	e.autoErr = autoErr
 	e.gsiTx.init()
 	var b [4]byte
 	rand.Read(b[:])
@@ -214,18 +209,22 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 }
 
 // autoLink adds a shared-memory ring to u (EngineConfig.Auto). A ring
-// that cannot be had leaves u alone (nil), with the reason.
-func autoLink(u *link.UDPLink) (*link.AutoLink, error) {
+// that cannot be had leaves u alone (nil): the engine runs on UDP, as
+// its endpoints' Caps.Path say. The reason is not kept: it is another
+// engine of the host owning the address's ring (EADDRINUSE, the case
+// the design expects) or a host without a usable /dev/shm, and no
+// caller could act on it.
+func autoLink(u *link.UDPLink) *link.AutoLink {
 	ring, err := link.ListenShm(u.LocalAddr(), link.ShmConfig{})
 	if err != nil {
-		return nil, err
+		return nil
 	}
 	a, err := link.NewAutoLink(u, ring)
 	if err != nil {
 		ring.Close()
-		return nil, err
+		return nil
 	}
-	return a, nil
+	return a
 }
 
 // udpLink returns the engine's UDP link, inside its automatic link if it

@@ -2098,6 +2098,30 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestAutoRingTaken$",
 		Why: "a ring alive at the peer's address is used only if the peer offered it: another process's ring of that address is not the peer's",
 	},
+	{
+		Name: "link-auto-udp-readiness-trusted-blindly",
+		File: "roce/link/auto.go",
+		Old:  "\tif !a.udpHot && a.udpSet != nil && !a.udpSet.Ready() {\n",
+		New:  "\tif !a.udpHot && a.udpSet != nil {\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkReadsUDP$",
+		Why: "an AutoLink skips the UDP receive only when the socket's readiness says it is empty: 0 from ReadBatch still means both are empty",
+	},
+	{
+		Name: "link-auto-idle-receives",
+		File: "roce/link/auto.go",
+		Old:  "\tif !a.udpHot && a.udpSet != nil && !a.udpSet.Ready() {\n",
+		New:  "\tif false {\n",
+		Pkg:  "./roce/link/", Run: "^TestAutoLinkIdleNoReceive$",
+		Why: "an idle AutoLink's poll asks the UDP socket's readiness (epoll_wait) instead of a receive that finds it empty, at a third of the cost",
+	},
+	{
+		Name: "wake-ready-never",
+		File: "internal/wake/wake.go",
+		Old:  "\treturn errno != 0 || n != 0\n",
+		New:  "\treturn errno != 0 || n != n\n",
+		Pkg:  "./internal/wake/", Run: "^TestEpollReady$",
+		Why: "Parker.Ready sees a member that became readable before it was called: a reader trusts its false",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

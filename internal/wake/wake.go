@@ -36,6 +36,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,6 +66,8 @@ type Parker struct {
 	polling bool
 	// drained is Drain's result, written by drainFn under polling.
 	drained bool
+	// ready is Ready's result, written by readyFn (one caller at a time).
+	ready bool
 	// closed is set by Close, before the descriptor is.
 	closed atomic.Bool
 	// rings counts Ring calls.
@@ -73,8 +76,8 @@ type Parker struct {
 	// poller's RawConn.Read callback, made once so that Ring, Drain and
 	// Wait allocate nothing; the RawConn holds a reference on the
 	// descriptor, so none touches a number Close has released.
-	ringFn, drainFn func(uintptr)
-	readFn          func(uintptr) bool
+	ringFn, drainFn, readyFn func(uintptr)
+	readFn                   func(uintptr) bool
 }
 
 // NewEventfd returns a Parker on a new eventfd, rung from this process.
@@ -134,6 +137,7 @@ func newParker(k kind, fd int, name, path string) (*Parker, error) {
 	p.ringFn = func(fd uintptr) { ring(int(fd), p.kind) }
 	p.drainFn = func(fd uintptr) { p.drained = p.drain(int(fd)) }
 	p.readFn = func(fd uintptr) bool { return p.drain(int(fd)) }
+	p.readyFn = func(fd uintptr) { p.ready = epollReady(int(fd)) }
 	p.cond.L = &p.mu
 	return p, nil
 }
@@ -283,6 +287,32 @@ func (p *Parker) drain(fd int) bool {
 		}
 	}
 	return got
+}
+
+// Ready reports, without waiting and without consuming anything, whether
+// an epoll Parker (NewEpoll) has a readable member now. The members are
+// level triggered, so false is exact: none held anything when the kernel
+// looked. It costs one system call (epoll_wait with a zero timeout),
+// about a third of a receive that finds a socket empty. A closed Parker,
+// another kind or an error reports true: the caller reads to find out.
+// One goroutine at a time may call it (a link's reader).
+func (p *Parker) Ready() bool {
+	if p.kind != kindEpoll {
+		return true
+	}
+	p.ready = true
+	p.rc.Control(p.readyFn)
+	return p.ready
+}
+
+// epollReady reports whether epoll instance fd has a ready member (or
+// fails: true).
+func epollReady(fd int) bool {
+	var ev [1]unix.EpollEvent
+	// Never blocks (zero timeout): the raw call spares the scheduler's
+	// bookkeeping of a blocking one.
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(fd), uintptr(unsafe.Pointer(&ev[0])), 1, 0, 0, 0)
+	return errno != 0 || n != 0
 }
 
 // Watch adds fd to an epoll Parker (NewEpoll), level triggered for

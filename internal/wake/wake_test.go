@@ -294,3 +294,35 @@ func TestDrainLeavesPoller(t *testing.T) {
 		}
 	}
 }
+
+// TestEpollReady: Ready reports a set's readiness at once and exactly
+// (a member rung just before is seen), consumes nothing, and reports
+// true when it cannot tell (closed, not an epoll).
+func TestEpollReady(t *testing.T) {
+	set, err := NewEpoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewEventfd()
+	defer m.Close()
+	if err := set.Watch(m.FD()); err != nil {
+		t.Fatal(err)
+	}
+	if set.Ready() {
+		t.Fatal("a set whose member is empty is ready")
+	}
+	m.Ring()
+	if !set.Ready() || !set.Ready() {
+		t.Fatal("a set whose member was rung is not ready, or Ready consumed the ring")
+	}
+	if !m.Drain() || set.Ready() {
+		t.Fatal("the set is still ready after its member was consumed")
+	}
+	if !m.Ready() {
+		t.Fatal("Ready of an eventfd Parker (which cannot tell) reports false")
+	}
+	set.Close()
+	if !set.Ready() {
+		t.Fatal("Ready of a closed set reports false")
+	}
+}

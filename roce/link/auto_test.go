@@ -23,7 +23,7 @@ type autoRig struct {
 	shm *ShmLink // a ring peer
 }
 
-func newAutoRig(t *testing.T) *autoRig {
+func newAutoRig(t testing.TB) *autoRig {
 	t.Helper()
 	dir := t.TempDir()
 	addr := shmAddr()
@@ -235,5 +235,33 @@ func TestAutoLinkNoBellClosed(t *testing.T) {
 	a.Close()
 	if err := a.WaitRead(context.Background(), time.Now().Add(time.Millisecond)); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("WaitRead on a closed link: %v, want os.ErrClosed", err)
+	}
+}
+
+// An idle link's polls make no receive on its UDP socket: its readiness
+// answers that it is empty (TestAutoLinkReadsUDP: exactly).
+func TestAutoLinkIdleNoReceive(t *testing.T) {
+	r := newAutoRig(t)
+	rx := rxPackets(8)
+	c0 := r.a.Counts()
+	for range 10 {
+		if n, err := r.a.ReadBatch(rx); n != 0 || err != nil {
+			t.Fatalf("ReadBatch of an idle link: %d, %v", n, err)
+		}
+	}
+	if c := r.a.Counts(); c.UDPSkips-c0.UDPSkips != 10 {
+		t.Fatalf("10 polls of an idle link: %d answered by the socket's readiness, want 10", c.UDPSkips-c0.UDPSkips)
+	}
+}
+
+// BenchmarkAutoLinkIdleRead is an idle automatic link's poll: its ring
+// and its UDP socket both empty (an engine's usual poll while it spins).
+func BenchmarkAutoLinkIdleRead(b *testing.B) {
+	r := newAutoRig(b)
+	rx := rxPackets(64)
+	for b.Loop() {
+		if n, _ := r.a.ReadBatch(rx); n != 0 {
+			b.Fatal(n)
+		}
 	}
 }

@@ -2122,6 +2122,22 @@ var List = []Mutation{
 		Pkg:  "./internal/wake/", Run: "^TestEpollReady$",
 		Why: "Parker.Ready sees a member that became readable before it was called: a reader trusts its false",
 	},
+	{
+		Name: "roce-poll-no-reset",
+		File: "roce/engine.go",
+		Old:  "\tif n > 0 {\n\t\tdefer e.resetRx(n)\n\t}\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestPollResetsReturned$",
+		Why: "the packets a read returned are reset for the next read: a link's shortened buffer or offset does not carry over",
+	},
+	{
+		Name: "roce-poll-reset-all",
+		File: "roce/engine.go",
+		Old:  "\trx := e.rx\n\tn, err := e.link.ReadBatch(rx)\n",
+		New:  "\trx := e.rx\n\te.resetRx(len(rx))\n\tn, err := e.link.ReadBatch(rx)\n",
+		Pkg:  "./roce/", Run: "^TestPollResetsReturned$",
+		Why: "an empty poll writes none of the read batch's packets (5 KB of stores, more than the ring's read)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -58,7 +58,9 @@ type Packet struct {
 // namespaces) or over AF_XDP (ethernet package) alike. ReadBatch and
 // WriteBatch never block; WaitRead does.
 type Link interface {
-	// ReadBatch reads up to len(pkts) datagrams; 0 means none queued.
+	// ReadBatch reads up to len(pkts) datagrams into pkts[:n] and leaves
+	// pkts[n:] as they were (the engine resets only the packets a read
+	// returned); 0 means none queued.
 	ReadBatch(pkts []Packet) (int, error)
 	// WriteBatch writes pkts[i].Buf[:pkts[i].N] to pkts[i].Addr and
 	// returns how many were taken; fewer than len(pkts) is backpressure.

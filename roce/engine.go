@@ -55,7 +55,7 @@ type Engine struct {
 	rxBufs  [][]byte
 	dirty   []*QP // QPs with an ACK to send after the current batch
 	spinner atomic.Int32
-	// drained is when (Unix ns) a poll last found the link empty. A
+	// drained is when (nanotime) a poll last found the link empty. A
 	// retransmission or keep-alive timer fires only once the link was
 	// drained after its deadline: acknowledgements that sat unread
 	// while the polling thread was descheduled are not silence. Timers
@@ -498,7 +498,7 @@ func (e *Engine) background() {
 // deadline (zero if none).
 func (e *Engine) runTimers(now time.Time) time.Time {
 	var next time.Time
-	drained := time.Unix(0, e.drained.Load())
+	drained := epoch.Add(time.Duration(e.drained.Load()))
 	e.objMu.RLock()
 	for _, qp := range e.qps {
 		if d := qp.timer(now, drained); !d.IsZero() && (next.IsZero() || d.Before(next)) {
@@ -535,11 +535,11 @@ func (e *Engine) pollAcks(acks bool) int {
 	}
 	if err != nil || n == 0 {
 		if err == nil {
-			// drained is compared with the timers' deadlines, on the
-			// wall clock; the acknowledgements' clock is monotonic.
-			t := time.Now()
-			e.drained.Store(t.UnixNano())
-			now := int64(t.Sub(epoch))
+			// One monotonic clock for drained and the acknowledgements:
+			// nanotime reads it alone, where time.Now reads the wall
+			// clock too.
+			now := nanotime()
+			e.drained.Store(now)
 			if acks && len(e.dirty) > 0 && now >= e.ackDue.Load() {
 				e.flushAcks(now, flushDue)
 			}

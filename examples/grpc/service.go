@@ -81,9 +81,15 @@ var serviceDesc = grpc.ServiceDesc{
 
 // serve starts a gRPC server of the Echo service on a Weft listener.
 func serve(l net.Listener) *grpc.Server {
+	s := newServer()
+	go s.Serve(l)
+	return s
+}
+
+// newServer returns a gRPC server of the Echo service, not yet serving.
+func newServer() *grpc.Server {
 	s := grpc.NewServer()
 	s.RegisterService(&serviceDesc, echoServer{})
-	go s.Serve(l)
 	return s
 }
 

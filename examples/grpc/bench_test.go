@@ -21,12 +21,13 @@ import (
 //
 //   - unary-64, unary-4K: sequential unary Echo calls of 64 B and 4 KiB
 //     (one call per operation, calls/s reported);
-//
 //   - stream-1M: 1 MiB messages on one client stream that the server
 //     drains (one message per operation, bytes/s by b.SetBytes; the
 //     server's count is awaited before the clock stops).
 //
-//     go test -run '^$' -bench GRPC -count 3 .
+// Run it with
+//
+//	go test -run '^$' -bench GRPC -count 3 .
 func BenchmarkGRPC(b *testing.B) {
 	for _, backend := range []string{"ntb", "roce", "tcp"} {
 		b.Run(backend, func(b *testing.B) {

@@ -87,8 +87,8 @@ func serve(l net.Listener) *grpc.Server {
 }
 
 // newServer returns a gRPC server of the Echo service, not yet serving.
-func newServer() *grpc.Server {
-	s := grpc.NewServer()
+func newServer(opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(opts...)
 	s.RegisterService(&serviceDesc, echoServer{})
 	return s
 }
@@ -96,8 +96,8 @@ func newServer() *grpc.Server {
 // dial returns a gRPC client connection whose transport is a Weft
 // connection to addr of the backend (backend "tcp": a TCP connection, the
 // reference).
-func dial(backend, addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///weft",
+func dial(backend, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///weft", append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			if backend == "tcp" {
@@ -105,7 +105,7 @@ func dial(backend, addr string) (*grpc.ClientConn, error) {
 				return d.DialContext(ctx, "tcp", addr)
 			}
 			return sock.Dial(ctx, backend, addr, config)
-		}))
+		})}, opts...)...)
 }
 
 // callEcho makes one unary call.

@@ -95,17 +95,22 @@ func BenchmarkHTTP(b *testing.B) {
 // bodies of 0 B to 512 KiB (0, 1 KiB, 16 KiB, 128 KiB, 512 KiB in turn),
 // echoed back after the handler has read them, from 8 concurrent clients
 // over at most 6 kept-alive connections (an ntb bridge has 8 queues, one
-// of them the listener's), over ntb and over TCP loopback.
+// of them the listener's), over ntb, over the roce engine (its default
+// link) and over TCP loopback.
 func BenchmarkHTTPBodies(b *testing.B) {
-	for _, name := range []string{"ntb", "tcp"} {
+	for _, name := range []string{"ntb", "roce", "tcp"} {
 		b.Run(name, func(b *testing.B) {
 			var ln net.Listener
 			var dial func(ctx context.Context, _, _ string) (net.Conn, error)
-			if name == "ntb" {
-				l := ntbListen(b, nil)
+			if name != "tcp" {
+				listen := ntbListen
+				if name == "roce" {
+					listen = roceListen
+				}
+				l := listen(b, nil)
 				ln = l
 				dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
-					return Dial(ctx, "ntb", l.Addr().String(), nil)
+					return Dial(ctx, name, l.Addr().String(), nil)
 				}
 			} else {
 				l, err := net.Listen("tcp", "127.0.0.1:0")

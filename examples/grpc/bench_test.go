@@ -18,9 +18,8 @@ import (
 )
 
 // BenchmarkGRPC measures gRPC over Weft beside gRPC over TCP loopback,
-// the reference of the same run: for each transport (ntb, an emulated
-// bridge in a temporary file; roce, the user-space engine on 127.0.0.1
-// over its default link; tcp) one client connection makes
+// the reference of the same run. For each transport one client
+// connection makes
 //
 //   - unary-64, unary-4K: sequential unary Echo calls of 64 B and 4 KiB
 //     (one call per operation, calls/s reported);
@@ -28,17 +27,32 @@ import (
 //     drains (one message per operation, bytes/s by b.SetBytes; the
 //     server's count is awaited before the clock stops).
 //
-// Run it with
+// The transports are ntb (an emulated bridge in a temporary file, the
+// default busy-poll budget), ntb-sleep (the same with Options.Spin
+// negative: receives sleep at once), roce (the user-space engine on
+// 127.0.0.1 over its default link) and tcp. Run it with
 //
 //	go test -run '^$' -bench GRPC -count 3 .
 func BenchmarkGRPC(b *testing.B) {
-	if *benchSpin != 0 {
-		config = &sock.Config{Options: fabric.Options{Spin: *benchSpin}}
-		defer func() { config = nil }()
-	}
-	for _, backend := range []string{"ntb", "roce", "tcp"} {
-		b.Run(backend, func(b *testing.B) {
-			cc := benchConn(b, backend)
+	for _, t := range []struct {
+		name, backend string
+		spin          time.Duration // Options.Spin; -spin overrides 0
+	}{
+		{"ntb", "ntb", 0},
+		{"ntb-sleep", "ntb", -1},
+		{"roce", "roce", 0},
+		{"tcp", "tcp", 0},
+	} {
+		b.Run(t.name, func(b *testing.B) {
+			spin := t.spin
+			if spin == 0 {
+				spin = *benchSpin
+			}
+			// listen and dial read config, dial's dialer whenever it
+			// connects: it stays until the connection is closed.
+			config = &sock.Config{Options: fabric.Options{Spin: spin}}
+			b.Cleanup(func() { config = nil })
+			cc := benchConn(b, t.backend)
 			for _, size := range []int{64, 4 << 10} {
 				name := "unary-64"
 				if size > 64 {
@@ -51,7 +65,8 @@ func BenchmarkGRPC(b *testing.B) {
 	}
 }
 
-// benchSpin is the busy-poll budget of the Weft connections, as main's -spin.
+// benchSpin is the busy-poll budget of the Weft connections of the
+// transports that do not set their own, as main's -spin.
 var benchSpin = flag.Duration("spin", 0, "BenchmarkGRPC: how long blocking receives busy-poll before they sleep (0: the backend's default, negative: sleep at once)")
 
 // benchConn starts a server of the example's service and of sinkDesc on

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ import (
 //   - stream-1M: 1 MiB messages on one client stream that the server
 //     drains (one message per operation, bytes/s by b.SetBytes; the
 //     server's count is awaited before the clock stops).
+//
+// Each also reports cpu-ns/op, the CPU time of the process (client and
+// server) per operation, which tells the work of a transport apart from
+// the wait for a core on a host that other processes load.
 //
 // The transports are ntb (an emulated bridge in a temporary file, the
 // default busy-poll budget), ntb-sleep (the same with Options.Spin
@@ -105,6 +110,7 @@ func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
 	in := wrapperspb.Bytes(make([]byte, size))
 	out := new(wrapperspb.BytesValue)
 	b.ReportAllocs()
+	cpu := cpuTime(b)
 	for b.Loop() {
 		if err := cc.Invoke(ctx, "/weft.example.Echo/Echo", in, out); err != nil {
 			b.Fatal(err)
@@ -114,6 +120,7 @@ func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	reportCPU(b, cpu)
 }
 
 // benchStream times size-byte messages on one Sink stream: b.N messages,
@@ -129,6 +136,7 @@ func benchStream(b *testing.B, cc *grpc.ClientConn, size int) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime(b)
 	for range b.N {
 		if err := st.SendMsg(msg); err != nil {
 			b.Fatal(err)
@@ -142,9 +150,26 @@ func benchStream(b *testing.B, cc *grpc.ClientConn, size int) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	reportCPU(b, cpu)
 	if want := uint64(b.N) * uint64(size); got.Value != want {
 		b.Fatalf("server received %d bytes, want %d", got.Value, want)
 	}
+}
+
+// cpuTime is the CPU time (user and system) the process has used: both
+// ends of the connection, and on a busy host a measure of the work per
+// operation that other processes' load does not change.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per operation since start (a cpuTime).
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
 }
 
 // sinkServer drains a client stream of BytesValue messages and answers

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -131,6 +132,20 @@ func BenchmarkHTTPBodies(b *testing.B) {
 				}
 				w.Write(p)
 			})}
+			// The carriers the backend chose (fabric.Caps.Path: roce's
+			// default link takes a ring or UDP per connection) go in the
+			// log, beside the figures they explain.
+			var paths sync.Map
+			srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+				if sc, ok := c.(*Conn); ok && sc.Endpoint().Caps().Path != "" {
+					paths.Store(sc.Endpoint().Caps().Path, true)
+				}
+				return ctx
+			}
+			defer paths.Range(func(p, _ any) bool {
+				b.Logf("path %q", p)
+				return true
+			})
 			go srv.Serve(ln)
 			defer srv.Close()
 			tr := &http.Transport{DialContext: dial, MaxConnsPerHost: 6, MaxIdleConnsPerHost: 6}

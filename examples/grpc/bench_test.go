@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -35,7 +36,8 @@ import (
 // The transports are ntb (an emulated bridge in a temporary file, the
 // default busy-poll budget), ntb-sleep (the same with Options.Spin
 // negative: receives sleep at once), roce (the user-space engine on
-// 127.0.0.1 over its default link) and tcp. Run it with
+// 127.0.0.1 over its default link, which takes a shared-memory ring or
+// UDP per connection: -v logs which) and tcp. Run it with
 //
 //	go test -run '^$' -bench GRPC -count 3 .
 func BenchmarkGRPC(b *testing.B) {
@@ -90,7 +92,7 @@ func benchConn(b *testing.B, backend string) *grpc.ClientConn {
 	}
 	s := newServer(benchServerOpts()...)
 	s.RegisterService(&sinkDesc, sinkServer{})
-	go s.Serve(l)
+	go s.Serve(pathLogger{l, b})
 	b.Cleanup(s.Stop)
 	cc, err := dial(backend, l.Addr().String(), benchDialOpts()...)
 	if err != nil {
@@ -234,4 +236,20 @@ func benchDialOpts() []grpc.DialOption {
 		o = append(o, grpc.WithWriteBufferSize(max(*benchBuffer, 0)), grpc.WithReadBufferSize(max(*benchBuffer, 0)))
 	}
 	return o
+}
+
+// pathLogger logs the carrier that the backend chose for each connection
+// it accepts (fabric.Caps.Path: roce's default link takes a ring or UDP
+// per connection), beside the figures it explains.
+type pathLogger struct {
+	net.Listener
+	b *testing.B
+}
+
+func (l pathLogger) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if sc, ok := c.(*sock.Conn); ok && sc.Endpoint().Caps().Path != "" {
+		l.b.Logf("path %q", sc.Endpoint().Caps().Path)
+	}
+	return c, err
 }

@@ -97,7 +97,8 @@ func BenchmarkHTTP(b *testing.B) {
 // echoed back after the handler has read them, from 8 concurrent clients
 // over at most 6 kept-alive connections (an ntb bridge has 8 queues, one
 // of them the listener's), over ntb, over the roce engine (its default
-// link) and over TCP loopback.
+// link) and over TCP loopback. Besides req/s it reports cpu-ns/op, the
+// process's CPU time per request.
 func BenchmarkHTTPBodies(b *testing.B) {
 	for _, name := range []string{"ntb", "roce", "tcp"} {
 		b.Run(name, func(b *testing.B) {
@@ -157,6 +158,7 @@ func BenchmarkHTTPBodies(b *testing.B) {
 			var failed atomic.Value
 			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
 			b.ResetTimer()
+			cpu := cpuTime(b)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					n := sizes[seq.Add(1)%int64(len(sizes))]
@@ -178,6 +180,10 @@ func BenchmarkHTTPBodies(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			// The CPU time of the process (both ends) per request: the
+			// work of a transport, which other processes' load on a
+			// shared host changes far less than the rate.
+			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

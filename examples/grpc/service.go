@@ -15,10 +15,11 @@
 // reader waits in a Weft receive, which busy-polls for Options.Spin
 // before it sleeps. Where the goroutines outnumber the cores, the polls
 // take the cores the others need: on a 2-core host BenchmarkGRPC
-// measured unary calls over ntb 1.2-1.4x faster, and 1 MiB streams
-// faster too, with receives that sleep at once (-spin=-1ns here,
+// measured unary calls over ntb 1.2-1.6x faster, at half the CPU time a
+// call, with receives that sleep at once (-spin=-1ns here,
 // sock.Config{Options: fabric.Options{Spin: -1}} in a program) than with
-// the default budget. gRPC's own buffer and window options
+// the default budget; 1 MiB streams went either way, with the load of
+// other processes. gRPC's own buffer and window options
 // (WithWriteBufferSize, WithReadBufferSize, WithInitialWindowSize and
 // their server twins) changed neither the CPU time per MiB nor the rate
 // over ntb or TCP: gRPC's copies of each message (protobuf's marshal and

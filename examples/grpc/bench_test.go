@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/weft-io/weft/fabric"
@@ -37,7 +38,10 @@ import (
 // default busy-poll budget), ntb-sleep (the same with Options.Spin
 // negative: receives sleep at once), roce (the user-space engine on
 // 127.0.0.1 over its default link, which takes a shared-memory ring or
-// UDP per connection: -v logs which) and tcp. Run it with
+// UDP per connection: -v logs which), tcp, and mem: gRPC's in-memory
+// test transport (grpc/test/bufconn, a buffered pipe per direction), as
+// close to a free transport as gRPC gets, and so the bound of what any
+// transport can gain over TCP. Run it with
 //
 //	go test -run '^$' -bench GRPC -count 3 .
 func BenchmarkGRPC(b *testing.B) {
@@ -49,6 +53,7 @@ func BenchmarkGRPC(b *testing.B) {
 		{"ntb-sleep", "ntb", -1},
 		{"roce", "roce", 0},
 		{"tcp", "tcp", 0},
+		{"mem", "mem", 0},
 	} {
 		b.Run(t.name, func(b *testing.B) {
 			spin := t.spin
@@ -86,15 +91,25 @@ func benchConn(b *testing.B, backend string) *grpc.ClientConn {
 	if backend == "ntb" {
 		addr = filepath.Join(b.TempDir(), "bridge")
 	}
-	l, err := listen(ctx, backend, addr)
-	if err != nil {
-		b.Fatal(err)
+	opts := benchDialOpts()
+	var l net.Listener
+	if backend == "mem" {
+		m := bufconn.Listen(1 << 20)
+		l = m
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return m.DialContext(ctx)
+		}))
+	} else {
+		var err error
+		if l, err = listen(ctx, backend, addr); err != nil {
+			b.Fatal(err)
+		}
 	}
 	s := newServer(benchServerOpts()...)
 	s.RegisterService(&sinkDesc, sinkServer{})
 	go s.Serve(pathLogger{l, b})
 	b.Cleanup(s.Stop)
-	cc, err := dial(backend, l.Addr().String(), benchDialOpts()...)
+	cc, err := dial(backend, l.Addr().String(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +29,7 @@ import (
 //
 //   - unary-64, unary-4K: sequential unary Echo calls of 64 B and 4 KiB
 //     (one call per operation, calls/s reported);
+//   - unary-64x8: 64 B calls from 8 concurrent callers;
 //   - stream-1M: 1 MiB messages on one client stream that the server
 //     drains (one message per operation, bytes/s by b.SetBytes; the
 //     server's count is awaited before the clock stops).
@@ -72,6 +76,7 @@ func BenchmarkGRPC(b *testing.B) {
 				}
 				b.Run(name, func(b *testing.B) { benchUnary(b, cc, size) })
 			}
+			b.Run("unary-64x8", func(b *testing.B) { benchUnaryParallel(b, cc, 64, 8) })
 			b.Run("stream-1M", func(b *testing.B) { benchStream(b, cc, 1<<20) })
 		})
 	}
@@ -135,6 +140,37 @@ func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
 		if len(out.Value) != size {
 			b.Fatalf("%d bytes back, want %d", len(out.Value), size)
 		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	reportCPU(b, cpu)
+}
+
+// benchUnaryParallel times unary Echo calls of size bytes on cc from
+// clients concurrent callers.
+func benchUnaryParallel(b *testing.B, cc *grpc.ClientConn, size, clients int) {
+	ctx := context.Background()
+	in := wrapperspb.Bytes(make([]byte, size))
+	var failed atomic.Value
+	b.ReportAllocs()
+	// RunParallel runs parallelism x GOMAXPROCS goroutines.
+	b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
+	cpu := cpuTime(b)
+	b.RunParallel(func(pb *testing.PB) {
+		out := new(wrapperspb.BytesValue)
+		for pb.Next() {
+			if err := cc.Invoke(ctx, "/weft.example.Echo/Echo", in, out); err != nil {
+				failed.Store(err)
+				return
+			}
+			if len(out.Value) != size {
+				failed.Store(fmt.Errorf("%d bytes back, want %d", len(out.Value), size))
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 	reportCPU(b, cpu)

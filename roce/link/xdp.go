@@ -136,6 +136,9 @@ type XDPLink struct {
 	rmu    sync.Mutex
 	inFill int
 	rxFree []uint64
+	// lent holds the frames of the last batch read, which the caller
+	// reads in place until its next ReadBatch (see ReadBatch).
+	lent []uint64
 
 	// wmu serialises WriteBatch (TX and completion rings) with Close.
 	wmu    sync.Mutex
@@ -201,7 +204,8 @@ func ListenXDP(addr netip.AddrPort, c XDPConfig) (*XDPLink, error) {
 	if len(li.MAC) != 6 {
 		return nil, xdpErr(addr, fmt.Errorf("interface %s has no Ethernet address: %w", li.Name, fabric.ErrNotSupported))
 	}
-	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{}}
+	l := &XDPLink{local: addr, li: li, mac: [6]byte(li.MAC), cfg: c, macs: map[netip.Addr]macEntry{},
+		lent: make([]uint64, 0, xdpFrames/2)}
 	l.rctx, l.rcancel = context.WithCancel(context.Background())
 	l.hdr = ethernet.UDP4{SrcMAC: li.MAC, SrcIP: ip, DstPort: Port}
 	l.maxN, l.tooLarge = XDPMaxPacket, errXDPTooLarge
@@ -349,10 +353,15 @@ func (l *XDPLink) Stats() XDPStats {
 	return XDPStats{RX: l.rx.Load(), TX: l.tx.Load(), Dropped: l.dropped.Load(), NoRoute: l.noRoute.Load()}
 }
 
-// ReadBatch implements Link. Each packet's Buf receives the IPv4 and
-// UDP headers as they came off the wire, then the UDP payload (Off is
-// where it starts). A frame the program steered to the link that is not
-// a RoCEv2 datagram to it (see ParseXDPFrame) is counted in
+// ReadBatch implements Link. It copies nothing: each packet's Buf is
+// pointed at the frame in the link's memory, from its IPv4 header to
+// the end of the UDP payload (Off is where the payload starts), as it
+// came off the wire, and the caller's Buf is not used. Those frames are
+// lent until the next ReadBatch, which returns them to the kernel, or
+// Close: the caller must be done with a batch before it reads again or
+// closes the link (the engine processes each batch under its poll lock,
+// which Close takes). A frame the program steered to the link that is
+// not a RoCEv2 datagram to it (see ParseXDPFrame) is counted in
 // Stats().Dropped and returned with N -1, as a truncated datagram is,
 // for the engine to count. Calls must not overlap; WriteBatch may run
 // concurrently.
@@ -362,6 +371,10 @@ func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
 	if l.closed.Load() {
 		return 0, os.ErrClosed
 	}
+	// The previous batch is done with: its frames go back to the fill
+	// ring (below, with this batch's rejects).
+	l.rxFree = append(l.rxFree, l.lent...)
+	l.lent = l.lent[:0]
 	rx := l.sock.RX()
 	got := 0
 	mask := ^uint64(xdpFrameSize - 1)
@@ -374,19 +387,21 @@ func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
 			d := rx.Desc(idx + uint32(i))
 			f := l.umem.Frame(d.Addr)[:d.Len]
 			p := &pkts[got]
-			off, m, src, ok := ParseXDPFrame(f, l.mac, l.local, p.Buf)
-			l.rxFree = append(l.rxFree, d.Addr&mask)
-			if !ok {
+			off, m, src, ok := parseXDPFrame(f, l.mac, l.local)
+			if ok {
+				end := ethernet.EthHdrLen + off + m
+				p.Buf = f[ethernet.EthHdrLen:end:end]
+				l.lent = append(l.lent, d.Addr&mask)
+				l.rx.Add(1)
+			} else {
 				// Handed on with N -1, so that the engine counts it
 				// (fabric.DropMalformed) as it counts what a UDP socket
 				// delivers and it cannot parse.
+				l.rxFree = append(l.rxFree, d.Addr&mask)
 				l.dropped.Add(1)
 				off, m, src = 0, -1, netip.AddrPort{}
 			}
 			p.Off, p.N, p.Addr, p.SrcPort = off, m, src, src.Port()
-			if ok {
-				l.rx.Add(1)
-			}
 			got++
 		}
 		rx.Release(n)
@@ -411,6 +426,17 @@ func (l *XDPLink) ReadBatch(pkts []Packet) (int, error) {
 // UDP, another destination address or port, a payload shorter than a BTH
 // and ICRC, or a buf too small for the headers and payload.
 func ParseXDPFrame(f []byte, mac [6]byte, local netip.AddrPort, buf []byte) (off, n int, src netip.AddrPort, ok bool) {
+	off, n, src, ok = parseXDPFrame(f, mac, local)
+	if !ok || off+n > len(buf) {
+		return 0, 0, netip.AddrPort{}, false
+	}
+	copy(buf, f[ethernet.EthHdrLen:ethernet.EthHdrLen+off+n])
+	return off, n, src, true
+}
+
+// parseXDPFrame is ParseXDPFrame without the copy: off and n locate the
+// payload in f[ethernet.EthHdrLen:].
+func parseXDPFrame(f []byte, mac [6]byte, local netip.AddrPort) (off, n int, src netip.AddrPort, ok bool) {
 	var h ethernet.UDP4
 	payload, ok := ethernet.ParseUDP4(f, &h)
 	if !ok || [6]byte(f[0:6]) != mac || h.DstIP != local.Addr() || h.DstPort != local.Port() {
@@ -420,13 +446,7 @@ func ParseXDPFrame(f []byte, mac [6]byte, local netip.AddrPort, buf []byte) (off
 		return 0, 0, netip.AddrPort{}, false
 	}
 	ihl := int(f[ethernet.EthHdrLen]&0x0f) * 4
-	off = ihl + ethernet.UDPHdrLen
-	if off+len(payload) > len(buf) {
-		return 0, 0, netip.AddrPort{}, false
-	}
-	copy(buf, f[ethernet.EthHdrLen:ethernet.EthHdrLen+off])
-	copy(buf[off:], payload)
-	return off, len(payload), netip.AddrPortFrom(h.SrcIP, h.SrcPort), true
+	return ihl + ethernet.UDPHdrLen, len(payload), netip.AddrPortFrom(h.SrcIP, h.SrcPort), true
 }
 
 // errXDPTooLarge is WriteBatch's error for a packet over XDPMaxPacket.

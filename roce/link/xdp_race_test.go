@@ -559,8 +559,95 @@ func TestXDPLinkRXWakeup(t *testing.T) {
 		if got := x.sock.Kicks.Load(); got != k {
 			t.Fatalf("need_wakeup %v: a read that received made %d wake-ups", need, got-k)
 		}
-		if x.inFill != xdpFrames/2 {
-			t.Fatalf("need_wakeup %v: %d frames in the fill ring after a read, want all %d", need, x.inFill, xdpFrames/2)
+		// The frame read is lent to the caller (see TestXDPLinkLends)
+		// until the next read; every other one is in the fill ring.
+		if x.inFill != xdpFrames/2-1 {
+			t.Fatalf("need_wakeup %v: %d frames in the fill ring after a read of one, want all %d but the one lent", need, x.inFill, xdpFrames/2)
 		}
+	}
+}
+
+// TestXDPLinkLends checks that ReadBatch copies nothing: a packet's Buf
+// is its frame in the UMEM, from the IPv4 header to the end of the
+// payload, with the bytes sent; the frames of a batch stay out of the
+// fill ring (the kernel cannot overwrite them) until the next
+// ReadBatch, which returns them all; and a frame that is not RoCEv2 is
+// returned at once.
+func TestXDPLinkLends(t *testing.T) {
+	p, x, b := xdpPairLinks(t)
+	ipA := netip.MustParseAddr(p.IPA.String())
+	const k = 3
+	back := make([]Packet, k)
+	for i := range back {
+		payload := bytes.Repeat([]byte{byte(0x40 + i)}, 64+i)
+		back[i] = Packet{Buf: payload, N: len(payload), Addr: netip.AddrPortFrom(ipA, Port), SrcPort: 50002}
+	}
+	in := make([]Packet, 8)
+	mine := make([][]byte, len(in))
+	for i := range in {
+		mine[i] = make([]byte, MaxPacket+128)
+	}
+	read := func() int {
+		t.Helper()
+		for i := range in {
+			in[i] = Packet{Buf: mine[i]}
+		}
+		n, err := x.ReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n, err := b.WriteBatch(back); n != k || err != nil {
+		t.Fatalf("peer write: %d, %v", n, err)
+	}
+	got := 0
+	for got < k {
+		if err := x.WaitRead(context.Background(), time.Now().Add(testenv.Timeout)); err != nil {
+			t.Fatal(err)
+		}
+		n := read()
+		for i := 0; i < n; i++ {
+			q := &in[i]
+			if q.Off != 28 || q.N != back[got+i].N || !bytes.Equal(q.Buf[q.Off:q.Off+q.N], back[got+i].Buf) {
+				t.Fatalf("packet %d: Off %d N %d, want 28 and the %d bytes sent", got+i, q.Off, q.N, back[got+i].N)
+			}
+			if len(q.Buf) != q.Off+q.N || q.Buf[0] != 0x45 {
+				t.Fatalf("packet %d: Buf of %d bytes starting %#x, want the IPv4 header and payload only", got+i, len(q.Buf), q.Buf[0])
+			}
+			start := uintptr(unsafe.Pointer(unsafe.SliceData(x.umem.Frame(0))))
+			at := uintptr(unsafe.Pointer(&q.Buf[0]))
+			if at < start || at >= start+uintptr(xdpFrames*xdpFrameSize) {
+				t.Fatalf("packet %d: Buf is not in the UMEM (copied)", got+i)
+			}
+			if &q.Buf[0] == &mine[i][0] {
+				t.Fatalf("packet %d: read into the caller's buffer", got+i)
+			}
+		}
+		if want := xdpFrames/2 - n; x.inFill != want {
+			t.Fatalf("after a read of %d: %d frames in the fill ring, want %d (the batch lent)", n, x.inFill, want)
+		}
+		got += n
+	}
+	if n := read(); n != 0 {
+		t.Fatalf("read %d frames with none sent", n)
+	}
+	if x.inFill != xdpFrames/2 {
+		t.Fatalf("after the next read: %d frames in the fill ring, want all %d", x.inFill, xdpFrames/2)
+	}
+	// A frame that is not RoCEv2 (too short for a BTH) is dropped and its
+	// frame returned at once.
+	short := []Packet{{Buf: []byte{1, 2, 3, 4}, N: 4, Addr: netip.AddrPortFrom(ipA, Port), SrcPort: 50002}}
+	if n, err := b.WriteBatch(short); n != 1 || err != nil {
+		t.Fatalf("peer write: %d, %v", n, err)
+	}
+	if err := x.WaitRead(context.Background(), time.Now().Add(testenv.Timeout)); err != nil {
+		t.Fatal(err)
+	}
+	if n := read(); n != 1 || in[0].N != -1 {
+		t.Fatalf("read %d (N %d), want the short frame with N -1", n, in[0].N)
+	}
+	if x.inFill != xdpFrames/2 {
+		t.Fatalf("after a dropped frame: %d frames in the fill ring, want all %d", x.inFill, xdpFrames/2)
 	}
 }

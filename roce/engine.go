@@ -55,6 +55,12 @@ type Engine struct {
 	rxBufs  [][]byte
 	dirty   []*QP // QPs with an ACK to send after the current batch
 	spinner atomic.Int32
+	// unspun wakes the background poller from the nap it takes while a
+	// caller spins, when the last spinner gives up and blocks (see
+	// QP.wait): the blocked caller's packets are then the poller's to
+	// read at once, not after the rest of the nap (up to 200 µs, which a
+	// sleep cost on average in a 64 B ping-pong over link=xdp).
+	unspun chan struct{}
 	// drained is when (nanotime) a poll last found the link empty. A
 	// retransmission or keep-alive timer fires only once the link was
 	// drained after its deadline: acknowledgements that sat unread
@@ -174,7 +180,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
-		mrs: map[uint32]*MR{}, stop: make(chan struct{}), started: time.Now(), qpnMask: 0xffffff, block: blk}
+		mrs: map[uint32]*MR{}, stop: make(chan struct{}), unspun: make(chan struct{}, 1), started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.auto, _ = lk.(*link.AutoLink)
 	e.gsiTx.init()
 	var b [4]byte
@@ -321,7 +327,11 @@ func (e *Engine) Close() error {
 		qp.Destroy()
 	}
 	close(e.stop)
+	// Not under a poll: a link may lend its memory to the batch being
+	// processed (XDPLink.ReadBatch), which Close unmaps.
+	e.pollMu.Lock()
 	err := e.link.Close()
+	e.pollMu.Unlock()
 	e.wg.Wait()
 	e.block.Release()
 	return err
@@ -423,6 +433,21 @@ func (e *Engine) lookupRemote(pd *PD, rkey uint32, va uint64, n uint32, need fab
 	return mr.buf[off : off+uint64(n) : off+uint64(n)], true
 }
 
+// spinNap is how long the background poller naps between its polls
+// while a caller spins (a variable for tests).
+var spinNap = 200 * time.Microsecond
+
+// unspin ends a caller's spin that ran out (the caller blocks next): the
+// last one wakes the background poller from its nap (see unspun).
+func (e *Engine) unspin() {
+	if e.spinner.Add(-1) == 0 {
+		select {
+		case e.unspun <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // background polls the link when no thread is spinning, and runs timers.
 func (e *Engine) background() {
 	defer e.wg.Done()
@@ -439,7 +464,7 @@ func (e *Engine) background() {
 			e.runTimers(now)
 			// Queued acknowledgements are the spinner's to send; should it
 			// stop polling, they wait at most about ackDelay longer.
-			d := 200 * time.Microsecond
+			d := spinNap
 			if due := e.ackDue.Load(); due != math.MaxInt64 {
 				d = min(d, max(time.Duration(due-nanotime()), 20*time.Microsecond))
 			}
@@ -448,6 +473,8 @@ func (e *Engine) background() {
 			case <-e.stop:
 				return
 			case <-nap.C:
+			case <-e.unspun:
+				nap.Stop() // Go 1.23 timers: no stale tick after Stop
 			}
 			continue
 		}

@@ -1059,7 +1059,7 @@ func (qp *QP) wait(ctx context.Context, b *spin.Budget, ready func() bool, waite
 				e.runTimers(time.Now())
 			}
 		}
-		e.spinner.Add(-1)
+		e.unspin()
 		b.Slept(&s)
 	}
 	waiters.Add(1)

@@ -1,0 +1,99 @@
+package roce
+
+import (
+	"bytes"
+	"math"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/link"
+)
+
+// TestEngineUnspinWakesPoller checks that when the last caller that
+// spins gives up (and blocks), the background poller leaves the nap it
+// takes while callers spin at once, to read the blocked caller's packets:
+// with a nap of an hour, it must still reach its wait on the link.
+func TestEngineUnspinWakesPoller(t *testing.T) {
+	old := spinNap
+	spinNap = time.Hour
+	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(EngineConfig{Link: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close() // the poller has returned: no data race on spinNap
+		spinNap = old
+	})
+	napping := func() bool {
+		buf := make([]byte, 1<<20)
+		for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			// Parked in a select ([select] or [select, N minutes]): the
+			// nap's, the poller's only select.
+			if bytes.Contains(g, []byte("(*Engine).background")) && bytes.Contains(g, []byte(" [select")) {
+				return true
+			}
+		}
+		return false
+	}
+	// Two callers spin; the poller naps (for spinNap: no acknowledgement
+	// is due).
+	e.ackDue.Store(math.MaxInt64)
+	e.spinner.Add(2)
+	if !testenv.Eventually(testenv.Timeout, napping) {
+		t.Fatal("the poller never napped while callers spun")
+	}
+	e.unspin()
+	// One still spins: the nap goes on (the token is for the last).
+	if len(e.unspun) != 0 {
+		t.Fatal("a spinner that was not the last woke the poller")
+	}
+	e.unspin()
+	if !testenv.Eventually(testenv.Timeout, func() bool { return !napping() }) {
+		t.Fatal("the poller still naps after the last spinner gave up")
+	}
+}
+
+// closeCheckLink is a link whose Close records whether the engine's poll
+// lock was held (by Close) at the time.
+type closeCheckLink struct {
+	link.Link
+	e      **Engine
+	locked bool
+}
+
+func (l *closeCheckLink) Close() error {
+	if (*l.e).pollMu.TryLock() {
+		(*l.e).pollMu.Unlock()
+	} else {
+		l.locked = true
+	}
+	return l.Link.Close()
+}
+
+// TestEngineClosesLinkOutsidePoll checks that Engine.Close closes the
+// link under the poll lock, so never while a poller processes a batch:
+// an XDPLink lends the batch's frames, in the memory its Close unmaps.
+func TestEngineClosesLinkOutsidePoll(t *testing.T) {
+	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *Engine
+	cl := &closeCheckLink{Link: l, e: &e}
+	if e, err = NewEngine(EngineConfig{Link: cl}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.locked {
+		t.Fatal("the engine closed its link without the poll lock")
+	}
+}

@@ -164,3 +164,40 @@ func TestNoAllocs(t *testing.T) {
 		}
 	})
 }
+
+// TestNoAllocsRotatingBuffers: Writes that take turns among a few
+// buffers (a pool, double buffering) allocate nothing either, where a
+// large Write goes from the caller's buffer (Conn.zc): a buffer is not
+// registered anew at each turn.
+func TestNoAllocsRotatingBuffers(t *testing.T) {
+	t.Cleanup(spin.IgnoreOversubscription())
+	forEach(t, func(t *testing.T, be backend) {
+		for _, size := range []int{100 << 10, 600 << 10} { // one burst of frames, two
+			t.Run(strconv.Itoa(size), func(t *testing.T) {
+				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: time.Second}})
+				go echo(a, size)
+				var bufs [3][]byte
+				for i := range bufs {
+					bufs[i] = make([]byte, size)
+				}
+				i := 0
+				var err error
+				testenv.Await(t, "50 round trips to warm up", func() {
+					for ; i < 50 && err == nil; i++ {
+						err = roundTrip(c, bufs[i%len(bufs)])
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := testing.AllocsPerRun(50, func() {
+					roundTrip(c, bufs[i%len(bufs)])
+					i++
+				})
+				if n != 0 {
+					t.Errorf("%d-byte round trips from %d buffers in turn: %v allocations", size, len(bufs), n)
+				}
+			})
+		}
+	})
+}

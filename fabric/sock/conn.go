@@ -165,6 +165,13 @@ type Conn struct {
 	zsge [2 * sendSlots]fabric.SGE
 	zmsg [sendSlots]fabric.Message
 	rreg *fabric.Region
+	// Another buffer is registered only when two large Writes in a row
+	// come from it (uagain: useen, the end of the previous one's
+	// backing array, is this one's; both belong to wmu); until then it
+	// is copied: buffers taken in turn (a pool, double buffering) would
+	// otherwise cost a registration, an allocation, at each Write.
+	useen  uintptr
+	uagain bool
 
 	mu sync.Mutex
 	// Receive side.
@@ -520,6 +527,10 @@ func (c *Conn) sendCredit(grant uint32) {
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.zc && len(p) >= zcMin {
+		end := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(cap(p))
+		c.uagain, c.useen = end == c.useen, end
+	}
 	n := 0
 	for {
 		c.mu.Lock()
@@ -699,9 +710,11 @@ func (c *Conn) postLocked(ctx context.Context, msgs []fabric.Message, signal boo
 }
 
 // userRegion returns a registration covering p (the caller's buffer, for
-// Conn.zc) and p's offset in it: ureg if it covers p, else a new
-// registration of p's whole backing array, kept in ureg. It returns nil
-// if the endpoint refuses. The caller holds smu.
+// Conn.zc) and p's offset in it: ureg if it covers p, else, if the
+// previous large Write came from p's backing array too (uagain), a new
+// registration of it from p on, kept in ureg. It returns nil if not, or
+// if the endpoint refuses: the caller copies. The caller holds smu and
+// wmu.
 func (c *Conn) userRegion(p []byte) (*fabric.Region, int) {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
 	if r := c.ureg; r != nil {
@@ -710,7 +723,12 @@ func (c *Conn) userRegion(p []byte) (*fabric.Region, int) {
 		if base >= start && base+uintptr(len(p)) <= start+uintptr(len(rb)) {
 			return r, int(base - start)
 		}
-		r.Close()
+	}
+	if !c.uagain {
+		return nil, 0
+	}
+	if c.ureg != nil {
+		c.ureg.Close()
 		c.ureg = nil
 	}
 	r, err := c.ep.Register(p[:cap(p)], 0)

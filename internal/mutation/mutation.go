@@ -363,6 +363,14 @@ var List = []Mutation{
 		Why: "a Write from a slice inside a buffer already registered sends that slice, at its offset (issue 25)",
 	},
 	{
+		Name: "sock-zc-registers-every-buffer",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tc.uagain, c.useen = end == c.useen, end\n",
+		New:  "\t\tc.uagain, c.useen = true, end\n",
+		Pkg:  "./fabric/sock/", Run: "^TestNoAllocsRotatingBuffers$/^ntb$",
+		Why: "a Write from another buffer than the last is copied, not registered: Writes from buffers taken in turn allocate nothing (zero allocations per message)",
+	},
+	{
 		Name: "rndv-adv-ahead-accepted",
 		File: "fabric/rndv/conn.go",
 		Old:  "\tcase d > 0:\n",

@@ -85,14 +85,14 @@ func (c *Config) resolve() Config {
 	if r.Window <= 0 {
 		r.Window = DefaultWindow
 	}
-	r.Window = min(max((r.Window+4095)&^4095, minWindow), maxWindow)
+	r.Window = min(max((min(r.Window, maxWindow)+4095)&^4095, minWindow), maxWindow)
 	switch {
 	case r.MaxWindow == 0:
 		r.MaxWindow = DefaultMaxWindow
 	case r.MaxWindow < 0:
 		r.MaxWindow = r.Window
 	}
-	r.MaxWindow = min(max((r.MaxWindow+4095)&^4095, r.Window), maxWindow)
+	r.MaxWindow = min(max((min(r.MaxWindow, maxWindow)+4095)&^4095, r.Window), maxWindow)
 	if r.KeepAlive == 0 {
 		r.KeepAlive = DefaultKeepAlive
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -480,5 +481,31 @@ func TestWriteDoneBeforePeerClose(t *testing.T) {
 	close(g.gate)
 	if r := testenv.Recv(t, wrote, "the Write"); r.n != len("request") || r.err != nil {
 		t.Fatalf("Write = %d, %v; want %d, nil", r.n, r.err, len("request"))
+	}
+}
+
+// TestConfigBounds: windows are rounded up to 4 KiB within [4 KiB,
+// 1 GiB]; one asked for beyond 1 GiB, however large, is 1 GiB (rounding
+// must not overflow it to the smallest), and MaxWindow is at least
+// Window.
+func TestConfigBounds(t *testing.T) {
+	for _, tc := range []struct {
+		window, maxWin         int
+		wantWindow, wantMaxWin int
+	}{
+		{0, 0, DefaultWindow, DefaultMaxWindow},
+		{1, -1, minWindow, minWindow},
+		{5000, 9000, 8192, 12288},
+		{64 << 10, 16 << 10, 64 << 10, 64 << 10},
+		{maxWindow + 1, 0, maxWindow, maxWindow},
+		{64 << 10, math.MaxInt, 64 << 10, maxWindow},
+		{math.MaxInt, 0, maxWindow, maxWindow},
+		{math.MaxInt - 100, math.MaxInt - 4000, maxWindow, maxWindow},
+	} {
+		r := (&Config{Window: tc.window, MaxWindow: tc.maxWin}).resolve()
+		if r.Window != tc.wantWindow || r.MaxWindow != tc.wantMaxWin {
+			t.Errorf("Window %d, MaxWindow %d: resolved to %d, %d; want %d, %d",
+				tc.window, tc.maxWin, r.Window, r.MaxWindow, tc.wantWindow, tc.wantMaxWin)
+		}
 	}
 }

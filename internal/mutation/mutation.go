@@ -371,6 +371,22 @@ var List = []Mutation{
 		Why: "a Write from another buffer than the last is copied, not registered: Writes from buffers taken in turn allocate nothing (zero allocations per message)",
 	},
 	{
+		Name: "sock-maxwindow-round-overflows",
+		File: "fabric/sock/conn.go",
+		Old:  "\tr.MaxWindow = min(max((min(r.MaxWindow, maxWindow)+4095)&^4095, r.Window), maxWindow)\n",
+		New:  "\tr.MaxWindow = min(max((r.MaxWindow+4095)&^4095, r.Window), maxWindow)\n",
+		Pkg:  "./fabric/sock/", Run: "^TestConfigBounds$",
+		Why: "a MaxWindow beyond 1 GiB, however large (math.MaxInt: grow as far as allowed), is 1 GiB: rounding it up must not overflow it to no growth at all",
+	},
+	{
+		Name: "sock-window-round-overflows",
+		File: "fabric/sock/conn.go",
+		Old:  "\tr.Window = min(max((min(r.Window, maxWindow)+4095)&^4095, minWindow), maxWindow)\n",
+		New:  "\tr.Window = min(max((r.Window+4095)&^4095, minWindow), maxWindow)\n",
+		Pkg:  "./fabric/sock/", Run: "^TestConfigBounds$",
+		Why: "a Window beyond 1 GiB, however large, is 1 GiB: rounding it up must not overflow it to the smallest window, 4 KiB",
+	},
+	{
 		Name: "rndv-adv-ahead-accepted",
 		File: "fabric/rndv/conn.go",
 		Old:  "\tcase d > 0:\n",

@@ -733,6 +733,10 @@ func (c *Conn) userRegion(p []byte) (*fabric.Region, int) {
 	}
 	r, err := c.ep.Register(p[:cap(p)], 0)
 	if err != nil {
+		// An endpoint that refuses a registration (locked memory at its
+		// limit) refuses the next too: copy from now on, rather than
+		// paying a failed Register, and its error, at every Write.
+		c.zc = false
 		return nil, 0
 	}
 	c.ureg = r

@@ -98,7 +98,6 @@ func openMapping(ctx context.Context, name string, m Mapping, c MappingConfig) (
 	}
 	d := &ShmDevice{path: name, fd: -1, mem: mem, mapping: m, events: make(chan LinkEvent, 16), stop: make(chan struct{}), nudge: make(chan struct{}, 1),
 		polled: true, pollEvery: c.Poll, linkEvery: c.Link, deadAfter: c.Dead, token: randUint32() | 1}
-	d.wakeFn = d.WakeLocal
 	deadline := time.Now().Add(c.Attach)
 	// Format a blank mapping; wait for a peer that is formatting it.
 	magic := shm.U64(mem, hdrMagic)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -131,7 +132,13 @@ type ShmDevice struct {
 	bell     *wake.Parker
 	peerBell *wake.Ringer
 	sleeps   atomic.Uint64 // DBWait's parks, for tests
-	wakeFn   func()        // WakeLocal as a value made once: DBWait's AfterFunc allocates no method value
+	// watch wakes a DBWait parked on bell when its context is done, one
+	// per doorbell bit (the lowest of the wait's bits): an endpoint's
+	// receive and send sides each have a bit, and their waits keep one
+	// context (a connection's deadline, say) from sleep to sleep, which
+	// then registers once (wake.CtxWatch), not once per sleep. Set with
+	// bell.
+	watch []wake.CtxWatch
 }
 
 // bellPath is the FIFO that wakes side's doorbell sleeps.
@@ -216,7 +223,6 @@ func OpenShm(path string, c ShmConfig) (*ShmDevice, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	d := &ShmDevice{path: path, fd: fd, events: make(chan LinkEvent, 16), stop: make(chan struct{}), nudge: make(chan struct{}, 1)}
-	d.wakeFn = d.WakeLocal
 	if err := d.init(c); err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -287,6 +293,10 @@ func (d *ShmDevice) init(c ShmConfig) error {
 	// A side without its FIFO still works: its sleeps poll (pollEvery).
 	if bell, err := wake.ListenFIFO(bellPath(d.path, d.side)); err == nil {
 		d.bell = bell
+		d.watch = make([]wake.CtxWatch, bits.Len64(d.dbValid))
+		for i := range d.watch {
+			d.watch[i].Init(d.wakeCtx)
+		}
 	} else {
 		d.pollEvery = fallbackPoll
 	}
@@ -618,10 +628,11 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 	seq, waiters, gen := shm.U32(d.my, sideDBSeq), shm.U32(d.my, sideDBWaiters), shm.U32(d.my, sideWakeGen)
 	pending := func() uint64 { return db.Load() & bits &^ mask.Load() }
 	g := gen.Load()
-	var stop func() bool
+	var hold wake.Hold
+	held := false
 	defer func() {
-		if stop != nil {
-			stop()
+		if held {
+			hold.Release()
 		}
 	}()
 	for {
@@ -641,12 +652,12 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 		if set := pending(); set != 0 {
 			return set, nil
 		}
-		if stop == nil && ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, d.wakeFn)
-		}
 		if d.bell == nil {
-			time.Sleep(d.pollEvery)
+			time.Sleep(d.pollEvery) // then sees ctx done
 			continue
+		}
+		if !held {
+			hold, held = d.watchFor(bits).Hold(ctx), true
 		}
 		waiters.Add(1)
 		d.sleeps.Add(1)
@@ -661,6 +672,19 @@ func (d *ShmDevice) DBWait(ctx context.Context, bits uint64) (uint64, error) {
 			return 0, os.ErrClosed
 		}
 	}
+}
+
+// watchFor returns the context watch of a DBWait on bits: its lowest
+// valid bit's.
+func (d *ShmDevice) watchFor(b uint64) *wake.CtxWatch {
+	return &d.watch[bits.TrailingZeros64(b&d.dbValid|1<<63)%len(d.watch)]
+}
+
+// wakeCtx wakes this side's DBWaits to re-check their contexts (a
+// wake.CtxWatch's function): unlike WakeLocal, the others go on waiting.
+func (d *ShmDevice) wakeCtx() {
+	shm.U32(d.my, sideDBSeq).Add(1)
+	d.bell.Ring()
 }
 
 // armDB counts a wait set's sleeper on this side, so that the peer's
@@ -751,6 +775,9 @@ func (d *ShmDevice) Close() error {
 	d.WakeLocal()
 	if d.bell != nil {
 		d.bell.Close()
+		for i := range d.watch {
+			d.watch[i].Stop()
+		}
 	}
 	if d.peerBell != nil {
 		d.peerBell.Close()

@@ -2210,6 +2210,38 @@ var List = []Mutation{
 		Pkg:  "./roce/", Run: "^TestEngineUnspinWakesPoller$",
 		Why: "the background poller's nap ends when the last spinner gives up",
 	},
+	{
+		Name: "ntb-dbwait-ctx-per-sleep",
+		File: "ntb/shm.go",
+		Old:  "\t\t\thold, held = d.watchFor(bits).Hold(ctx), true\n",
+		New:  "\t\t\theld = true\n\t\t\tdefer context.AfterFunc(ctx, d.wakeCtx)()\n",
+		Pkg:  "./ntb/", Run: "^TestSleepNoAllocs$",
+		Why: "a doorbell wait that sleeps allocates nothing: it watches its context through the bit's kept registration, not a context.AfterFunc per sleep (2 to 5 objects)",
+	},
+	{
+		Name: "ntb-ctx-wake-no-seq",
+		File: "ntb/shm.go",
+		Old:  "func (d *ShmDevice) wakeCtx() {\n\tshm.U32(d.my, sideDBSeq).Add(1)\n",
+		New:  "func (d *ShmDevice) wakeCtx() {\n",
+		Pkg:  "./ntb/", Run: "^TestDBWaitCancelKept$",
+		Why: "a sleeping DBWait whose context is done wakes: the watch's ring moves the wake sequence its park re-checks (a lost wake-up otherwise)",
+	},
+	{
+		Name: "wake-ctxwatch-no-reuse",
+		File: "internal/wake/ctx.go",
+		Old:  "\t\tif s.done == done {\n",
+		New:  "\t\tif s.done == done && s == nil {\n",
+		Pkg:  "./internal/wake/", Run: "^TestCtxWatchNoAllocs$",
+		Why: "a hold of one of the last contexts reuses its registration and allocates nothing",
+	},
+	{
+		Name: "wake-ctxwatch-fire-never",
+		File: "internal/wake/ctx.go",
+		Old:  "\t\t\tif held > 0 {\n",
+		New:  "\t\t\tif held > 1 {\n",
+		Pkg:  "./internal/wake/", Run: "^TestCtxWatchFires$",
+		Why: "a kept registration runs the watch's function when its context is done while a wait holds it (a lost wake-up otherwise)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

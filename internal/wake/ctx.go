@@ -33,6 +33,7 @@ type CtxWatch struct {
 	f     func() // what a done context runs
 	slots [CtxWatchSlots]ctxSlot
 	uses  uint64 // Hold calls, for the slots' last use
+	fires int    // registrations that fired, for tests
 }
 
 // CtxWatchSlots is how many registrations a CtxWatch keeps: two for the
@@ -59,6 +60,7 @@ func (w *CtxWatch) Init(f func()) {
 		s.fire = func() {
 			w.mu.Lock()
 			held := s.held
+			w.fires++
 			w.mu.Unlock()
 			if held > 0 {
 				f()
@@ -76,12 +78,27 @@ type Hold struct {
 
 // Hold makes the watch's function run if ctx is done before the hold is
 // released. A context that is never done (a nil Done) needs nothing. In
-// the steady state (one of the last contexts) it allocates nothing.
+// the steady state (one of the last contexts) it allocates nothing. If
+// ctx is done already, the function runs before Hold returns: a kept
+// registration that fired while no wait held it did not run it.
 func (w *CtxWatch) Hold(ctx context.Context) Hold {
 	done := ctx.Done()
 	if done == nil {
 		return Hold{}
 	}
+	h := w.hold(ctx, done)
+	if h.s != nil {
+		select {
+		case <-done:
+			w.f()
+		default:
+		}
+	}
+	return h
+}
+
+// hold is Hold under the lock.
+func (w *CtxWatch) hold(ctx context.Context, done <-chan struct{}) Hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.uses++

@@ -62,6 +62,32 @@ func TestCtxWatchFires(t *testing.T) {
 	})
 }
 
+// TestCtxWatchDoneBeforeHold: a hold of a context that was done while
+// no wait held its kept registration (which fired and ran nothing) runs
+// the function itself: a wait that checked its context just before it
+// was cancelled, then held, is woken.
+func TestCtxWatchDoneBeforeHold(t *testing.T) {
+	w, fired := newWatch()
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Hold(ctx).Release()
+	cancel()
+	if !testenv.Eventually(testenv.Timeout, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.fires == 1
+	}) {
+		t.Fatal("timed out waiting for the registration to fire")
+	}
+	select {
+	case <-fired:
+		t.Fatal("the registration of a context no wait held ran the function")
+	default:
+	}
+	h := w.Hold(ctx)
+	defer h.Release()
+	testenv.Recv(t, fired, "the function of a hold of a context done already")
+}
+
 // TestCtxWatchNoAllocs: holds of the last contexts, and of a context that
 // is never done, allocate nothing; a new context is registered once.
 func TestCtxWatchNoAllocs(t *testing.T) {

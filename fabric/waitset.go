@@ -52,6 +52,10 @@ type WaitSet struct {
 	period  atomic.Int64
 	ringers atomic.Uint64
 	timer   *time.Timer // bounds a sleep (WaitFor, PollEvery); under waitMu
+	// watch rings bell when a sleeping Wait's context is done; it keeps
+	// the registrations of the last contexts, so that a caller's waits
+	// with one context allocate nothing.
+	watch wake.CtxWatch
 }
 
 // Waitable is implemented by what a WaitSet can wait on: endpoints,
@@ -144,6 +148,7 @@ func NewWaitSet() (*WaitSet, error) {
 	}
 	s := &WaitSet{ep: ep, bell: bell, watched: map[int]Waitable{}}
 	s.waker.s = s
+	s.watch.Init(bell.Ring)
 	return s, nil
 }
 
@@ -257,10 +262,8 @@ func (s *WaitSet) WaitFor(ctx context.Context, d time.Duration) error {
 // park sleeps in the netpoller until the epoll set is ready, ctx is done
 // or a member's polling period ends.
 func (s *WaitSet) park(ctx context.Context) error {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, s.bell.Ring)
-		defer stop()
-	}
+	h := s.watch.Hold(ctx)
+	defer h.Release()
 	if d := time.Duration(s.period.Load()); d > 0 {
 		if s.timer == nil {
 			s.timer = time.AfterFunc(d, s.bell.Ring)
@@ -288,5 +291,6 @@ func (s *WaitSet) Close() error {
 	s.mu.Unlock()
 	s.ep.Close()
 	s.bell.Close()
+	s.watch.Stop()
 	return nil
 }

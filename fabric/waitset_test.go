@@ -273,3 +273,32 @@ func TestWaitSetReusedFD(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitSetSleepNoAllocs: a Wait that parks, with a context that can be
+// cancelled, allocates nothing once the context's registration is kept
+// (wake.CtxWatch), and that context, cancelled while a later Wait parks,
+// still wakes it.
+func TestWaitSetSleepNoAllocs(t *testing.T) {
+	s := newSet(t)
+	m := newFDMember(t)
+	s.Add(m)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := func() {
+		m.ev.Ring() // the park returns at once, on the member's descriptor
+		if err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m.ev.Drain()
+	}
+	wait()
+	if n := testing.AllocsPerRun(100, wait); n != 0 {
+		t.Errorf("a Wait that parks: %v allocations", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(ctx) }()
+	cancel()
+	if err := testenv.Recv(t, done, "the Wait whose context was cancelled"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+}

@@ -2242,6 +2242,30 @@ var List = []Mutation{
 		Pkg:  "./internal/wake/", Run: "^TestCtxWatchFires$",
 		Why: "a kept registration runs the watch's function when its context is done while a wait holds it (a lost wake-up otherwise)",
 	},
+	{
+		Name: "wake-ctxwatch-done-before-hold",
+		File: "internal/wake/ctx.go",
+		Old:  "\tif h.s != nil {\n\t\tselect {\n",
+		New:  "\tif false {\n\t\tselect {\n",
+		Pkg:  "./internal/wake/", Run: "^TestCtxWatchDoneBeforeHold$",
+		Why: "a hold of a context done while no wait held its kept registration (which then ran nothing) runs the function itself: a wait cancelled between its check and its hold is woken",
+	},
+	{
+		Name: "waitset-ctx-per-park",
+		File: "fabric/waitset.go",
+		Old:  "\th := s.watch.Hold(ctx)\n\tdefer h.Release()\n",
+		New:  "\tif ctx.Done() != nil {\n\t\tdefer context.AfterFunc(ctx, s.bell.Ring)()\n\t}\n",
+		Pkg:  "./fabric/", Run: "^TestWaitSetSleepNoAllocs$",
+		Why: "a WaitSet's park allocates nothing: it watches its context through a kept registration, not a context.AfterFunc per park (3 objects)",
+	},
+	{
+		Name: "spin-waiter-timer-per-sleep",
+		File: "internal/spin/spin.go",
+		Old:  "\tt, _ := timers.Get().(*time.Timer)\n",
+		New:  "\tvar t *time.Timer\n",
+		Pkg:  "./internal/spin/", Run: "^TestWaiterSleepNoAllocs$",
+		Why: "a Waiter's sleep reuses a pooled timer: a polled wait (a hardware bridge's DBWait, rdm's fallback) allocates nothing per sleep",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

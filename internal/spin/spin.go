@@ -233,8 +233,16 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	} else {
 		w.sleep = min(2*w.sleep, MaxSleep)
 	}
-	t := time.NewTimer(w.sleep)
-	defer t.Stop()
+	t, _ := timers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(w.sleep)
+	} else {
+		t.Reset(w.sleep)
+	}
+	defer func() {
+		t.Stop() // no stale tick after it (Go 1.23's timers)
+		timers.Put(t)
+	}()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -242,6 +250,12 @@ func (w *Waiter) Wait(ctx context.Context) error {
 		return nil
 	}
 }
+
+// timers are Waiter's sleep timers, reused: a sleep allocates none in
+// the steady state (time.NewTimer allocates two objects), so that a
+// polled wait (a hardware bridge's doorbell) allocates nothing per
+// message.
+var timers sync.Pool
 
 // Reset starts a new wait: the next Wait spins again.
 func (w *Waiter) Reset() { w.started, w.sleep = false, 0 }

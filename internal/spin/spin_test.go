@@ -122,3 +122,24 @@ func BenchmarkInline(b *testing.B) {
 		}
 	}
 }
+
+// TestWaiterSleepNoAllocs: a Waiter's sleeps, bounded by a context that
+// can be cancelled, allocate nothing once a timer is pooled.
+func TestWaiterSleepNoAllocs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := New(0)
+	sleep := func() {
+		w.Reset()
+		if err := w.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if w.sleep == 0 {
+			t.Fatal("a Waiter of no budget did not sleep")
+		}
+	}
+	sleep()
+	if n := testing.AllocsPerRun(20, sleep); n != 0 {
+		t.Errorf("a Waiter's sleep: %v allocations", n)
+	}
+}

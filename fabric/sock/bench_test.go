@@ -136,16 +136,28 @@ func benchThroughput1M(b *testing.B, a, c net.Conn) {
 // TestNoAllocs: the steady state of Read and Write allocates nothing,
 // on either side (testing.AllocsPerRun counts every goroutine), for
 // small messages and for writes that take several frames and credit
-// grants. The endpoints spin long enough never to sleep: a backend's
-// sleep path (a doorbell wait bounded by a context) may allocate, and
-// on a loaded machine a short spin budget runs out, and spins do not
-// start at all unless told to ignore the load.
+// grants. The endpoints spin long enough never to sleep (on a loaded
+// machine a short spin budget runs out, and spins do not start at all
+// unless told to ignore the load); TestNoAllocsSleeping covers the sleep
+// path.
 func TestNoAllocs(t *testing.T) {
 	t.Cleanup(spin.IgnoreOversubscription())
+	testNoAllocs(t, time.Second)
+}
+
+// TestNoAllocsSleeping is TestNoAllocs with endpoints that never spin:
+// every wait sleeps, bounded by the connection's deadline context, and
+// a backend's sleep path allocates nothing either (ntb's doorbell wait
+// keeps its context's registration: wake.CtxWatch).
+func TestNoAllocsSleeping(t *testing.T) {
+	testNoAllocs(t, -1)
+}
+
+func testNoAllocs(t *testing.T, spinFor time.Duration) {
 	forEach(t, func(t *testing.T, be backend) {
 		for _, size := range []int{64, 100 << 10} {
 			t.Run(strconv.Itoa(size), func(t *testing.T) {
-				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: time.Second}})
+				a, c := connPair(t, be, &Config{Options: fabric.Options{Spin: spinFor}})
 				go echo(a, size)
 				buf := make([]byte, size)
 				var err error

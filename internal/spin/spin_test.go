@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/weft-io/weft/internal/testenv"
 )
 
 func TestSpinThenSleep(t *testing.T) {
@@ -124,7 +126,9 @@ func BenchmarkInline(b *testing.B) {
 }
 
 // TestWaiterSleepNoAllocs: a Waiter's sleeps, bounded by a context that
-// can be cancelled, allocate nothing once a timer is pooled.
+// can be cancelled, allocate nothing once a timer is pooled. The count is
+// checked without the race detector (testenv.Race), under which
+// sync.Pool drops a quarter of what it is given.
 func TestWaiterSleepNoAllocs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,7 +143,7 @@ func TestWaiterSleepNoAllocs(t *testing.T) {
 		}
 	}
 	sleep()
-	if n := testing.AllocsPerRun(20, sleep); n != 0 {
+	if n := testing.AllocsPerRun(20, sleep); n != 0 && !testenv.Race {
 		t.Errorf("a Waiter's sleep: %v allocations", n)
 	}
 }

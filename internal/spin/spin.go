@@ -388,8 +388,9 @@ var ignoring atomic.Int32
 
 // IgnoreOversubscription makes every Budget spin whatever the load until
 // restore is called. It is for tests that must never reach a backend's
-// sleep path on a loaded machine (where a zero-allocation test counts: a
-// sleep bounded by a context may allocate); programs must not call it.
+// sleep path on a loaded machine (a test of the spin, such as
+// fabric/sock's TestNoAllocs, whose sleeping twin is
+// TestNoAllocsSleeping); programs must not call it.
 func IgnoreOversubscription() (restore func()) {
 	verdict.mu.Lock()
 	ignoring.Add(1)

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"math"
 	"net/netip"
+	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/roce/cm"
 	"github.com/weft-io/weft/roce/link"
 )
 
@@ -96,4 +100,57 @@ func TestEngineClosesLinkOutsidePoll(t *testing.T) {
 	if !cl.locked {
 		t.Fatal("the engine closed its link without the poll lock")
 	}
+}
+
+// stuckLink takes nothing it is given to write (a ring that never
+// drains: a dead peer's, a device queue that no longer empties) until it
+// is closed; wrote is closed at the first write.
+type stuckLink struct {
+	discardLink
+	wrote  chan struct{}
+	once   sync.Once
+	closed atomic.Bool
+}
+
+func (l *stuckLink) WriteBatch(pkts []link.Packet) (int, error) {
+	l.once.Do(func() { close(l.wrote) })
+	if l.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	return 0, nil
+}
+
+func (l *stuckLink) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+// TestEngineCloseLossyStuck checks that Engine.Close returns while a
+// poller writes through a LossyLink whose link takes nothing: Close
+// takes the poll lock before it closes the link, so a LossyLink that
+// retried its write until the link failed held the lock, and Close
+// waited, for ever.
+func TestEngineCloseLossyStuck(t *testing.T) {
+	sl := &stuckLink{discardLink: discardLink{netip.MustParseAddrPort("127.0.0.1:4791")}, wrote: make(chan struct{})}
+	e, err := NewEngine(EngineConfig{Link: link.NewLossyLink(sl, link.LossConfig{Seed: 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sl.Close() })
+	e.CM()
+	// A DREQ for a connection the engine does not know: its poller
+	// answers with a DREP, under the poll lock.
+	mad := cm.MAD(make([]byte, cm.MADSize))
+	mad.Init(cm.AttrDREQ, 7)
+	d := cm.DREQ(mad.Data())
+	d.SetLocalCommID(0x1234)
+	d.SetRemoteCommID(0x5678)
+	injected := make(chan struct{})
+	go func() {
+		defer close(injected)
+		inject(e, netip.MustParseAddr("127.0.0.2"), mad)
+	}()
+	testenv.Recv(t, sl.wrote, "the DREP's write")
+	testenv.Await(t, "Engine.Close", func() { e.Close() })
+	testenv.Recv(t, injected, "the poller's return")
 }

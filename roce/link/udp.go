@@ -827,7 +827,10 @@ func NewLossyLink(l Link, cfg LossConfig) *LossyLink {
 }
 
 // WriteBatch implements Link with faults. It reports every datagram as
-// taken: a dropped one is lost on the wire, as on a real network.
+// taken: a dropped one is lost on the wire, as on a real network. It
+// retries a write the link it wraps pushes back on, but not for ever:
+// what that link still takes none of after lossyMaxIdle tries is lost
+// too.
 func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -876,18 +879,32 @@ func (l *LossyLink) WriteBatch(pkts []Packet) (int, error) {
 	} else if l.has {
 		l.timer.Reset(time.Millisecond)
 	}
-	for sent := 0; sent < len(l.out); {
+	for sent, idle := 0, 0; sent < len(l.out); {
 		n, err := l.Link.WriteBatch(l.out[sent:])
 		if err != nil {
 			return len(pkts), err
 		}
 		if n == 0 {
+			// Backpressure: wait for room, but not for ever. A link that
+			// takes nothing (a ring that no longer drains) loses the
+			// rest, as the engine's send drops what it cannot place:
+			// retrying until the link failed held the engine's poll lock,
+			// which Engine.Close takes before it closes the link.
+			if idle++; idle > lossyMaxIdle {
+				break
+			}
 			time.Sleep(10 * time.Microsecond)
+			continue
 		}
+		idle = 0
 		sent += n
 	}
 	return len(pkts), nil
 }
+
+// lossyMaxIdle is how many writes in a row that take nothing a
+// LossyLink's WriteBatch retries before it gives the rest up as lost.
+const lossyMaxIdle = 100
 
 // release sends a datagram that was held back for reordering and found
 // no successor.

@@ -2266,6 +2266,14 @@ var List = []Mutation{
 		Pkg:  "./internal/spin/", Run: "^TestWaiterSleepNoAllocs$",
 		Why: "a Waiter's sleep reuses a pooled timer: a polled wait (a hardware bridge's DBWait, rdm's fallback) allocates nothing per sleep",
 	},
+	{
+		Name: "roce-lossy-retries-forever",
+		File: "roce/link/udp.go",
+		Old:  "\t\t\tif idle++; idle > lossyMaxIdle {\n",
+		New:  "\t\t\tif idle++; idle < 0 {\n",
+		Pkg:  "./roce/", Run: "^TestEngineCloseLossyStuck$",
+		Why: "a LossyLink gives up a write its link takes none of: retrying until the link failed held the poll lock, which Engine.Close takes before closing the link (a hang)",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

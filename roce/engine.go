@@ -448,6 +448,10 @@ func (e *Engine) unspin() {
 	}
 }
 
+// spun ends a caller's spin that found what it waited for (the caller
+// goes on).
+func (e *Engine) spun() { e.spinner.Add(-1) }
+
 // background polls the link when no thread is spinning, and runs timers.
 func (e *Engine) background() {
 	defer e.wg.Done()

@@ -1041,7 +1041,7 @@ func (qp *QP) wait(ctx context.Context, b *spin.Budget, ready func() bool, waite
 		s := b.Start()
 		for s.Next(ctx) {
 			if ready() {
-				e.spinner.Add(-1)
+				e.spun()
 				b.Arrived(&s)
 				return nil
 			}

@@ -64,6 +64,50 @@ func TestEngineUnspinWakesPoller(t *testing.T) {
 	}
 }
 
+// TestEngineSpunWakesForBlocked checks that a caller that gives up
+// spinning while another still spins is not left to the poller's nap
+// when the other then stops spinning because what it waited for came
+// (the last to leave, but not one that blocks): the poller must leave
+// the nap for the blocked caller's packets.
+func TestEngineSpunWakesForBlocked(t *testing.T) {
+	old := spinNap
+	spinNap = time.Hour
+	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(EngineConfig{Link: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close() // the poller has returned: no data race on spinNap
+		spinNap = old
+	})
+	e.ackDue.Store(math.MaxInt64)
+	e.spinner.Add(2)
+	if !testenv.Eventually(testenv.Timeout, func() bool { return pollerNaps(e) }) {
+		t.Fatal("the poller never napped while callers spun")
+	}
+	e.unspin() // one gives up and blocks
+	e.spun()   // the other, the last, found what it waited for
+	if !testenv.Eventually(testenv.Timeout, func() bool { return !pollerNaps(e) }) {
+		t.Fatal("the poller still naps, with a caller blocked, after the last spinner left")
+	}
+}
+
+// pollerNaps reports whether the background poller is parked in the nap
+// it takes while callers spin (its only select).
+func pollerNaps(*Engine) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+		if bytes.Contains(g, []byte("(*Engine).background")) && bytes.Contains(g, []byte(" [select")) {
+			return true
+		}
+	}
+	return false
+}
+
 // closeCheckLink is a link whose Close records whether the engine's poll
 // lock was held (by Close) at the time.
 type closeCheckLink struct {

@@ -61,6 +61,12 @@ type Engine struct {
 	// read at once, not after the rest of the nap (up to 200 µs, which a
 	// sleep cost on average in a 64 B ping-pong over link=xdp).
 	unspun chan struct{}
+	// gaveUp is set by a caller that gives up spinning (unspin) and
+	// cleared by the last spinner that then leaves with what it waited
+	// for (spun), which wakes the poller for the blocked one: set before
+	// the caller's spinner count goes, so that the one that takes it to
+	// zero sees it. A stale one costs one early end of a nap.
+	gaveUp atomic.Bool
 	// drained is when (nanotime) a poll last found the link empty. A
 	// retransmission or keep-alive timer fires only once the link was
 	// drained after its deadline: acknowledgements that sat unread
@@ -438,19 +444,33 @@ func (e *Engine) lookupRemote(pd *PD, rkey uint32, va uint64, n uint32, need fab
 var spinNap = 200 * time.Microsecond
 
 // unspin ends a caller's spin that ran out (the caller blocks next): the
-// last one wakes the background poller from its nap (see unspun).
+// last one wakes the background poller from its nap (see unspun). One
+// that is not the last leaves gaveUp set, for the last to wake the
+// poller whichever way it leaves (see spun).
 func (e *Engine) unspin() {
+	e.gaveUp.Store(true)
 	if e.spinner.Add(-1) == 0 {
-		select {
-		case e.unspun <- struct{}{}:
-		default:
-		}
+		e.wakePoller()
 	}
 }
 
 // spun ends a caller's spin that found what it waited for (the caller
-// goes on).
-func (e *Engine) spun() { e.spinner.Add(-1) }
+// goes on). The last one wakes the background poller only if a caller
+// gave up spinning meanwhile and is blocked (gaveUp): a ping-pong's
+// spinner leaves the poller to its nap.
+func (e *Engine) spun() {
+	if e.spinner.Add(-1) == 0 && e.gaveUp.Load() && e.gaveUp.Swap(false) {
+		e.wakePoller()
+	}
+}
+
+// wakePoller ends the background poller's nap (see unspun).
+func (e *Engine) wakePoller() {
+	select {
+	case e.unspun <- struct{}{}:
+	default:
+	}
+}
 
 // background polls the link when no thread is spinning, and runs timers.
 func (e *Engine) background() {

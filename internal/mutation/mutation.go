@@ -2267,6 +2267,22 @@ var List = []Mutation{
 		Why: "a Waiter's sleep reuses a pooled timer: a polled wait (a hardware bridge's DBWait, rdm's fallback) allocates nothing per sleep",
 	},
 	{
+		Name: "roce-engine-spun-silent",
+		File: "roce/engine.go",
+		Old:  "\tif e.spinner.Add(-1) == 0 && e.gaveUp.Load() && e.gaveUp.Swap(false) {\n",
+		New:  "\tif e.spinner.Add(-1) == -1 && e.gaveUp.Load() && e.gaveUp.Swap(false) {\n",
+		Pkg:  "./roce/", Run: "^TestEngineSpunWakesForBlocked$",
+		Why: "the last spinner wakes the poller for a caller that gave up spinning before it, even when it leaves with what it waited for",
+	},
+	{
+		Name: "roce-engine-gaveup-unset",
+		File: "roce/engine.go",
+		Old:  "\te.gaveUp.Store(true)\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestEngineSpunWakesForBlocked$",
+		Why: "a caller that gives up spinning, not the last, leaves word for the last spinner to wake the poller",
+	},
+	{
 		Name: "roce-lossy-retries-forever",
 		File: "roce/link/udp.go",
 		Old:  "\t\t\tif idle++; idle > lossyMaxIdle {\n",

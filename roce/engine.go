@@ -61,6 +61,7 @@ type Engine struct {
 	// read at once, not after the rest of the nap (up to 200 µs, which a
 	// sleep cost on average in a 64 B ping-pong over link=xdp).
 	unspun chan struct{}
+	nap    time.Duration // spinNap when the engine started
 	// gaveUp is set by a caller that gives up spinning (unspin) and
 	// cleared by the last spinner that then leaves with what it waited
 	// for (spun), which wakes the poller for the blocked one: set before
@@ -186,7 +187,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
-		mrs: map[uint32]*MR{}, stop: make(chan struct{}), unspun: make(chan struct{}, 1), started: time.Now(), qpnMask: 0xffffff, block: blk}
+		mrs: map[uint32]*MR{}, stop: make(chan struct{}), unspun: make(chan struct{}, 1), nap: spinNap, started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.auto, _ = lk.(*link.AutoLink)
 	e.gsiTx.init()
 	var b [4]byte
@@ -440,7 +441,9 @@ func (e *Engine) lookupRemote(pd *PD, rkey uint32, va uint64, n uint32, need fab
 }
 
 // spinNap is how long the background poller naps between its polls
-// while a caller spins (a variable for tests).
+// while a caller spins (a variable for tests, which an engine copies when
+// it starts: the pollers of engines an earlier test left open never read
+// it while a test sets it).
 var spinNap = 200 * time.Microsecond
 
 // unspin ends a caller's spin that ran out (the caller blocks next): the
@@ -488,7 +491,7 @@ func (e *Engine) background() {
 			e.runTimers(now)
 			// Queued acknowledgements are the spinner's to send; should it
 			// stop polling, they wait at most about ackDelay longer.
-			d := spinNap
+			d := e.nap
 			if due := e.ackDue.Load(); due != math.MaxInt64 {
 				d = min(d, max(time.Duration(due-nanotime()), 20*time.Microsecond))
 			}

@@ -108,42 +108,64 @@ func pollerNaps(*Engine) bool {
 	return false
 }
 
-// closeCheckLink is a link whose Close records whether the engine's poll
-// lock was held (by Close) at the time.
+// closeCheckLink is a link whose Close records whether it was called
+// while held was set (a poller in the middle of a batch).
 type closeCheckLink struct {
 	link.Link
-	e      **Engine
-	locked bool
+	held   atomic.Bool
+	closed atomic.Bool
+	during atomic.Bool // closed while held
 }
 
 func (l *closeCheckLink) Close() error {
-	if (*l.e).pollMu.TryLock() {
-		(*l.e).pollMu.Unlock()
-	} else {
-		l.locked = true
-	}
+	l.during.Store(l.held.Load())
+	l.closed.Store(true)
 	return l.Link.Close()
 }
 
 // TestEngineClosesLinkOutsidePoll checks that Engine.Close closes the
 // link under the poll lock, so never while a poller processes a batch:
 // an XDPLink lends the batch's frames, in the memory its Close unmaps.
+// The test is the poller: it holds the poll lock while Close runs, until
+// Close has either closed the link (wrong) or blocked on the lock.
 func TestEngineClosesLinkOutsidePoll(t *testing.T) {
 	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var e *Engine
-	cl := &closeCheckLink{Link: l, e: &e}
-	if e, err = NewEngine(EngineConfig{Link: cl}); err != nil {
+	cl := &closeCheckLink{Link: l}
+	e, err := NewEngine(EngineConfig{Link: cl})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Close(); err != nil {
+	e.pollMu.Lock()
+	cl.held.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- e.Close() }()
+	if !testenv.Eventually(testenv.Timeout, func() bool { return cl.closed.Load() || closeBlocked() }) {
+		t.Fatal("Engine.Close neither closed its link nor waited for the poll lock")
+	}
+	cl.held.Store(false)
+	e.pollMu.Unlock()
+	if err := testenv.Recv(t, done, "Engine.Close"); err != nil {
 		t.Fatal(err)
 	}
-	if !cl.locked {
-		t.Fatal("the engine closed its link without the poll lock")
+	if cl.during.Load() {
+		t.Fatal("the engine closed its link while a poller held the poll lock")
 	}
+}
+
+// closeBlocked reports whether a goroutine is blocked on a mutex inside
+// Engine.Close.
+func closeBlocked() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("[sync.Mutex.Lock")) && bytes.Contains(g, []byte("roce.(*Engine).Close(")) {
+			return true
+		}
+	}
+	return false
 }
 
 // stuckLink takes nothing it is given to write (a ring that never

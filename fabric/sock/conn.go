@@ -137,6 +137,8 @@ type Conn struct {
 	wdl    deadline
 
 	wmu  sync.Mutex // serialises Write and CloseWrite
+	cmu  sync.Mutex // guards cork's queue
+	cork corker     // small Writes waiting for wmu (cork.go)
 	smu  sync.Mutex // serialises frames on the endpoint; guards what follows
 	sreg *fabric.Region
 	// The send region is a small slot of small bytes at offset 0, for
@@ -262,6 +264,7 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	}
 	c.rdl.init()
 	c.wdl.init()
+	c.cork.init()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
 	slot := hdrLen + maxData
@@ -521,12 +524,8 @@ func (c *Conn) sendCredit(grant uint32) {
 	c.smu.Unlock()
 }
 
-// Write implements net.Conn. It returns once all of p has been handed to
-// the endpoint, waiting for credit from the peer as needed, or when the
-// write deadline passes (with the count of bytes sent before it).
-func (c *Conn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+// writeLocked is Write, for the holder of wmu.
+func (c *Conn) writeLocked(p []byte) (int, error) {
 	if c.zc && len(p) >= zcMin {
 		end := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(cap(p))
 		c.uagain, c.useen = end == c.useen, end
@@ -807,7 +806,10 @@ func (c *Conn) trySendCtl(typ uint8) {
 // has read everything written before. Reading goes on.
 func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	defer func() {
+		c.combineLocked(nil) // the queued Writes fail with ErrWriteClosed
+		c.wunlock()
+	}()
 	c.mu.Lock()
 	switch {
 	case c.closed:

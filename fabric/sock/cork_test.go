@@ -143,13 +143,14 @@ func newCorkSetup(t *testing.T, ep func(fabric.Endpoint) fabric.Endpoint, k int)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.a.Close()
-		s.b.Close()
+		// The gate first: the held Write holds smu, which Close takes.
 		select {
 		case <-s.g.gate:
 		default:
 			close(s.g.gate)
 		}
+		s.a.Close()
+		s.b.Close()
 	})
 	s.g.armed.Store(true)
 	s.first = bytes.Repeat([]byte{'F'}, 100)

@@ -27,6 +27,14 @@
 // connection, RST reports a protocol violation, and PING/PONG prove
 // liveness while the connection is idle.
 //
+// Concurrent Writes are never interleaved. Small ones (up to 2 KiB) that
+// find another Write in progress queue behind it and go out together, as
+// one DATA frame, once it is done, as TCP's autocorking does; a Write
+// that finds none in progress goes out at once (no timer, no Nagle
+// delay). A queued Write's deadline holds while it waits: one that
+// passes before its bytes were taken returns a timeout with nothing
+// written.
+//
 // A peer that sends a malformed or forged frame, more data than its
 // credit, or nothing at all (not even an answer to a PING) for
 // Config.StallTimeout gets its connection closed; the local calls then

@@ -127,7 +127,7 @@ type corkRes struct {
 	err error
 }
 
-func newCorkSetup(t *testing.T, ep func(fabric.Endpoint) fabric.Endpoint, k int) *corkSetup {
+func newCorkSetup(t *testing.T, ep func(fabric.Endpoint) fabric.Endpoint, k, size int) *corkSetup {
 	ea, eb := ntbPair(t, nil)
 	s := &corkSetup{g: &gatedData{Endpoint: eb, holding: make(chan struct{}), gate: make(chan struct{})}}
 	cfg := &Config{KeepAlive: -1} // no PING among the frames counted
@@ -162,7 +162,8 @@ func newCorkSetup(t *testing.T, ep func(fabric.Endpoint) fabric.Endpoint, k int)
 	testenv.Recv(t, s.g.holding, "the first Write's DATA frame sent")
 	s.results = make(chan corkRes, k)
 	for i := range k {
-		m := []byte("message " + strconv.Itoa(i) + " " + string(bytes.Repeat([]byte{byte('a' + i)}, 50)))
+		m := []byte("message " + strconv.Itoa(i) + " ")
+		m = append(m, bytes.Repeat([]byte{byte('a' + i%26)}, size-len(m))...)
 		s.msgs = append(s.msgs, m)
 		go func() {
 			n, err := s.b.Write(m)
@@ -179,20 +180,38 @@ func newCorkSetup(t *testing.T, ep func(fabric.Endpoint) fabric.Endpoint, k int)
 // one DATA frame once it is done, each whole.
 func TestCorkCombines(t *testing.T) {
 	const k = 5
-	s := newCorkSetup(t, nil, k)
+	s := newCorkSetup(t, nil, k, 60)
 	frames := s.b.stats.framesTx.Load()
 	close(s.g.gate)
-	if r := testenv.Recv(t, s.held, "the held Write"); r.n != len(s.first) || r.err != nil {
-		t.Fatalf("held Write = %d, %v", r.n, r.err)
-	}
-	for range k {
-		if r := testenv.Recv(t, s.results, "a queued Write"); r.n != len(s.msgs[r.i]) || r.err != nil {
-			t.Fatalf("queued Write %d = %d, %v", r.i, r.n, r.err)
-		}
-	}
+	s.check(t)
 	// The held frame is counted once its send returns, at the gate.
 	if d := s.b.stats.framesTx.Load() - frames; d != 2 {
 		t.Errorf("%d queued Writes went out in %d frames, want 1", k, d-1)
+	}
+}
+
+// TestCorkDrained: more queued Writes than a holder sends after its own
+// (corkRounds full batches) all go out: the holder appoints one of the
+// writers left to send the rest.
+func TestCorkDrained(t *testing.T) {
+	k := corkRounds*corkBuf/corkMax + 4
+	s := newCorkSetup(t, nil, k, corkMax)
+	close(s.g.gate)
+	s.check(t)
+}
+
+// check takes the results of the held Write and the queued ones, which
+// must all have succeeded, and reads the stream: the held message, then
+// each queued one whole.
+func (s *corkSetup) check(t *testing.T) {
+	t.Helper()
+	if r := testenv.Recv(t, s.held, "the held Write"); r.n != len(s.first) || r.err != nil {
+		t.Fatalf("held Write = %d, %v", r.n, r.err)
+	}
+	for range s.msgs {
+		if r := testenv.Recv(t, s.results, "a queued Write"); r.n != len(s.msgs[r.i]) || r.err != nil {
+			t.Fatalf("queued Write %d = %d, %v", r.i, r.n, r.err)
+		}
 	}
 	want := len(s.first)
 	for _, m := range s.msgs {
@@ -224,7 +243,7 @@ func TestCorkCombines(t *testing.T) {
 // its bytes were taken returns a timeout with nothing written, and its
 // bytes are never sent.
 func TestCorkQueuedDeadline(t *testing.T) {
-	s := newCorkSetup(t, nil, 1)
+	s := newCorkSetup(t, nil, 1, 60)
 	s.b.SetWriteDeadline(time.Now().Add(-time.Second))
 	r := testenv.Recv(t, s.results, "the queued Write, past its deadline")
 	if r.n != 0 || !errors.Is(r.err, os.ErrDeadlineExceeded) {
@@ -281,7 +300,7 @@ func TestCorkErrorFanOut(t *testing.T) {
 	s := newCorkSetup(t, func(ep fabric.Endpoint) fabric.Endpoint {
 		f = &failingSend{Endpoint: ep}
 		return f
-	}, k)
+	}, k, 60)
 	f.fail.Store(true)
 	close(s.g.gate)
 	if r := testenv.Recv(t, s.held, "the held Write"); r.n != len(s.first) || r.err != nil {

@@ -81,9 +81,11 @@ func FuzzEngineInput(f *testing.F) {
 			e.sealICRCFrom(pkt, peer, 0xc000)
 		}
 		p := link.Packet{Buf: pkt, N: len(pkt), Addr: netip.AddrPortFrom(peer, 0xc000), SrcPort: 0xc000}
-		e.pollMu.Lock() // the poller's, as the input path's state is
-		e.input(&p)
-		e.pollMu.Unlock()
+		func() {
+			e.pollMu.Lock()         // the poller's, as the input path's state is
+			defer e.pollMu.Unlock() // a panic must not leave it to Engine.Close
+			e.input(&p)
+		}()
 		if !bytes.Equal(backing[:4096], guard[:4096]) || !bytes.Equal(backing[8192:], guard[8192:]) {
 			t.Fatal("a packet changed memory outside the registered region")
 		}

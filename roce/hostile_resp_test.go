@@ -345,9 +345,11 @@ func TestICRCChecked(t *testing.T) {
 		n, _ := wire.Build(b, &f, []byte("icrc"))
 		e.sealICRCFrom(b[:n], p.addr, 0xc001)
 		b[n-1] ^= 0xff
-		e.pollMu.Lock()
-		e.input(&link.Packet{Buf: b, N: n, Addr: netip.AddrPortFrom(p.addr, 55410), SrcPort: 0xc001})
-		e.pollMu.Unlock()
+		func() {
+			e.pollMu.Lock()
+			defer e.pollMu.Unlock() // a panic must not leave it to Engine.Close
+			e.input(&link.Packet{Buf: b, N: n, Addr: netip.AddrPortFrom(p.addr, 55410), SrcPort: 0xc001})
+		}()
 		got := received(t, qp)
 		bad := e.stats.Drops[fabric.DropChecksum].Load()
 		if noICRC && (len(got) != 1 || bad != 0) || !noICRC && (len(got) != 0 || bad != 1) {

@@ -178,8 +178,10 @@ func injectRaw(e *Engine, src netip.Addr, b []byte) {
 		e.sealICRCFrom(b, src, sport)
 	}
 	e.pollMu.Lock() // the poller's, as the input path's state is
+	// Deferred: a panic in input (a mutant's) must not leave the lock to
+	// Engine.Close, which the test's cleanup runs while it unwinds.
+	defer e.pollMu.Unlock()
 	e.input(&link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(src, 55410), SrcPort: sport})
-	e.pollMu.Unlock()
 }
 
 // inject hands e a datagram for QP 1 from src carrying payload (a MAD),

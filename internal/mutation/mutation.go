@@ -1845,8 +1845,8 @@ var List = []Mutation{
 	{
 		Name: "roce-xdp-read-allocates",
 		File: "roce/link/xdp.go",
-		Old:  "\t\t\tl.rxFree = append(l.rxFree, d.Addr&mask)\n",
-		New:  "\t\t\tl.rxFree = append(l.rxFree[:len(l.rxFree):len(l.rxFree)], d.Addr&mask)\n",
+		Old:  "\tl.rxFree = append(l.rxFree, l.lent...)\n",
+		New:  "\tl.rxFree = append(l.rxFree[:len(l.rxFree):len(l.rxFree)], l.lent...)\n",
 		Pkg:  "./roce/link/", Run: "^TestXDPLinkAllocs$",
 		Why: "the XDP link's receive path allocates nothing per packet (review of issue 26)",
 	},

@@ -11,8 +11,7 @@
 //
 // WEFT_MUTATION may also be a regular expression over mutation names.
 // The mutations (284 on 6 December 2026) take about 13 minutes on the
-// 2-core CI host (they
-// took 33 before these three rules): two run at a time
+// 2-core CI host (they took 33 before these three rules): two run at a time
 // (WEFT_MUTATION_JOBS), each in a module copy of its own and never two of
 // the same package; a guarding test runs under the race detector only
 // for a mutation that declares Race (none needs it today: each is killed

@@ -21,36 +21,12 @@ import (
 // takes while callers spin at once, to read the blocked caller's packets:
 // with a nap of an hour, it must still reach its wait on the link.
 func TestEngineUnspinWakesPoller(t *testing.T) {
-	old := spinNap
-	spinNap = time.Hour
-	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := NewEngine(EngineConfig{Link: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Close() // the poller has returned: no data race on spinNap
-		spinNap = old
-	})
-	napping := func() bool {
-		buf := make([]byte, 1<<20)
-		for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
-			// Parked in a select ([select] or [select, N minutes]): the
-			// nap's, the poller's only select.
-			if bytes.Contains(g, []byte("(*Engine).background")) && bytes.Contains(g, []byte(" [select")) {
-				return true
-			}
-		}
-		return false
-	}
+	e := nappingEngine(t)
 	// Two callers spin; the poller naps (for spinNap: no acknowledgement
 	// is due).
 	e.ackDue.Store(math.MaxInt64)
 	e.spinner.Add(2)
-	if !testenv.Eventually(testenv.Timeout, napping) {
+	if !testenv.Eventually(testenv.Timeout, func() bool { return pollerNaps(e) }) {
 		t.Fatal("the poller never napped while callers spun")
 	}
 	e.unspin()
@@ -59,7 +35,7 @@ func TestEngineUnspinWakesPoller(t *testing.T) {
 		t.Fatal("a spinner that was not the last woke the poller")
 	}
 	e.unspin()
-	if !testenv.Eventually(testenv.Timeout, func() bool { return !napping() }) {
+	if !testenv.Eventually(testenv.Timeout, func() bool { return !pollerNaps(e) }) {
 		t.Fatal("the poller still naps after the last spinner gave up")
 	}
 }
@@ -70,20 +46,7 @@ func TestEngineUnspinWakesPoller(t *testing.T) {
 // (the last to leave, but not one that blocks): the poller must leave
 // the nap for the blocked caller's packets.
 func TestEngineSpunWakesForBlocked(t *testing.T) {
-	old := spinNap
-	spinNap = time.Hour
-	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := NewEngine(EngineConfig{Link: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Close() // the poller has returned: no data race on spinNap
-		spinNap = old
-	})
+	e := nappingEngine(t)
 	e.ackDue.Store(math.MaxInt64)
 	e.spinner.Add(2)
 	if !testenv.Eventually(testenv.Timeout, func() bool { return pollerNaps(e) }) {
@@ -96,12 +59,37 @@ func TestEngineSpunWakesForBlocked(t *testing.T) {
 	}
 }
 
+// nappingEngine starts an engine on a UDP link whose background poller
+// naps an hour while callers spin: only a wake-up ends the nap.
+func nappingEngine(t *testing.T) *Engine {
+	l, err := link.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := spinNap
+	spinNap = time.Hour
+	e, err := NewEngine(EngineConfig{Link: l}) // copies spinNap
+	spinNap = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
 // pollerNaps reports whether the background poller is parked in the nap
-// it takes while callers spin (its only select).
+// it takes while callers spin (its only select: [select] or [select, N
+// minutes]).
 func pollerNaps(*Engine) bool {
+	return goroutineIn("(*Engine).background", " [select")
+}
+
+// goroutineIn reports whether a goroutine whose stack holds fn is in
+// state (as runtime.Stack prints it after the goroutine's number).
+func goroutineIn(fn, state string) bool {
 	buf := make([]byte, 1<<20)
 	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
-		if bytes.Contains(g, []byte("(*Engine).background")) && bytes.Contains(g, []byte(" [select")) {
+		if bytes.Contains(g, []byte(fn)) && bytes.Contains(g, []byte(state)) {
 			return true
 		}
 	}
@@ -158,14 +146,7 @@ func TestEngineClosesLinkOutsidePoll(t *testing.T) {
 // closeBlocked reports whether a goroutine is blocked on a mutex inside
 // Engine.Close.
 func closeBlocked() bool {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("[sync.Mutex.Lock")) && bytes.Contains(g, []byte("roce.(*Engine).Close(")) {
-			return true
-		}
-	}
-	return false
+	return goroutineIn("roce.(*Engine).Close(", "[sync.Mutex.Lock")
 }
 
 // stuckLink takes nothing it is given to write (a ring that never

@@ -22,6 +22,21 @@ func autoCounts(t testing.TB, ep *Endpoint) link.AutoCounts {
 	return a.Counts()
 }
 
+// udpBothWays checks that a and b report the UDP path and that a
+// ping-pong between them moves no datagram through counted's rings
+// (what says what it would mean).
+func udpBothWays(t testing.TB, a, b, counted *Endpoint, what string) {
+	t.Helper()
+	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
+		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
+	}
+	c0 := autoCounts(t, counted)
+	pingPongN(t, a, b, 10)
+	if c := autoCounts(t, counted); c.ShmTx != c0.ShmTx || c.ShmRx != c0.ShmRx {
+		t.Fatalf("%s: %+v -> %+v", what, c0, c)
+	}
+}
+
 // pingPongN sends n messages from a to b and back, one at a time.
 func pingPongN(t testing.TB, a, b *Endpoint, n int) {
 	t.Helper()
@@ -101,14 +116,7 @@ func TestAutoWakes(t *testing.T) {
 // ring its peer does not read.
 func TestAutoPeerUDP(t *testing.T) {
 	a, b := loopPair(t, "", "link=udp", nil)
-	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
-		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
-	}
-	c0 := autoCounts(t, a)
-	pingPongN(t, a, b, 10)
-	if c := autoCounts(t, a); c.ShmTx != c0.ShmTx || c.ShmRx != c0.ShmRx {
-		t.Fatalf("the automatic side moved datagrams through rings: %+v -> %+v", c0, c)
-	}
+	udpBothWays(t, a, b, a, "the automatic side moved datagrams through rings")
 }
 
 // TestAutoRingTaken: an engine whose address's ring another engine of
@@ -125,14 +133,7 @@ func TestAutoRingTaken(t *testing.T) {
 	if a.qp.e.auto != nil {
 		t.Fatalf("the engine at %v has an automatic link although another owns its ring", addr)
 	}
-	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
-		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
-	}
-	c0 := autoCounts(t, b)
-	pingPongN(t, a, b, 10)
-	if c := autoCounts(t, b); c.ShmTx != c0.ShmTx {
-		t.Fatalf("the peer wrote to the ring of an address whose engine offered none: %+v -> %+v", c0, c)
-	}
+	udpBothWays(t, a, b, b, "the peer used a ring with an address whose engine offered none")
 }
 
 // TestConformanceAuto runs the conformance cases between two engines on
@@ -316,12 +317,5 @@ func TestEngineViaShm(t *testing.T) {
 // drops.
 func TestAutoUDKeepsUDP(t *testing.T) {
 	a, b := loopPair(t, "type=ud", "type=ud", nil)
-	if pa, pb := a.Caps().Path, b.Caps().Path; pa != "udp" || pb != "udp" {
-		t.Fatalf("Caps().Path = %q and %q, want udp and udp", pa, pb)
-	}
-	c0 := autoCounts(t, a)
-	pingPongN(t, a, b, 10)
-	if c := autoCounts(t, a); c.ShmTx != c0.ShmTx || c.ShmRx != c0.ShmRx {
-		t.Fatalf("UD moved datagrams through rings: %+v -> %+v", c0, c)
-	}
+	udpBothWays(t, a, b, a, "UD moved datagrams through rings")
 }

@@ -10,7 +10,7 @@
 //	WEFT_MUTATION=1 go test -count=1 -v -run TestMutations ./internal/mutation/
 //
 // WEFT_MUTATION may also be a regular expression over mutation names.
-// The mutations (284 on 6 December 2026) take about 13 minutes on the
+// The mutations (286 on 6 December 2026) take about 13 minutes on the
 // 2-core CI host (they took 33 before these three rules): two run at a time
 // (WEFT_MUTATION_JOBS), each in a module copy of its own and never two of
 // the same package; a guarding test runs under the race detector only
@@ -673,6 +673,22 @@ var List = []Mutation{
 		New:  "\tif false {\n",
 		Pkg:  "./tools/router/", Run: "^TestForwardFrame$",
 		Why: "a frame with a bad IPv4 header checksum is dropped and counted",
+	},
+	{
+		Name: "router-spin-never-parks",
+		File: "tools/router/nap.go",
+		Old:  "\tp.b.Slept(&p.s)\n\tp.on = false\n\treturn true\n",
+		New:  "\tp.b.Slept(&p.s)\n\tp.on = false\n\treturn false\n",
+		Pkg:  "./tools/router/", Run: "^TestSpinner$",
+		Why: "an idle router loop parks once its spin budget has run out",
+	},
+	{
+		Name: "router-spin-zero-spins",
+		File: "tools/router/nap.go",
+		Old:  "never: max < 0",
+		New:  "never: max <= 0",
+		Pkg:  "./tools/router/", Run: "^TestSpinner$",
+		Why: "Settings.Spin 0 parks an idle router loop at once; only a negative Spin never parks",
 	},
 	{
 		Name: "vnet-parse-no-truncation",

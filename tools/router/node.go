@@ -325,8 +325,7 @@ func runNode(c NodeConfig) error {
 	}()
 	fmt.Println("ready")
 	enc := json.NewEncoder(os.Stdout)
-	spin := time.Duration(c.Settings.Spin)
-	busy := time.Now()
+	sp := newSpinner(time.Duration(c.Settings.Spin))
 	for ctx.Err() == nil {
 		now := time.Now()
 		work, err := f.poll(now)
@@ -334,8 +333,8 @@ func runNode(c NodeConfig) error {
 			return err
 		}
 		if work > 0 {
-			busy = now
-		} else if spin >= 0 && now.Sub(busy) > spin {
+			sp.work()
+		} else if sp.idle(ctx) {
 			f.idle(ctx, now) // give the core away until there is work
 		}
 		if f.bp != nil {

@@ -18,8 +18,11 @@ type Settings struct {
 	BatchPackets  int      `json:"batch_packets"`
 	BatchBytes    int      `json:"batch_bytes"`
 	BatchDeadline Duration `json:"batch_deadline"`
-	// Spin is how long an idle loop busy-polls before it sleeps; negative
-	// polls without ever sleeping.
+	// Spin is the most an idle loop busy-polls before it sleeps: the
+	// maximum of Weft's adaptive spin budget (internal/spin), which
+	// spins less while spins run out and not at all while the host has
+	// more runnable threads than cores. Negative polls without ever
+	// sleeping.
 	Spin Duration `json:"spin"`
 	// Nap is how long an idle loop sleeps at a time once it stops
 	// spinning (0: 20µs). Longer naps leave a core to the other

@@ -260,7 +260,7 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 	frms := make([]ethernet.Frame, 64)
 	var first, lastAt time.Time
 	var u ethernet.UDP4
-	busy := time.Now()
+	sp := newSpinner(spin)
 	for {
 		// Asked to stop, the sink still takes what its rings hold.
 		stopping := ctx.Err() != nil
@@ -300,10 +300,10 @@ func runSink(ctx context.Context, ports []string, spin time.Duration, ready func
 			if first.IsZero() {
 				first = lastAt
 			}
-			busy = lastAt
+			sp.work()
 		} else if stopping {
 			break
-		} else if spin >= 0 && time.Since(busy) > spin {
+		} else if sp.idle(ctx) {
 			if ws != nil { // idle: give the core away until a port has work
 				ws.WaitFor(ctx, idleMax)
 			} else {

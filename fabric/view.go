@@ -60,3 +60,16 @@ type ViewReceiver interface {
 	// released.
 	OutstandingViews() int
 }
+
+// ViewRoom is implemented by ViewReceivers that report the receive
+// memory their outstanding views share with what is still to arrive: a
+// caller that holds views for a while (fabric/sock keeps stream data in
+// its views until the application reads it) bounds what it holds by it,
+// so that the peer always finds room for the messages that must get
+// through (acknowledgements, window updates, probes).
+type ViewRoom interface {
+	// ViewRoom returns the most views that may be outstanding at once
+	// and the size in bytes of the receive memory they hold (each view
+	// holding its payload and a record header of a few bytes).
+	ViewRoom() (views, bytes int)
+}

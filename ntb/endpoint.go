@@ -369,6 +369,10 @@ func (e *Endpoint) OutstandingViews() int {
 	return int(e.vTail-e.vHead) + e.vLost
 }
 
+// ViewRoom implements fabric.ViewRoom: views share the receive ring
+// (Config.RingSize bytes) with the records still to arrive.
+func (e *Endpoint) ViewRoom() (views, bytes int) { return maxViews, e.t.lay.ring }
+
 // maxViews bounds the outstanding views of an endpoint: the queue of
 // their ring positions.
 const maxViews = 4096

@@ -70,6 +70,9 @@ func (ep *Endpoint) ReleaseViews(n int) error { return ep.qp.ReleaseViews(n) }
 // OutstandingViews implements fabric.ViewReceiver.
 func (ep *Endpoint) OutstandingViews() int { return ep.qp.OutstandingViews() }
 
+// ViewRoom implements fabric.ViewRoom.
+func (ep *Endpoint) ViewRoom() (views, bytes int) { return ep.qp.ViewRoom() }
+
 // SendWait implements fabric.Endpoint.
 func (ep *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
 	return ep.qp.SendWait(ctx, msgs)

@@ -957,6 +957,10 @@ func (qp *QP) ReleaseViews(n int) error {
 	return nil
 }
 
+// ViewRoom implements fabric.ViewRoom: views share the receive ring
+// (QPConfig.RecvBuffer bytes at most) with the records still to arrive.
+func (qp *QP) ViewRoom() (views, bytes int) { return maxViews, qp.cfg.RecvBuffer }
+
 // OutstandingViews returns the views not yet released.
 func (qp *QP) OutstandingViews() int {
 	qp.mu.Lock()

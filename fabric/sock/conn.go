@@ -182,6 +182,13 @@ type Conn struct {
 	rhead     int
 	rlen      int
 	rxAllowed int64 // credit the peer still has
+	// Held views (with vr and a fabric.ViewRoom, see holdLocked): DATA
+	// that no Read took stays in its fabric view, queued in stream
+	// order before the ring's bytes, and Read copies it from there: one
+	// copy instead of two. hlen counts their bytes, which rlen counts
+	// too (held bytes are buffered bytes for credit and growth).
+	hv   holdViews
+	hlen int
 	// starved: the peer reported (flagStarved) that it ran out of
 	// credit, in a frame that a Read took whole into its slice; the
 	// next Read that leaves nothing buffered grows the window
@@ -221,8 +228,15 @@ type Conn struct {
 	// the bytes it took. Both belong to the holder of pmu.
 	direct  []byte
 	directN int
-	msgs    []fabric.Message // without vr
-	sges    []fabric.SGE
+	// vpend and vpendB count the views of the burst being handled that
+	// are done with (control frames, DATA copied out) since the last
+	// one held, and their bytes; vcur is the bytes of the view being
+	// handled and vheld reports that copyInLocked held it. All belong
+	// to the holder of pmu (holdViews says how they join hv).
+	vpend, vpendB, vcur int
+	vheld               bool
+	msgs                []fabric.Message // without vr
+	sges                []fabric.SGE
 }
 
 type connStats struct {
@@ -293,6 +307,9 @@ func NewConn(ep fabric.Endpoint, cfg *Config) (*Conn, error) {
 	if vr, ok := ep.(fabric.ViewReceiver); ok {
 		c.vr = vr
 		c.views = make([]fabric.View, rxBurst)
+		if room, ok := ep.(fabric.ViewRoom); ok {
+			c.hv.init(room, hdrLen+maxData)
+		}
 	} else {
 		c.rreg, err = ep.Alloc(rxBurst*slot, fabric.AccessLocalWrite)
 		if err != nil {
@@ -376,7 +393,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 			grant := c.readLocked(n)
 			grow := c.growLocked()
 			more := c.rlen > 0 || c.eof
+			rel := c.hv.freed
+			c.hv.freed = 0
 			c.mu.Unlock()
+			if rel > 0 {
+				c.vr.ReleaseViews(rel)
+			}
 			if more {
 				signal(c.rdReady) // for other readers
 			}
@@ -495,15 +517,25 @@ func (c *Conn) grant(credit uint32, grow bool) {
 	c.smu.Unlock()
 }
 
-// copyOutLocked moves up to len(p) buffered bytes into p.
+// copyOutLocked moves up to len(p) buffered bytes into p: from the held
+// views first, then from the ring. The views it empties, and those done
+// with before them, are added to hv.freed for the caller to release
+// once it has let go of mu.
 func (c *Conn) copyOutLocked(p []byte) int {
 	n := min(len(p), c.rlen)
-	first := min(n, len(c.rbuf)-c.rhead)
-	copy(p, c.rbuf[c.rhead:c.rhead+first])
-	copy(p[first:n], c.rbuf[:n-first])
-	c.rhead = (c.rhead + n) % len(c.rbuf)
-	c.rlen -= n
-	if c.rlen == 0 {
+	k := 0
+	if c.hlen > 0 {
+		k = c.hv.copyOut(p[:n])
+		c.hlen -= k
+		c.rlen -= k
+	}
+	m := n - k
+	first := min(m, len(c.rbuf)-c.rhead)
+	copy(p[k:], c.rbuf[c.rhead:c.rhead+first])
+	copy(p[k+first:n], c.rbuf[:m-first])
+	c.rhead = (c.rhead + m) % len(c.rbuf)
+	c.rlen -= m
+	if c.rlen == c.hlen {
 		c.rhead = 0
 	}
 	return n
@@ -873,6 +905,11 @@ func (c *Conn) shutdown() {
 	c.ep.Close()
 	c.pmu.Lock() // the pumper, woken by Close, has left
 	defer c.pmu.Unlock()
+	c.mu.Lock()
+	c.rlen -= c.hlen // the views went with the endpoint: nothing to release
+	c.hlen = 0
+	c.hv.reset()
+	c.mu.Unlock()
 	c.smu.Lock()
 	c.sreg.Close()
 	if c.ureg != nil {
@@ -972,10 +1009,17 @@ func (c *Conn) pumpLocked(ctx context.Context) error {
 	if n == 0 {
 		return nil
 	}
+	h := 0 // views handled
 	for i := 0; i < n && err == nil; i++ {
 		var stop bool
+		h++
 		if c.vr != nil {
+			c.vcur, c.vheld = len(c.views[i].Data)+viewRec, false
 			stop, err = c.handle(c.views[i].Data, c.views[i].Flags)
+			if !c.vheld {
+				c.vpend++
+				c.vpendB += c.vcur
+			}
 		} else if m := &c.msgs[i]; m.Flags&fabric.FlagTruncated != 0 {
 			err = c.violation(errLength)
 		} else {
@@ -986,10 +1030,49 @@ func (c *Conn) pumpLocked(ctx context.Context) error {
 		}
 	}
 	if c.vr != nil {
-		c.vr.ReleaseViews(n)
+		for _, v := range c.views[h:n] { // behind a CLOSE or a violation
+			c.vpend++
+			c.vpendB += len(v.Data) + viewRec
+		}
+		c.endViews()
 	}
 	c.rxBursts.Add(1)
 	return err
+}
+
+// endViews ends a burst of views (the caller holds pmu): its views that
+// are done with join the held ones' accounting (holdViews), and the
+// views that nothing holds any longer are released. The held views are
+// copied into the ring and released (spillLocked) when they pin more of
+// the endpoint's receive memory than the bound, and once the peer has
+// closed: nothing then pumps, and the peer's endpoint, closing, may take
+// the session, and with it the views' memory, along.
+func (c *Conn) endViews() {
+	c.mu.Lock()
+	h := &c.hv
+	h.done += c.vpend
+	h.doneB += c.vpendB
+	h.pinV += c.vpend
+	h.pinB += c.vpendB
+	c.vpend, c.vpendB = 0, 0
+	var rel int
+	switch {
+	case c.err != nil || c.closed:
+		// The endpoint is closed, the views void: drop them unread
+		// (Read reports the failure first).
+		c.rlen -= c.hlen
+		c.hlen = 0
+		h.reset()
+	case h.n == 0:
+		rel = h.done
+		h.reset()
+	case h.pinV > h.maxV || h.pinB > h.maxB || c.peerClosed:
+		rel = c.spillLocked()
+	}
+	c.mu.Unlock()
+	if rel > 0 {
+		c.vr.ReleaseViews(rel)
+	}
 }
 
 // pump makes the caller the pumper if nobody is, receiving one burst
@@ -1106,8 +1189,9 @@ func (c *Conn) violation(err error) error {
 }
 
 // copyInLocked appends p to the stream: into the slice of the Read
-// that pumps (Conn.direct) while nothing is buffered before it, the rest
-// to the receive ring, where credit guarantees room.
+// that pumps (Conn.direct) while nothing is buffered before it; the rest
+// stays in its view (holdLocked) while the ring is empty and the bound
+// allows, or goes to the receive ring, where credit guarantees room.
 func (c *Conn) copyInLocked(p []byte) {
 	if c.rlen == 0 && c.directN < len(c.direct) {
 		k := copy(c.direct[c.directN:], p)
@@ -1117,10 +1201,55 @@ func (c *Conn) copyInLocked(p []byte) {
 			return
 		}
 	}
-	tail := (c.rhead + c.rlen) % len(c.rbuf)
+	if c.rlen == c.hlen && c.holdLocked(p) {
+		return
+	}
+	tail := (c.rhead + c.rlen - c.hlen) % len(c.rbuf)
 	k := copy(c.rbuf[tail:], p)
 	copy(c.rbuf, p[k:])
 	c.rlen += len(p)
+}
+
+// holdLocked keeps p, the rest of the DATA payload of the view being
+// handled, in that view, if the bound allows: it reports whether it did.
+// The caller holds pmu (the pumper) and mu, and has checked that the
+// ring is empty, so that the held views stay before the ring's bytes.
+func (c *Conn) holdLocked(p []byte) bool {
+	h := &c.hv
+	if h.n == len(h.q) || h.pinV+c.vpend+1 > h.maxV || h.pinB+c.vpendB+c.vcur > h.maxB {
+		return false
+	}
+	h.q[(h.head+h.n)%len(h.q)] = heldView{b: p, pre: h.done + c.vpend, preB: h.doneB + c.vpendB, recB: c.vcur}
+	h.n++
+	h.pinV += c.vpend + 1
+	h.pinB += c.vpendB + c.vcur
+	h.done, h.doneB, c.vpend, c.vpendB = 0, 0, 0, 0
+	c.vheld = true
+	c.hlen += len(p)
+	c.rlen += len(p)
+	return true
+}
+
+// spillLocked copies the held views' bytes into the ring, before the
+// bytes already there (the ring, which holds the window, has room for
+// all of rlen), and returns the number of views to release: all that
+// the connection has counted. The caller holds pmu and mu.
+func (c *Conn) spillLocked() int {
+	h := &c.hv
+	o := (c.rhead - c.hlen + len(c.rbuf)) % len(c.rbuf)
+	c.rhead = o
+	for ; h.n > 0; h.n-- {
+		b := h.q[h.head].b
+		h.q[h.head] = heldView{}
+		h.head = (h.head + 1) % len(h.q)
+		k := copy(c.rbuf[o:], b)
+		copy(c.rbuf, b[k:])
+		o = (o + len(b)) % len(c.rbuf)
+	}
+	c.hlen = 0
+	rel := h.pinV
+	h.reset()
+	return rel
 }
 
 // LocalAddr implements net.Conn; it is an *Addr.

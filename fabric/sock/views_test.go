@@ -172,8 +172,13 @@ func TestHeldViewsOneCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent = append(sent, p...)
+			pumpUntil(t, b, len(sent), func() string {
+				if b.rlen < b.hlen {
+					return fmt.Sprintf("%d bytes held, %d buffered: held bytes are buffered bytes", b.hlen, b.rlen)
+				}
+				return ""
+			})
 		}
-		pumpUntil(t, b, len(sent), nil)
 		b.mu.Lock()
 		if b.hlen != len(sent) || b.hv.n != 3 {
 			t.Errorf("%d bytes in %d held views, want %d in 3", b.hlen, b.hv.n, len(sent))

@@ -10,7 +10,7 @@
 //	WEFT_MUTATION=1 go test -count=1 -v -run TestMutations ./internal/mutation/
 //
 // WEFT_MUTATION may also be a regular expression over mutation names.
-// The mutations (286 on 6 December 2026) take about 13 minutes on the
+// The mutations (289 on 6 December 2026) take about 13 minutes on the
 // 2-core CI host (they took 33 before these three rules): two run at a time
 // (WEFT_MUTATION_JOBS), each in a module copy of its own and never two of
 // the same package; a guarding test runs under the race detector only
@@ -1057,6 +1057,46 @@ var List = []Mutation{
 		New:  "window < minWindow || window >= maxWindow",
 		Pkg:  "./fabric/sock/", Run: "^TestBadPeerPair$",
 		Why: "a HELLO window of exactly the largest is legal (issue 29)",
+	},
+	{
+		Name: "sock-held-view-released-unread",
+		File: "fabric/sock/conn.go",
+		Old:  "\tcase h.n == 0:\n\t\trel = h.done\n",
+		New:  "\tcase true:\n\t\trel = h.pinV\n",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsOneCopy$",
+		Why: "a view whose DATA no Read has taken stays unreleased until it is read: released, its memory is the peer's to overwrite (issue 25, Read copies once)",
+	},
+	{
+		Name: "sock-held-views-never-released",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\t\t\tc.vr.ReleaseViews(rel)\n",
+		New:  "",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsOneCopy$",
+		Why: "a Read that empties held views releases them, and the views done with before them: unreleased, they back-pressure the peer for good (issue 25)",
+	},
+	{
+		Name: "sock-held-views-never-spilled",
+		File: "fabric/sock/conn.go",
+		Old:  "\tcase h.pinV > h.maxV || h.pinB > h.maxB || c.peerClosed:\n",
+		New:  "\tcase c.peerClosed:\n",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsBound$",
+		Why: "held views pin at most half the endpoint's receive memory after a burst, so that the peer's control frames always land: two sides that Write and do not Read would deadlock (TestHeldViewsBothWrite) (issue 25)",
+	},
+	{
+		Name: "sock-held-view-after-ring",
+		File: "fabric/sock/conn.go",
+		Old:  "\tif c.rlen == c.hlen && c.holdLocked(p) {\n",
+		New:  "\tif c.holdLocked(p) {\n",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsBound$",
+		Why: "DATA is held only while the ring is empty: held views are read before the ring's bytes, so a view held behind them would reorder the stream (issue 25)",
+	},
+	{
+		Name: "sock-held-bytes-not-buffered",
+		File: "fabric/sock/conn.go",
+		Old:  "\tc.hlen += len(p)\n\tc.rlen += len(p)\n",
+		New:  "\tc.hlen += len(p)\n",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsOneCopy$",
+		Why: "held bytes are buffered bytes (rlen): Read returns them, and credit and window growth count them as the ring's (issue 25)",
 	},
 	{
 		Name: "addrparam-host-253",

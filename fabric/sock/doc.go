@@ -27,6 +27,15 @@
 // connection, RST reports a protocol violation, and PING/PONG prove
 // liveness while the connection is idle.
 //
+// Received data is copied once, from the endpoint's receive memory into
+// the reader's slice, where the backend lends its memory (a
+// fabric.ViewReceiver that reports its room, fabric.ViewRoom: ntb, roce):
+// a Read waiting for data takes it straight from the view, and data that
+// arrives while no Read waits stays in its view until one does, pinning
+// at most about half the endpoint's receive memory so that the peer's
+// control frames always get through. Beyond that, and over other
+// endpoints, it is copied into the connection's buffer first.
+//
 // Concurrent Writes are never interleaved. Small ones (up to 2 KiB) that
 // find another Write in progress queue behind it and go out together, as
 // one DATA frame, once it is done, as TCP's autocorking does; a Write

@@ -373,6 +373,8 @@ func (e *Endpoint) OutstandingViews() int {
 // (Config.RingSize bytes) with the records still to arrive.
 func (e *Endpoint) ViewRoom() (views, bytes int) { return maxViews, e.t.lay.ring }
 
+var _ fabric.ViewRoom = (*Endpoint)(nil)
+
 // maxViews bounds the outstanding views of an endpoint: the queue of
 // their ring positions.
 const maxViews = 4096

@@ -73,6 +73,8 @@ func (ep *Endpoint) OutstandingViews() int { return ep.qp.OutstandingViews() }
 // ViewRoom implements fabric.ViewRoom.
 func (ep *Endpoint) ViewRoom() (views, bytes int) { return ep.qp.ViewRoom() }
 
+var _ fabric.ViewRoom = (*Endpoint)(nil)
+
 // SendWait implements fabric.Endpoint.
 func (ep *Endpoint) SendWait(ctx context.Context, msgs []fabric.Message) (int, error) {
 	return ep.qp.SendWait(ctx, msgs)

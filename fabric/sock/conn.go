@@ -1048,8 +1048,18 @@ func (c *Conn) pumpLocked(ctx context.Context) error {
 // closed: nothing then pumps, and the peer's endpoint, closing, may take
 // the session, and with it the views' memory, along.
 func (c *Conn) endViews() {
-	c.mu.Lock()
 	h := &c.hv
+	if h.live.Load() == 0 {
+		// Nothing is held (only the pumper holds, and we are it): the
+		// burst's views go back at once, without mu, as before views
+		// were held.
+		if c.vpend > 0 {
+			c.vr.ReleaseViews(c.vpend)
+		}
+		c.vpend, c.vpendB = 0, 0
+		return
+	}
+	c.mu.Lock()
 	h.done += c.vpend
 	h.doneB += c.vpendB
 	h.pinV += c.vpend
@@ -1221,6 +1231,7 @@ func (c *Conn) holdLocked(p []byte) bool {
 	}
 	h.q[(h.head+h.n)%len(h.q)] = heldView{b: p, pre: h.done + c.vpend, preB: h.doneB + c.vpendB, recB: c.vcur}
 	h.n++
+	h.live.Store(int32(h.n))
 	h.pinV += c.vpend + 1
 	h.pinB += c.vpendB + c.vcur
 	h.done, h.doneB, c.vpend, c.vpendB = 0, 0, 0, 0

@@ -1,6 +1,10 @@
 package sock
 
-import "github.com/weft-io/weft/fabric"
+import (
+	"sync/atomic"
+
+	"github.com/weft-io/weft/fabric"
+)
 
 // Held views: one copy for buffered data too.
 //
@@ -56,6 +60,12 @@ import "github.com/weft-io/weft/fabric"
 type holdViews struct {
 	q       []heldView // ring of held views, the oldest at head
 	head, n int
+	// live is n, for the pumper to read without mu: nonzero from the
+	// first view held to the end of the burst that follows the last
+	// one's release (endViews sets it to 0 then, having found none
+	// held). Only the pumper holds views, so the pumper that reads 0
+	// knows that none is held, nor done views counted behind one.
+	live atomic.Int32
 	// done and doneB count the views done with since the newest held
 	// one, and their bytes.
 	done, doneB int
@@ -99,6 +109,7 @@ func (h *holdViews) init(room fabric.ViewRoom, frame int) {
 
 // reset forgets every view (released, void or copied out).
 func (h *holdViews) reset() {
+	h.live.Store(0)
 	for ; h.n > 0; h.n-- {
 		h.q[h.head] = heldView{}
 		h.head = (h.head + 1) % len(h.q)

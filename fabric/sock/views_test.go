@@ -125,14 +125,17 @@ func spyPair(t *testing.T, be backend, room *[2]int) (a, b *Conn, spy *viewSpy) 
 }
 
 // pumpUntil pumps c, as a Write waiting for credit would, until it has
-// buffered want bytes; check runs under c.mu after each burst, and a
-// problem it returns fails the test.
+// buffered want bytes (want < 0: until it has received FIN); check runs
+// under c.mu after each burst, and a problem it returns fails the test.
 func pumpUntil(t *testing.T, c *Conn, want int, check func() string) {
 	t.Helper()
 	ctx := testenv.Context(t)
 	for {
 		c.mu.Lock()
 		n := c.rlen
+		if want < 0 && c.eof {
+			n = want
+		}
 		problem := ""
 		if check != nil {
 			problem = check()
@@ -160,12 +163,14 @@ func seqBytes(n, seed int) []byte {
 }
 
 // TestHeldViewsOneCopy: DATA that arrives while no Read is pumping stays
-// in its fabric view, unreleased, and the ring is untouched; the Read
-// copies it from the view and releases each view once read whole.
+// in its fabric view, unreleased, and the ring is untouched; so do the
+// views behind it (here FIN's), which can only be released after it. The
+// Read copies from the views and releases each once read whole.
 func TestHeldViewsOneCopy(t *testing.T) {
 	viewBackends(t, func(t *testing.T, be backend) {
 		a, b, spy := spyPair(t, be, nil)
 		var sent []byte
+		rel0 := -1 // views released before the first DATA
 		for i, n := range []int{1000, 20000, 100} {
 			p := seqBytes(n, i)
 			if _, err := a.Write(p); err != nil {
@@ -178,7 +183,14 @@ func TestHeldViewsOneCopy(t *testing.T) {
 				}
 				return ""
 			})
+			if rel0 < 0 {
+				_, rel0 = spy.counts()
+			}
 		}
+		if err := a.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		pumpUntil(t, b, -1, nil)
 		b.mu.Lock()
 		if b.hlen != len(sent) || b.hv.n != 3 {
 			t.Errorf("%d bytes in %d held views, want %d in 3", b.hlen, b.hv.n, len(sent))
@@ -193,8 +205,8 @@ func TestHeldViewsOneCopy(t *testing.T) {
 		}
 		b.mu.Unlock()
 		recv, rel := spy.counts()
-		if out := spy.OutstandingViews(); out != recv-rel || out < 3 {
-			t.Fatalf("%d views outstanding of %d received, %d released: want the 3 DATA views held", out, recv, rel)
+		if out := spy.OutstandingViews(); out != recv-rel || rel != rel0 || out < 4 {
+			t.Fatalf("%d views outstanding of %d received, %d released (%d before the first DATA): want the 3 DATA views held and FIN's behind them", out, recv, rel, rel0)
 		}
 
 		got := make([]byte, len(sent))
@@ -209,6 +221,9 @@ func TestHeldViewsOneCopy(t *testing.T) {
 		}
 		if !bytes.Equal(got, sent) {
 			t.Fatal("read other bytes than were written")
+		}
+		if n, err := b.Read(got); n != 0 || err != io.EOF {
+			t.Fatalf("Read after the data: %d, %v; want EOF", n, err)
 		}
 		recv, rel = spy.counts()
 		if out := spy.OutstandingViews(); out != 0 || rel != recv {

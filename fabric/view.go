@@ -72,4 +72,12 @@ type ViewRoom interface {
 	// and the size in bytes of the receive memory they hold (each view
 	// holding its payload and a record header of a few bytes).
 	ViewRoom() (views, bytes int)
+	// ViewEpoch returns a number that changes before the memory of any
+	// outstanding view may be reset or reused: when the link went down
+	// and a new session clears the receive memory (ntb), never on a
+	// backend whose views stay intact until released. A caller that
+	// holds views reads it before it receives them and checks it again
+	// after it copies from one: a changed epoch means the copy may hold
+	// zeros or another session's bytes and must be thrown away.
+	ViewEpoch() uint64
 }

@@ -91,6 +91,9 @@ type Endpoint struct {
 	vHead uint64   // oldest outstanding view in vq
 	vTail uint64   // next free slot in vq
 	vLost int      // outstanding views of a past session
+	// epoch is ViewEpoch: resetLocked adds one before the session's
+	// receive memory is cleared or reused.
+	epoch atomic.Uint64
 }
 
 var (
@@ -109,6 +112,7 @@ func newEndpoint(t *Transport, q int) *Endpoint {
 func (e *Endpoint) ctrl(off int) int { return ctrlOff + e.q*ctrlStride + off }
 
 func (e *Endpoint) resetLocked() {
+	e.epoch.Add(1) // before the caller clears the ring (ViewEpoch)
 	e.txUp, e.rxUp, e.rxValid, e.txWait = false, false, false, false
 	e.gen = 0
 	e.txTail, e.txHead, e.rxHead, e.rxRel = 0, 0, 0, 0
@@ -372,6 +376,11 @@ func (e *Endpoint) OutstandingViews() int {
 // ViewRoom implements fabric.ViewRoom: views share the receive ring
 // (Config.RingSize bytes) with the records still to arrive.
 func (e *Endpoint) ViewRoom() (views, bytes int) { return maxViews, e.t.lay.ring }
+
+// ViewEpoch implements fabric.ViewRoom: it changes when the session's
+// receive memory is reset (Transport.reset, reclaim), before the ring is
+// cleared.
+func (e *Endpoint) ViewEpoch() uint64 { return e.epoch.Load() }
 
 var _ fabric.ViewRoom = (*Endpoint)(nil)
 

@@ -375,3 +375,34 @@ func TestListenerCloseWhileAnswerBlocked(t *testing.T) {
 		t.Fatal("Listener.Close did not return within 20 s while an answer was held up")
 	}
 }
+
+// TestViewEpochNewSession: a view held on a connection whose session
+// ends (the dialer closes, and a new session gives its queue to a new
+// connection) lies in memory that the new session clears and reuses, so
+// the endpoint's ViewEpoch, which fabric/sock checks after copying from
+// a held view, must have changed by the time the new session runs.
+func TestViewEpochNewSession(t *testing.T) {
+	ctx, l, _ := listenFresh(t)
+	d, old := connectPair(t, ctx, l, 0)
+	defer old.Close()
+	e0 := old.ViewEpoch()
+	sendRaw(t, ctx, d, []byte("held across the session's end"))
+	views := make([]fabric.View, 1)
+	n, err := old.RecvViewsWait(ctx, views)
+	if n != 1 || err != nil {
+		t.Fatalf("RecvViewsWait: %d, %v", n, err)
+	}
+	if got := old.ViewEpoch(); got != e0 {
+		t.Fatalf("ViewEpoch changed within the session: %d, then %d", e0, got)
+	}
+	d.Close() // the session ends; the view is still held
+	d2, a2 := connectPair(t, ctx, l, 1)
+	defer d2.Close()
+	defer a2.Close()
+	if a2.q != old.q {
+		t.Fatalf("the new connection took queue %d, not the held view's %d", a2.q, old.q)
+	}
+	if got := old.ViewEpoch(); got == e0 {
+		t.Fatalf("ViewEpoch is still %d after a new session reused the view's queue (the view now reads %q)", got, views[0].Data)
+	}
+}

@@ -508,10 +508,9 @@ func (t *Transport) reset() {
 	defer t.epMu.Unlock()
 	eps := t.lockAll()
 	defer unlockAll(eps)
-	clear(t.win[:t.lay.heapOff])
 	var next []*Endpoint
 	for q, ep := range eps {
-		ep.resetLocked()
+		ep.resetLocked() // first: its ViewEpoch changes before the rings are cleared
 		if ep.closed.Load() || ep.conn.Load() {
 			if next == nil {
 				next = append([]*Endpoint(nil), eps...)
@@ -519,6 +518,7 @@ func (t *Transport) reset() {
 			next[q] = newEndpoint(t, q)
 		}
 	}
+	clear(t.win[:t.lay.heapOff])
 	if next != nil {
 		t.setEndpoints(next)
 	}

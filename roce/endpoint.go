@@ -73,6 +73,9 @@ func (ep *Endpoint) OutstandingViews() int { return ep.qp.OutstandingViews() }
 // ViewRoom implements fabric.ViewRoom.
 func (ep *Endpoint) ViewRoom() (views, bytes int) { return ep.qp.ViewRoom() }
 
+// ViewEpoch implements fabric.ViewRoom.
+func (ep *Endpoint) ViewEpoch() uint64 { return ep.qp.ViewEpoch() }
+
 var _ fabric.ViewRoom = (*Endpoint)(nil)
 
 // SendWait implements fabric.Endpoint.

@@ -961,6 +961,11 @@ func (qp *QP) ReleaseViews(n int) error {
 // (QPConfig.RecvBuffer bytes at most) with the records still to arrive.
 func (qp *QP) ViewRoom() (views, bytes int) { return maxViews, qp.cfg.RecvBuffer }
 
+// ViewEpoch implements fabric.ViewRoom: a QP's receive ring is never
+// reset under outstanding views (nor after Close: it is Go memory), so
+// the epoch never changes.
+func (qp *QP) ViewEpoch() uint64 { return 0 }
+
 // OutstandingViews returns the views not yet released.
 func (qp *QP) OutstandingViews() int {
 	qp.mu.Lock()

@@ -389,7 +389,16 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, nil
 		}
 		if c.rlen > 0 {
+			held := c.hlen > 0
 			n := c.copyOutLocked(p)
+			if held && !c.hv.intact() {
+				// The views' memory was reset under them: what was
+				// copied may be zeros or another session's bytes.
+				c.dropBufferedLocked()
+				c.mu.Unlock()
+				c.fail(errViewsLost)
+				return 0, c.opErr("read", errViewsLost)
+			}
 			grant := c.readLocked(n)
 			grow := c.growLocked()
 			more := c.rlen > 0 || c.eof
@@ -1078,11 +1087,34 @@ func (c *Conn) endViews() {
 		h.reset()
 	case h.pinV > h.maxV || h.pinB > h.maxB || c.peerClosed:
 		rel = c.spillLocked()
+		if !h.intact() {
+			// The views' memory was reset under them: the ring now
+			// holds what may be zeros or another session's bytes.
+			c.dropBufferedLocked()
+			c.mu.Unlock()
+			c.fail(errViewsLost)
+			return
+		}
 	}
 	c.mu.Unlock()
 	if rel > 0 {
 		c.vr.ReleaseViews(rel)
 	}
+}
+
+// errViewsLost fails a connection whose held views' memory the endpoint
+// reset (fabric.ViewRoom.ViewEpoch changed: the link went down and a new
+// session began) before the application read them.
+var errViewsLost = fmt.Errorf("sock: the link went down under received data not yet read: %w", fabric.ErrPeerGone)
+
+// dropBufferedLocked forgets every buffered byte, held or in the ring,
+// and the held views' accounting, when the connection is about to fail
+// (its endpoint, closed by fail, takes the views along). The caller holds
+// mu.
+func (c *Conn) dropBufferedLocked() {
+	c.rlen, c.hlen, c.rhead = 0, 0, 0
+	c.hv.reset()
+	c.hv.freed = 0
 }
 
 // pump makes the caller the pumper if nobody is, receiving one burst

@@ -57,6 +57,14 @@ import (
 // err was set under mu, so no copy runs on a closed endpoint. A CLOSE
 // from the peer spills the held views into the ring (endViews): nothing
 // pumps after it, and the peer's endpoint, closing, may end the session.
+//
+// Link down. A backend may reset the views' memory without the
+// connection's doing: ntb clears its rings when a new session begins
+// after the link went down, and gives the queue to a new connection.
+// So every copy from held views (Read's, spillLocked's) is followed by a
+// check of the endpoint's ViewEpoch (intact), which the backend changes
+// before it clears the memory: if it moved, the copy is thrown away and
+// the connection fails with an error matching fabric.ErrPeerGone.
 type holdViews struct {
 	q       []heldView // ring of held views, the oldest at head
 	head, n int
@@ -75,6 +83,10 @@ type holdViews struct {
 	maxV, maxB int
 	// freed counts the views copyOut emptied, for Read to release.
 	freed int
+	// room is the endpoint's fabric.ViewRoom and epoch its ViewEpoch
+	// before the first view was received (intact).
+	room  fabric.ViewRoom
+	epoch uint64
 }
 
 // heldView is a view kept for its DATA.
@@ -98,6 +110,7 @@ const maxHeld = 256
 // less a burst (rxBurst views) and a frame's margin; a room too small
 // for that holds nothing.
 func (h *holdViews) init(room fabric.ViewRoom, frame int) {
+	h.room, h.epoch = room, room.ViewEpoch()
 	v, b := room.ViewRoom()
 	h.maxV = v/2 - rxBurst
 	h.maxB = b/2 - 2*(frame+viewRec)
@@ -105,6 +118,16 @@ func (h *holdViews) init(room fabric.ViewRoom, frame int) {
 		return
 	}
 	h.q = make([]heldView, min(maxHeld, h.maxV))
+}
+
+// intact reports whether the views' memory still holds what was
+// received: the endpoint's epoch has not changed since init, which ran
+// before any view was received. A copy from held views is checked after
+// it is made: an epoch read after the copy that has not changed means
+// the memory was not reset before or during it (the endpoint changes the
+// epoch before it clears the memory).
+func (h *holdViews) intact() bool {
+	return h.room == nil || h.room.ViewEpoch() == h.epoch
 }
 
 // reset forgets every view (released, void or copied out).

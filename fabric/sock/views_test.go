@@ -3,9 +3,11 @@ package sock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -20,6 +22,7 @@ type viewSpy struct {
 	fabric.Endpoint
 	vr   fabric.ViewReceiver
 	room *[2]int
+	bump atomic.Uint64 // added to the endpoint's ViewEpoch
 
 	mu       sync.Mutex
 	received int      // views handed out
@@ -67,6 +70,12 @@ func (s *viewSpy) ReleaseViews(n int) error {
 }
 
 func (s *viewSpy) OutstandingViews() int { return s.vr.OutstandingViews() }
+
+// ViewEpoch is the endpoint's, plus bump: a test moves it as a backend
+// does when the views' memory is reset under them.
+func (s *viewSpy) ViewEpoch() uint64 {
+	return s.Endpoint.(fabric.ViewRoom).ViewEpoch() + s.bump.Load()
+}
 
 func (s *viewSpy) ViewRoom() (int, int) {
 	if s.room != nil {
@@ -307,6 +316,37 @@ func TestHeldViewsBothWrite(t *testing.T) {
 			if !bytes.Equal(got, r.want) {
 				t.Fatal("read other bytes than were written")
 			}
+		}
+	})
+}
+
+// TestHeldViewsLost: when the endpoint resets the memory of held views
+// (its ViewEpoch changes: ntb's link went down and a new session began),
+// a Read that copied from them returns nothing of it, and an error
+// matching fabric.ErrPeerGone: what it copied may be zeros or another
+// connection's bytes.
+func TestHeldViewsLost(t *testing.T) {
+	viewBackends(t, func(t *testing.T, be backend) {
+		a, b, spy := spyPair(t, be, nil)
+		p := seqBytes(3000, 1)
+		if _, err := a.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		pumpUntil(t, b, len(p), nil)
+		b.mu.Lock()
+		held := b.hlen
+		b.mu.Unlock()
+		if held != len(p) {
+			t.Fatalf("%d of %d bytes held", held, len(p))
+		}
+		spy.bump.Add(1)
+		got := make([]byte, len(p))
+		n, err := b.Read(got)
+		if n != 0 || !errors.Is(err, fabric.ErrPeerGone) {
+			t.Fatalf("Read from views whose memory was reset: %d, %v; want 0 and ErrPeerGone", n, err)
+		}
+		if n, err := b.Read(got); n != 0 || !errors.Is(err, fabric.ErrPeerGone) {
+			t.Fatalf("the next Read: %d, %v; want 0 and ErrPeerGone", n, err)
 		}
 	})
 }

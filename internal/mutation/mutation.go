@@ -1059,6 +1059,22 @@ var List = []Mutation{
 		Why: "a HELLO window of exactly the largest is legal (issue 29)",
 	},
 	{
+		Name: "sock-held-views-lost-unchecked",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\t\tif held && !c.hv.intact() {\n",
+		New:  "\t\t\tif held && false {\n",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsLost$",
+		Why: "a Read that copied from held views whose memory the endpoint reset (ViewEpoch changed) returns none of it and fails with ErrPeerGone: it may be zeros or another connection's bytes",
+	},
+	{
+		Name: "ntb-view-epoch-unchanged",
+		File: "ntb/endpoint.go",
+		Old:  "\te.epoch.Add(1) // before the caller clears the ring (ViewEpoch)\n",
+		New:  "",
+		Pkg:  "./ntb/", Run: "^TestViewEpochNewSession$",
+		Why: "an endpoint's ViewEpoch changes before a new session clears and reuses the memory of views still held (fabric/sock checks it after copying from one)",
+	},
+	{
 		Name: "sock-held-view-released-unread",
 		File: "fabric/sock/conn.go",
 		Old:  "\tcase h.n == 0:\n\t\trel = h.done\n",

@@ -61,6 +61,19 @@
 // another engine of the host holds (the same address in another network
 // namespace, or another process on a shared port) runs on UDP alone.
 //
+// A ring carries the engines' datagrams without their ICRC: it is memory
+// between two Weft engines of this host, which no wire, NIC or capture
+// sits on, so the sender does not compute it and the receiver does not
+// check it (link.Packet.Unsealed; link.ShmLink, "The ICRC on a ring",
+// for the one case a ring still needs it, which it then gets). The rule
+// is per packet and exact at both ends: a sender leaves the ICRC out only
+// of a packet its link writes into a ring (every packet of link=shm, a
+// queue pair's packets on the automatic link when its fabric.Caps.Path is
+// "shm"), and the ring tells the receiver which datagrams came so.
+// Everything on UDP or AF_XDP, to any peer, carries a valid ICRC, byte
+// for byte the RoCEv2 wire, and a received one is checked as ever
+// (EngineConfig.NoICRC aside).
+//
 // One parameter forces a side: link=udp (UDP only, as before link=auto:
 // no ring, no offer), link=shm (rings only, offered as link=auto's are, so
 // that peers on the default link answer through them), link=xdp (AF_XDP), and gso=1,

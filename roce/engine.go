@@ -36,6 +36,10 @@ type Engine struct {
 	local netip.Addr
 	// auto is link as an AutoLink (EngineConfig.Auto), else nil.
 	auto *link.AutoLink
+	// ringAll: every packet goes into a peer's shared-memory ring (the
+	// link is a ShmLink); ringShm: a packet marked Shm does (the link is
+	// an AutoLink with a ring). See unsealed.
+	ringAll, ringShm bool
 
 	objMu  sync.RWMutex
 	qps    map[uint32]*QP
@@ -189,6 +193,8 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e := &Engine{cfg: cfg, link: lk, local: lk.LocalAddr().Addr().Unmap(), qps: map[uint32]*QP{},
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), unspun: make(chan struct{}, 1), nap: spinNap, started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.auto, _ = lk.(*link.AutoLink)
+	_, e.ringAll = lk.(*link.ShmLink)
+	e.ringShm = e.auto != nil && e.auto.Shm()
 	e.gsiTx.init()
 	var b [4]byte
 	rand.Read(b[:])
@@ -698,7 +704,9 @@ func (e *Engine) input(p *link.Packet) {
 		e.drop(fabric.DropMalformed)
 		return
 	}
-	if !e.cfg.NoICRC && !e.verifyICRC(p, data) {
+	// A ring's datagram that came without its ICRC (link.Packet.Unsealed)
+	// has nothing to check: memory between engines of this host.
+	if !e.cfg.NoICRC && !p.Unsealed && !e.verifyICRC(p, data) {
 		e.drop(fabric.DropChecksum)
 		return
 	}
@@ -720,37 +728,6 @@ func (e *Engine) input(p *link.Packet) {
 	qp.input(&pkt, p.Addr.Addr().Unmap())
 }
 
-// pseudoHeader writes the IP and UDP headers that a packet of n bytes of
-// UDP payload travels in (fields the ICRC masks left zero) and returns
-// their length.
-func pseudoHeader(h []byte, src, dst netip.Addr, sport uint16, n int) int {
-	if src.Is4() && dst.Is4() {
-		clear(h[:28])
-		h[0] = 0x45
-		binary.BigEndian.PutUint16(h[2:], uint16(28+n))
-		h[6] = 0x40 // don't fragment, identification 0
-		h[9] = 17   // UDP
-		s, d := src.As4(), dst.As4()
-		copy(h[12:16], s[:])
-		copy(h[16:20], d[:])
-		binary.BigEndian.PutUint16(h[20:], sport)
-		binary.BigEndian.PutUint16(h[22:], link.Port)
-		binary.BigEndian.PutUint16(h[24:], uint16(8+n))
-		return 28
-	}
-	clear(h[:48])
-	h[0] = 0x60
-	binary.BigEndian.PutUint16(h[4:], uint16(8+n))
-	h[6] = 17
-	s, d := src.As16(), dst.As16()
-	copy(h[8:24], s[:])
-	copy(h[24:40], d[:])
-	binary.BigEndian.PutUint16(h[40:], sport)
-	binary.BigEndian.PutUint16(h[42:], link.Port)
-	binary.BigEndian.PutUint16(h[44:], uint16(8+n))
-	return 48
-}
-
 // verifyICRC checks the ICRC of a received datagram over the headers it
 // came with, or, if the link does not show them, over rebuilt ones.
 func (e *Engine) verifyICRC(p *link.Packet, data []byte) bool {
@@ -763,7 +740,7 @@ func (e *Engine) verifyICRC(p *link.Packet, data []byte) bool {
 	// escape): the poller owns it.
 	hbuf := e.icrcBuf[:]
 	src := p.Addr.Addr().Unmap()
-	hl := pseudoHeader(hbuf, src, e.local, p.SrcPort, len(data))
+	hl := wire.PseudoHeaders(hbuf, src, e.local, p.SrcPort, len(data))
 	copy(hbuf[hl:], data[:wire.BTHSize])
 	crc, err := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
 	if err != nil || crc == want {
@@ -780,23 +757,37 @@ func (e *Engine) verifyICRC(p *link.Packet, data []byte) bool {
 }
 
 // sealICRC fills in the ICRC of a datagram about to be sent from the
-// engine to dst with UDP source port sport. hbuf is scratch space of at
-// least 60 bytes that the caller owns.
-func (e *Engine) sealICRC(hbuf []byte, data []byte, dst netip.Addr, sport uint16) {
-	hl := pseudoHeader(hbuf, e.local, dst, sport, len(data))
-	copy(hbuf[hl:], data[:wire.BTHSize])
-	crc, _ := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
-	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)
+// engine to dst with UDP source port sport, unless it goes into a ring
+// (shm is the packet's link.Packet.Shm, see unsealed): it returns whether
+// it left the ICRC out, the packet's link.Packet.Unsealed. hbuf is
+// scratch space of at least 48+wire.BTHSize bytes that the caller owns.
+func (e *Engine) sealICRC(hbuf []byte, data []byte, dst netip.Addr, sport uint16, shm bool) bool {
+	if e.unsealed(shm) {
+		return true
+	}
+	wire.SealICRC(hbuf, data, e.local, dst, sport)
+	return false
+}
+
+// unsealed is the rule of the ICRC on a ring: whether a packet the engine
+// sends, marked Shm or not (link.Packet.Shm), goes out without its ICRC
+// (link.Packet.Unsealed). Only one the link writes into the
+// shared-memory ring of a peer engine of this host does: every packet of
+// a ShmLink, and one marked Shm on an AutoLink that has a ring (which
+// writes it nowhere else: a ring that is gone drops it). Everything
+// else, UDP and AF_XDP, and any link the engine does not know (one
+// wrapping a ring, as LossyLink, which may corrupt what it carries),
+// carries the ICRC. The ring fills it in itself where the reader would
+// check it (see link.ShmLink, "The ICRC on a ring").
+func (e *Engine) unsealed(shm bool) bool {
+	return e.ringAll || shm && e.ringShm
 }
 
 // sealICRCFrom fills in the ICRC of a datagram as if src had sent it to
 // the engine (for tests that inject packets).
 func (e *Engine) sealICRCFrom(data []byte, src netip.Addr, sport uint16) {
 	var hbuf [48 + wire.BTHSize]byte
-	hl := pseudoHeader(hbuf[:], src, e.local, sport, len(data))
-	copy(hbuf[hl:], data[:wire.BTHSize])
-	crc, _ := wire.ICRCParts(hbuf[:hl+wire.BTHSize], data[wire.BTHSize:len(data)-wire.ICRCSize])
-	binary.LittleEndian.PutUint32(data[len(data)-wire.ICRCSize:], crc)
+	wire.SealICRC(hbuf[:], data, src, e.local, sport)
 }
 
 // send writes packets to the link, retrying briefly on backpressure.

@@ -118,8 +118,8 @@ func (e *Engine) sendGSI(dst netip.Addr, mad []byte, shm bool) {
 	wire.DETH(b[wire.BTHSize:]).Encode(cm.GSIQKey, gsiQPN)
 	copy(b[wire.BTHSize+wire.DETHSize:], mad[:cm.MADSize])
 	sport := udSrcPort(gsiQPN)
-	e.sealICRC(t.hbuf[:], b, dst, sport)
-	t.pkt[0] = link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, link.Port), SrcPort: sport, Shm: shm}
+	u := e.sealICRC(t.hbuf[:], b, dst, sport, shm)
+	t.pkt[0] = link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(dst, link.Port), SrcPort: sport, Shm: shm, Unsealed: u}
 	e.send(t.pkt[:])
 }
 

@@ -716,8 +716,8 @@ func (qp *QP) sendProbe(now time.Time) {
 		PSN: qp.una.Add(-1), AckReq: true}}
 	buf := qp.probeBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
-	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
-	qp.probePkt[0] = link.Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
+	u := qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport, qp.viaShm)
+	qp.probePkt[0] = link.Packet{Buf: buf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm, Unsealed: u}
 	qp.e.send(qp.probePkt[:])
 	qp.probeAt = now
 }

@@ -274,7 +274,8 @@ func (qp *QP) flushTx() {
 		// A queued acknowledgement rides along, behind the requests (see
 		// ackDelay).
 		k := qp.buildAck(qp.ackPSN, qp.ackSyn)
-		qp.txPkts[n] = link.Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
+		qp.txPkts[n] = link.Packet{Buf: qp.ackBuf[:k], N: k, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm,
+			Unsealed: qp.e.unsealed(qp.viaShm)}
 		n++
 	}
 	qp.e.send(qp.txPkts[:n])
@@ -301,8 +302,8 @@ func (qp *QP) nextTx() []byte {
 // queueTx finishes a built packet of n bytes: ICRC, address, source port.
 func (qp *QP) queueTx(n int) {
 	buf := qp.txBufs[qp.txN][:n]
-	qp.e.sealICRC(qp.icrcBuf[:], buf, qp.dest.Addr(), qp.sport)
-	qp.txPkts[qp.txN] = link.Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
+	u := qp.e.sealICRC(qp.icrcBuf[:], buf, qp.dest.Addr(), qp.sport, qp.viaShm)
+	qp.txPkts[qp.txN] = link.Packet{Buf: buf, N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm, Unsealed: u}
 	qp.txN++
 }
 

@@ -411,7 +411,8 @@ func (qp *QP) sendAckLocked() {
 		return
 	}
 	n := qp.buildAck(qp.ackPSN, qp.ackSyn)
-	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm,
+		Unsealed: qp.e.unsealed(qp.viaShm)}
 	qp.e.send(qp.ackPkt[:])
 }
 
@@ -423,7 +424,7 @@ func (qp *QP) buildAck(psn wire.PSN, syn wire.Syndrome) int {
 		Syndrome: syn, MSN: qp.msn}
 	buf := qp.ackBuf[:]
 	n, _ := wire.Build(buf, &f, nil)
-	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport)
+	qp.e.sealICRC(qp.icrcBuf[:], buf[:n], qp.dest.Addr(), qp.sport, qp.viaShm) // the packet's Unsealed: qp.e.unsealed(qp.viaShm)
 	return n
 }
 
@@ -432,7 +433,8 @@ func (qp *QP) buildAck(psn wire.PSN, syn wire.Syndrome) int {
 // own, and an ACK sent at once is at least as new.
 func (qp *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
 	n := qp.buildAck(psn, syn)
-	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm}
+	qp.ackPkt[0] = link.Packet{Buf: qp.ackBuf[:n], N: n, Addr: qp.dest, SrcPort: qp.sport, Shm: qp.viaShm,
+		Unsealed: qp.e.unsealed(qp.viaShm)}
 	qp.e.send(qp.ackPkt[:])
 }
 

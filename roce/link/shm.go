@@ -23,9 +23,9 @@ import (
 // engine's address (IP and port) names an inbound ring, a file in
 // ShmConfig.Dir, that every other ShmLink of the host may append
 // datagrams to. It stays a RoCEv2 link: the datagrams are the ones a
-// UDPLink sends, ICRC included, and the receiving engine checks the ICRC
-// over rebuilt IP and UDP headers (identification 0), as on a UDP socket
-// without the raw one.
+// UDPLink sends, except that their ICRC may be left out (below); one that
+// carries it is checked by the receiving engine over rebuilt IP and UDP
+// headers (identification 0), as on a UDP socket without the raw one.
 //
 // Use it for co-located services and tests, where every engine of the
 // fabric uses it (the address parameter link=shm): an engine on a
@@ -45,8 +45,29 @@ import (
 // when the ring fills. A consumer that finds a slot claimed but
 // unpublished for longer than a second, by a producer that died
 // mid-copy, skips it, so no peer can stall a ring for good; a producer
-// that merely stalled that long loses its datagram (the ICRC catches a
-// copy it finishes into a slot reused meanwhile).
+// that merely stalled that long loses its datagram, and one that finishes
+// its copy into a slot reused meanwhile is caught (below).
+//
+// # The ICRC on a ring
+//
+// A ring is memory between two Weft engines of one host: no wire, switch
+// or NIC can flip its bits, and nothing but the two engines sees what it
+// carries (no capture, no rxe peer). An engine therefore sends the
+// datagrams it writes into rings without their ICRC (Packet.Unsealed,
+// decided per packet by the engine: see package roce), and the slot says
+// so to the reader, which returns the datagram with Unsealed set: its
+// engine does not check it. What the ICRC still guards on a ring is the
+// one way a slot can be written by two producers, a producer stalled
+// mid-copy past the consumer's skip, and that is counted instead: each
+// producer counts itself into the slot's port word before it looks at
+// the slot and copies, and out after, unless the slot was skipped
+// meanwhile, so a reader that finds the count above zero after its copy
+// knows another writer may have reached it. Such a datagram is dropped
+// if unsealed (counted in Torn, recovered as a loss), checked as usual if
+// sealed, and the ring's header then asks every producer to seal from
+// then on (shmTorn). A producer seals too for a ring whose owner did not
+// say, in the header, that it reads unsealed datagrams (an earlier
+// version): an unsealed datagram reaches only a reader that knows it.
 //
 // A consumer with nothing to read sleeps on a named pipe beside its ring
 // (the ring's file name with ".bell"), parked in Go's netpoller
@@ -73,6 +94,11 @@ type ShmLink struct {
 	wmu     sync.Mutex // WriteBatch, and peers
 	peers   map[netip.AddrPort]*shmPeer
 	drops   atomic.Uint64
+	// torn counts the unsealed datagrams ReadBatch dropped from slots a
+	// stalled producer may have written into.
+	torn atomic.Uint64
+	// sealHdr is WriteBatch's scratch for a datagram it seals (wmu).
+	sealHdr sealHdr
 
 	// bell is the pipe producers ring while WaitRead sleeps; nil if it
 	// could not be made (WaitRead then polls in short sleeps).
@@ -110,6 +136,7 @@ const (
 	shmOffSlots    = 8
 	shmOffSlotSize = 12
 	shmOffClosed   = 16  // 1 once the owner has closed the ring
+	shmOffSeal     = 20  // shmReadsUnsealed, shmTorn (see "The ICRC on a ring")
 	shmOffTail     = 64  // producers' claim counter (own cache line)
 	shmOffSleeping = 128 // not 0 while the consumer sleeps (see below)
 	shmOffBell     = 132 // unused (see below)
@@ -126,10 +153,24 @@ const (
 	// address, then the datagram.
 	slotOffSeq  = 0
 	slotOffLen  = 8
-	slotOffPort = 12
+	slotOffPort = 12 // the source port; slotUnsealed; the writers (slotWriter)
 	slotOffAddr = 16
 	slotOffData = 32
 	shmSlotSize = (slotOffData + MaxPacket + 63) &^ 63
+
+	// The word at shmOffSeal: the owner reads unsealed datagrams
+	// (shmReadsUnsealed, set when it makes the ring: rings of earlier
+	// versions have 0 there), and it found a slot a stalled producer may
+	// still write (shmTorn: producers seal every datagram from then on).
+	shmReadsUnsealed = 1
+	shmTorn          = 2
+	// The port word of a slot: the source port in the low 16 bits, bit
+	// 16 set for a datagram written unsealed (Packet.Unsealed), and in
+	// the top byte the producers inside their copy into the slot, each
+	// adding slotWriter before it and taking it off after it unless the
+	// consumer skipped the slot meanwhile (see "The ICRC on a ring").
+	slotUnsealed = 1 << 16
+	slotWriter   = 1 << 24
 
 	defaultShmSlots = 1024
 	maxShmSlots     = 1 << 16
@@ -157,6 +198,12 @@ type ring struct {
 	head  *atomic.Uint64
 	sleep *atomic.Uint32
 	shut  *atomic.Uint32
+	seal  *atomic.Uint32 // shmOffSeal
+}
+
+// port returns the port word of slot i (slotOffPort).
+func (r *ring) port(i uint64) *atomic.Uint32 {
+	return shm.U32(r.mem, shmHeader+int(i&(r.slots-1))*shmSlotSize+slotOffPort)
 }
 
 func (r *ring) seq(i uint64) *atomic.Uint64 {
@@ -186,7 +233,7 @@ func view(mem []byte) (ring, error) {
 		return ring{}, errors.New("shorter than its slots")
 	}
 	return ring{mem: mem, slots: n, tail: shm.U64(mem, shmOffTail), head: shm.U64(mem, shmOffHead),
-		sleep: shm.U32(mem, shmOffSleeping), shut: shm.U32(mem, shmOffClosed)}, nil
+		sleep: shm.U32(mem, shmOffSleeping), shut: shm.U32(mem, shmOffClosed), seal: shm.U32(mem, shmOffSeal)}, nil
 }
 
 // shmPeer is a ring this link sends to.
@@ -266,6 +313,7 @@ func ListenShm(addr netip.AddrPort, cfg ShmConfig) (*ShmLink, error) {
 	shm.Put32(mem, shmOffVersion, shmVersion)
 	shm.Put32(mem, shmOffSlots, uint32(cfg.Slots))
 	shm.Put32(mem, shmOffSlotSize, shmSlotSize)
+	shm.Put32(mem, shmOffSeal, shmReadsUnsealed)
 	r, _ := view(mem)
 	for i := uint64(0); i < r.slots; i++ {
 		r.seq(i).Store(i)
@@ -394,6 +442,11 @@ func (l *ShmLink) Lossless() bool { return true }
 // gone.
 func (l *ShmLink) Drops() uint64 { return l.drops.Load() }
 
+// Torn returns how many unsealed datagrams (Packet.Unsealed) ReadBatch
+// dropped because a stalled producer may have written into their slots
+// (see "The ICRC on a ring" in ShmLink's doc).
+func (l *ShmLink) Torn() uint64 { return l.torn.Load() }
+
 // ReadBatch implements Link. A datagram longer than its slot (written by
 // a faulty peer) is returned with N -1.
 func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
@@ -429,11 +482,26 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 		} else {
 			p.N = copy(p.Buf, slot[slotOffData:slotOffData+n])
 		}
-		port := uint16(shm.Get32(slot, slotOffPort))
+		// After the copy: a producer whose write could have reached it
+		// counts in the word by now (see "The ICRC on a ring").
+		w := r.port(head).Load()
+		port := uint16(w)
 		p.Addr = netip.AddrPortFrom(netip.AddrFrom16([16]byte(slot[slotOffAddr:slotOffAddr+16])).Unmap(), port)
 		p.SrcPort = port
+		p.Unsealed = w&slotUnsealed != 0
 		seq.Store(head + r.slots)
 		head++
+		if w >= slotWriter {
+			// A stalled producer may have written into the copy: its
+			// ICRC, if it has one, tells; one without is lost, as a
+			// datagram the ICRC refused. Every producer seals from now.
+			r.seal.Or(shmTorn)
+			if p.Unsealed {
+				l.torn.Add(1)
+				p.Unsealed = false // pkts[got] is read into again, perhaps by UDP
+				continue
+			}
+		}
 		got++
 	}
 	r.head.Store(head)
@@ -485,14 +553,45 @@ func (l *ShmLink) WriteBatch(pkts []Packet) (int, error) {
 			return i, nil
 		}
 		slot := r.slot(pos)
-		copy(slot[slotOffData:], p.Buf[:p.N])
-		shm.Put32(slot, slotOffLen, uint32(p.N))
+		// Count in, then look: a consumer that skips the slot after this
+		// writer looked finds it counted (see "The ICRC on a ring"); one
+		// that skipped it before leaves it nothing to write.
+		pw := r.port(pos)
+		pw.Add(slotWriter)
+		if r.seq(pos).Load() != pos {
+			pw.Add(^uint32(slotWriter - 1))
+			continue // the datagram is lost, as on a network
+		}
 		sport := p.SrcPort
 		if sport == 0 {
 			sport = l.local.Port()
 		}
-		shm.Put32(slot, slotOffPort, uint32(sport))
+		var mark uint32
+		if p.Unsealed {
+			if r.seal.Load() == shmReadsUnsealed {
+				mark = slotUnsealed
+			} else {
+				// A ring of an earlier version, or one a stalled producer
+				// may write into: the datagram carries its ICRC.
+				seal(p, l.local, &l.sealHdr)
+			}
+		}
+		copy(slot[slotOffData:], p.Buf[:p.N])
+		shm.Put32(slot, slotOffLen, uint32(p.N))
 		copy(slot[slotOffAddr:slotOffAddr+16], src[:])
+		// The port and the mark, keeping the writers' count; this writer
+		// leaves it unless the consumer skipped the slot meanwhile, whose
+		// next tenant it may have written over.
+		left := uint32(slotWriter)
+		if r.seq(pos).Load() != pos {
+			left = 0
+		}
+		for {
+			o := pw.Load()
+			if pw.CompareAndSwap(o, (o&^(slotWriter-1))-left|mark|uint32(sport)) {
+				break
+			}
+		}
 		// A consumer that gave up on this slot has moved its sequence on:
 		// then the datagram is lost, as on a network.
 		r.seq(pos).CompareAndSwap(pos, pos+1)

@@ -51,6 +51,18 @@ type Packet struct {
 	// ring of its destination, an engine of this host, rather than UDP.
 	// Other links ignore it; reads leave it false.
 	Shm bool
+	// Unsealed says, on write, that the datagram's ICRC is not filled
+	// in: its sender (an engine) left it out because the datagram goes
+	// into the shared-memory ring of a Weft engine of this host, which
+	// nothing between the two ends can alter (see ShmLink, "The ICRC on
+	// a ring"). A ShmLink carries it so only to a ring whose owner reads
+	// such datagrams and none of whose slots a stalled producer may
+	// still write; to any other ring, and on every other carrier (an
+	// AutoLink's UDP side), the link fills the ICRC in itself, so that
+	// nothing unsealed ever leaves the host or reaches an older reader.
+	// On read, a ShmLink sets it for a datagram that came so: its ICRC is
+	// not to be checked. Every other link leaves it false.
+	Unsealed bool
 }
 
 // Link carries RoCEv2 datagrams. It is the engine's only contact with the
@@ -144,7 +156,10 @@ type UDPLink struct {
 	groups []mmsg.Group
 	segs   [][]byte
 	ids    wire.IPv4IDs // the ICRC changes of GSO segment numbers (wmu)
-	gro    groState
+	// sealHdr is WriteBatch's scratch for a datagram sent unsealed
+	// (Packet.Unsealed), which UDP never carries so (wmu).
+	sealHdr sealHdr
+	gro     groState
 	// Datagrams sent in, and received in, messages of several.
 	gsoSegs, groSegs atomic.Uint64
 
@@ -557,6 +572,9 @@ func (l *UDPLink) readGRO(pkts []Packet) (int, error) {
 func (l *UDPLink) WriteBatch(pkts []Packet) (int, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	for i := range pkts {
+		seal(&pkts[i], l.local, &l.sealHdr)
+	}
 	done := 0
 	for done < len(pkts) {
 		port := pkts[done].SrcPort

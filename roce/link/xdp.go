@@ -141,10 +141,13 @@ type XDPLink struct {
 	lent []uint64
 
 	// wmu serialises WriteBatch (TX and completion rings) with Close.
-	wmu    sync.Mutex
-	txFree []uint64
-	comp   [64]uint64
-	hdr    ethernet.UDP4
+	wmu sync.Mutex
+	// sealHdr is WriteBatch's scratch for a datagram sent unsealed
+	// (Packet.Unsealed), which the wire never carries so (wmu).
+	sealHdr sealHdr
+	txFree  []uint64
+	comp    [64]uint64
+	hdr     ethernet.UDP4
 	// maxN is the largest UDP payload sent: XDPMaxPacket, less where
 	// the interface's MTU is smaller; tooLarge is the error for more.
 	maxN     int
@@ -468,6 +471,9 @@ func (l *XDPLink) WriteBatch(pkts []Packet) (int, error) {
 	defer l.wmu.Unlock()
 	if l.closed.Load() {
 		return 0, os.ErrClosed
+	}
+	for i := range pkts {
+		seal(&pkts[i], l.local, &l.sealHdr)
 	}
 	l.reap()
 	tx := l.sock.TX()

@@ -1,0 +1,158 @@
+package link
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/weft-io/weft/internal/shm"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// rocePacket returns a RoCEv2 UDP payload to dst (a BTH, 64 bytes of
+// data, an ICRC of zeros: unsealed) and the same with its ICRC sealed as
+// from src.
+func rocePacket(src, dst netip.AddrPort, sport uint16) (unsealed, sealed []byte) {
+	b := make([]byte, wire.BTHSize+64+wire.ICRCSize)
+	wire.BTH(b).Encode(&wire.BTHFields{OpCode: wire.OpRCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x123, PSN: 7})
+	for i := wire.BTHSize; i < len(b)-wire.ICRCSize; i++ {
+		b[i] = byte(i)
+	}
+	sealed = bytes.Clone(b)
+	var h sealHdr
+	wire.SealICRC(h[:], sealed, src.Addr(), dst.Addr(), sport)
+	return b, sealed
+}
+
+// A datagram written unsealed into a ring that reads such datagrams
+// arrives unsealed and says so (its ICRC bytes as sent: nobody computed
+// one); a sealed one arrives sealed and not marked. Both ends are Weft,
+// and the ring is memory: the ICRC would guard nothing.
+func TestShmLinkUnsealed(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{Slots: 8})
+	raw, sealed := rocePacket(a.LocalAddr(), b.LocalAddr(), 50001)
+	out := []Packet{
+		{Buf: bytes.Clone(raw), N: len(raw), Addr: b.LocalAddr(), SrcPort: 50001, Unsealed: true},
+		{Buf: bytes.Clone(sealed), N: len(sealed), Addr: b.LocalAddr(), SrcPort: 50001},
+	}
+	if n, err := a.WriteBatch(out); n != 2 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := rxPackets(4)
+	if n, err := b.ReadBatch(in); n != 2 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v; want 2", n, err)
+	}
+	if p := in[0]; !p.Unsealed || !bytes.Equal(p.Buf[:p.N], raw) || p.SrcPort != 50001 {
+		t.Errorf("unsealed datagram arrived Unsealed=%v, port %d, bytes as sent %v: want marked, 50001, as sent (no ICRC computed)",
+			p.Unsealed, p.SrcPort, bytes.Equal(p.Buf[:p.N], raw))
+	}
+	if p := in[1]; p.Unsealed || !bytes.Equal(p.Buf[:p.N], sealed) || p.SrcPort != 50001 {
+		t.Errorf("sealed datagram arrived Unsealed=%v, port %d: want unmarked, 50001, as sent", p.Unsealed, p.SrcPort)
+	}
+	if a.Torn() != 0 || b.Torn() != 0 {
+		t.Errorf("Torn = %d and %d, want 0", a.Torn(), b.Torn())
+	}
+}
+
+// A ring whose owner did not say it reads unsealed datagrams (a ring of
+// an earlier version: the header word is 0) gets them sealed, with a
+// valid ICRC, and not marked: its reader checks every ICRC.
+func TestShmLinkUnsealedOldReader(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{Slots: 8})
+	shm.U32(b.mem, shmOffSeal).Store(0)
+	raw, sealed := rocePacket(a.LocalAddr(), b.LocalAddr(), 50001)
+	out := []Packet{{Buf: raw, N: len(raw), Addr: b.LocalAddr(), SrcPort: 50001, Unsealed: true}}
+	if n, err := a.WriteBatch(out); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if p := readOne(t, b); p.Unsealed || !bytes.Equal(p.Buf[:p.N], sealed) {
+		t.Fatalf("to an older reader: Unsealed=%v, ICRC %#x; want sealed %#x", p.Unsealed,
+			binary.LittleEndian.Uint32(p.Buf[p.N-4:p.N]), binary.LittleEndian.Uint32(sealed[len(sealed)-4:]))
+	}
+}
+
+// A slot a stalled producer may still write into (its count in the slot's
+// port word, as a producer that the consumer skipped leaves it) spoils an
+// unsealed datagram: the reader drops it (Torn), and from then on every
+// producer seals what it writes into that ring, whose reader checks it; a
+// sealed datagram from such a slot is returned for its check.
+func TestShmLinkTornSlot(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{Slots: 8})
+	raw, sealed := rocePacket(a.LocalAddr(), b.LocalAddr(), 50001)
+	next := b.r.tail.Load()
+	b.r.port(next).Add(slotWriter) // the stalled producer
+	b.r.port(next + 1).Add(slotWriter)
+	pkt := func() []Packet {
+		return []Packet{{Buf: bytes.Clone(raw), N: len(raw), Addr: b.LocalAddr(), SrcPort: 50001, Unsealed: true}}
+	}
+	if n, err := a.WriteBatch(pkt()); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := rxPackets(4)
+	if n, err := b.ReadBatch(in); n != 0 || err != nil || b.Torn() != 1 {
+		t.Fatalf("an unsealed datagram in a slot another writer may reach: ReadBatch = %d, %v, Torn %d; want it dropped (0, Torn 1)",
+			n, err, b.Torn())
+	}
+	if in[0].Unsealed {
+		t.Fatal("the dropped datagram's packet is left marked Unsealed: the next read into it (UDP) would skip its ICRC")
+	}
+	if w := b.r.seal.Load(); w&shmTorn == 0 {
+		t.Fatalf("the ring's header word is %#x after a torn slot: want shmTorn set (producers seal)", w)
+	}
+	// The next slot is spoilt too, but what now arrives there is sealed.
+	if n, err := a.WriteBatch(pkt()); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if p := readOne(t, b); p.Unsealed || !bytes.Equal(p.Buf[:p.N], sealed) {
+		t.Fatalf("after a torn slot: Unsealed=%v, sealed %v; want a sealed datagram for the engine to check", p.Unsealed,
+			bytes.Equal(p.Buf[:p.N], sealed))
+	}
+	if n, err := a.WriteBatch(pkt()); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if p := readOne(t, b); p.Unsealed || !bytes.Equal(p.Buf[:p.N], sealed) {
+		t.Fatalf("a clean slot of a torn ring: Unsealed=%v; want sealed (the ring stays sealed)", p.Unsealed)
+	}
+}
+
+// UDP never carries an unsealed datagram: a packet marked Unsealed that
+// reaches a UDPLink (directly, or as an AutoLink's packet not marked Shm)
+// goes out with a valid ICRC, byte for byte what the engine would have
+// sealed.
+func TestUDPLinkSealsUnsealed(t *testing.T) {
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	dst := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+	u, err := ListenUDPConfig(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0), UDPConfig{NoRaw: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAutoLink(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, l := range []Link{u, a} {
+		raw, sealed := rocePacket(u.LocalAddr(), dst, u.LocalAddr().Port())
+		out := []Packet{{Buf: raw, N: len(raw), Addr: dst, Unsealed: true}}
+		if n, err := l.WriteBatch(out); n != 1 || err != nil {
+			t.Fatalf("%T.WriteBatch = %d, %v", l, n, err)
+		}
+		buf := make([]byte, 2048)
+		rx.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := rx.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf[:n], sealed) {
+			t.Fatalf("%T sent an Unsealed packet with ICRC %#x, want it sealed: %#x", l,
+				binary.LittleEndian.Uint32(buf[n-4:n]), binary.LittleEndian.Uint32(sealed[len(sealed)-4:]))
+		}
+	}
+}

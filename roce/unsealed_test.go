@@ -1,0 +1,108 @@
+package roce
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/link"
+	"github.com/weft-io/weft/roce/wire"
+)
+
+// The rule of the ICRC on a ring (Engine.unsealed): an engine leaves the
+// ICRC out of exactly the packets its link writes into a peer's ring:
+// every packet of a ShmLink, the packets marked Shm of an automatic link
+// with a ring; never a UDP packet, and never through a link it does not
+// know (a LossyLink over a ring corrupts what it carries). sealICRC
+// follows it: an unsealed packet's ICRC bytes are left as they were, a
+// sealed one's are the wire's.
+func TestUnsealedRule(t *testing.T) {
+	newEngine := func(cfg EngineConfig) *Engine {
+		t.Helper()
+		if !cfg.Addr.IsValid() && cfg.Link == nil {
+			cfg.Addr = netip.AddrPortFrom(shmAddr(), link.Port)
+		}
+		e, err := NewEngine(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	ring, err := link.ListenShm(netip.AddrPortFrom(shmAddr(), link.Port), link.ShmConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ring.Close() })
+	auto := newEngine(EngineConfig{Auto: true, NoRaw: true})
+	if auto.auto == nil || !auto.auto.Shm() {
+		t.Skip("no ring for the automatic engine on this host")
+	}
+	for _, c := range []struct {
+		name          string
+		e             *Engine
+		plain, viaShm bool // unsealed(false), unsealed(true)
+	}{
+		{"udp", newEngine(EngineConfig{NoRaw: true}), false, false},
+		{"auto", auto, false, true},
+		{"shm", newEngine(EngineConfig{Shm: true}), true, true},
+		{"lossy over a ring", newEngine(EngineConfig{Link: link.NewLossyLink(ring, link.LossConfig{Seed: 1})}), false, false},
+	} {
+		for _, shm := range []bool{false, true} {
+			want := c.plain
+			if shm {
+				want = c.viaShm
+			}
+			if got := c.e.unsealed(shm); got != want {
+				t.Errorf("%s: unsealed(Shm %v) = %v, want %v", c.name, shm, got, want)
+			}
+			b := make([]byte, wire.BTHSize+32+wire.ICRCSize)
+			wire.BTH(b).Encode(&wire.BTHFields{OpCode: wire.OpRCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x42})
+			sealed := bytes.Clone(b)
+			var h [48 + wire.BTHSize]byte
+			dst := netip.MustParseAddr("127.0.0.7")
+			wire.SealICRC(h[:], sealed, c.e.LocalAddr(), dst, 0xc002)
+			u := c.e.sealICRC(h[:], b, dst, 0xc002, shm)
+			switch {
+			case u != want:
+				t.Errorf("%s: sealICRC(Shm %v) reports unsealed %v, want %v", c.name, shm, u, want)
+			case u && binary.LittleEndian.Uint32(b[len(b)-4:]) != 0:
+				t.Errorf("%s: sealICRC(Shm %v) computed the ICRC of a packet for a ring", c.name, shm)
+			case !u && !bytes.Equal(b, sealed):
+				t.Errorf("%s: sealICRC(Shm %v) left ICRC %#x, want the wire's %#x", c.name, shm,
+					binary.LittleEndian.Uint32(b[len(b)-4:]), binary.LittleEndian.Uint32(sealed[len(sealed)-4:]))
+			}
+		}
+	}
+}
+
+// A datagram a ring says came unsealed is not checked: a wrong ICRC
+// passes (here to the QP lookup, which drops it as for no queue pair);
+// the same datagram from anywhere else is refused for its ICRC.
+func TestUnsealedInput(t *testing.T) {
+	p := newPeer(t)
+	e := p.e
+	b := make([]byte, wire.BTHSize+16+wire.ICRCSize)
+	wire.BTH(b).Encode(&wire.BTHFields{OpCode: wire.OpRCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x999})
+	binary.LittleEndian.PutUint32(b[len(b)-4:], 0xdeadbeef) // no ICRC of this packet
+	in := func(unsealed bool) {
+		e.pollMu.Lock()
+		defer e.pollMu.Unlock()
+		e.input(&link.Packet{Buf: b, N: len(b), Addr: netip.AddrPortFrom(peerAddr, link.Port), SrcPort: 0xc001, Unsealed: unsealed})
+	}
+	s0 := e.Stats()
+	in(true)
+	s1 := e.Stats()
+	if d := s1.Drops[fabric.DropChecksum] - s0.Drops[fabric.DropChecksum]; d != 0 {
+		t.Fatalf("a ring's unsealed datagram was checked: %d ICRC drops", d)
+	}
+	if d := s1.Drops[fabric.DropOther] - s0.Drops[fabric.DropOther]; d != 1 {
+		t.Fatalf("a ring's unsealed datagram for no QP: %d drops for no QP, want 1 (it passed the ICRC)", d)
+	}
+	in(false)
+	if d := e.Stats().Drops[fabric.DropChecksum] - s1.Drops[fabric.DropChecksum]; d != 1 {
+		t.Fatalf("a datagram with a wrong ICRC not marked unsealed: %d ICRC drops, want 1", d)
+	}
+}

@@ -2477,8 +2477,8 @@ var List = []Mutation{
 	{
 		Name: "link-shm-torn-kept",
 		File: "roce/link/shm.go",
-		Old:  "\t\tif w >= slotWriter {\n",
-		New:  "\t\tif w >= slotWriter && false {\n",
+		Old:  "\t\ttorn := w >= slotWriter\n",
+		New:  "\t\ttorn := w >= slotWriter && false\n",
 		Pkg:  "./roce/link/", Run: "^TestShmLinkTornSlot$",
 		Why: "an unsealed datagram from a slot a stalled producer may have written into is dropped, not delivered unchecked (issue 26)",
 	},
@@ -2489,6 +2489,22 @@ var List = []Mutation{
 		New:  "",
 		Pkg:  "./roce/link/", Run: "^TestShmLinkTornSlot$",
 		Why: "a dropped torn datagram leaves no Unsealed mark on the packet the next read (perhaps UDP) fills (issue 26)",
+	},
+	{
+		Name: "link-shm-lent-freed-early",
+		File: "roce/link/shm.go",
+		Old:  "\t\t\tl.lent = append(l.lent, head)\n",
+		New:  "\t\t\tseq.Store(head + r.slots)\n",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkLends$",
+		Why: "a slot lent to the reader (an unsealed datagram, not copied) is no producer's until the next read: the engine parses it in place (issue 26)",
+	},
+	{
+		Name: "link-shm-sealed-lent",
+		File: "roce/link/shm.go",
+		Old:  "\t\tcase p.Unsealed:\n\t\t\tp.Buf, p.N",
+		New:  "\t\tcase true:\n\t\t\tp.Buf, p.N",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkLends$",
+		Why: "a sealed datagram (an older producer's, or a torn ring's, which a late writer may change) is copied before its ICRC is checked (issue 26)",
 	},
 	{
 		Name: "link-udp-sends-unsealed",

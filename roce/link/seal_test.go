@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weft-io/weft/internal/shm"
 	"github.com/weft-io/weft/roce/wire"
@@ -154,5 +155,76 @@ func TestUDPLinkSealsUnsealed(t *testing.T) {
 			t.Fatalf("%T sent an Unsealed packet with ICRC %#x, want it sealed: %#x", l,
 				binary.LittleEndian.Uint32(buf[n-4:n]), binary.LittleEndian.Uint32(sealed[len(sealed)-4:]))
 		}
+	}
+}
+
+// An unsealed datagram is lent, not copied: its packet points into the
+// ring, whose slot no producer may take until the next ReadBatch (the
+// engine is done with a batch before it reads again); a sealed one is
+// copied into the caller's buffer and its slot freed at once.
+func TestShmLinkLends(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{Slots: 4})
+	raw, sealed := rocePacket(a.LocalAddr(), b.LocalAddr(), 50001)
+	write := func(unsealed bool, n int) int {
+		t.Helper()
+		out := make([]Packet, n)
+		for i := range out {
+			src := sealed
+			if unsealed {
+				src = raw
+			}
+			out[i] = Packet{Buf: bytes.Clone(src), N: len(src), Addr: b.LocalAddr(), SrcPort: 50001, Unsealed: unsealed}
+		}
+		k, err := a.WriteBatch(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	inRing := func(buf []byte) bool {
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+		m := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
+		return p >= m && p < m+uintptr(len(b.mem))
+	}
+	if k := write(true, 4); k != 4 {
+		t.Fatalf("4 datagrams into 4 free slots: %d taken", k)
+	}
+	in := rxPackets(8)
+	if n, err := b.ReadBatch(in); n != 4 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v; want 4", n, err)
+	}
+	for i, p := range in[:4] {
+		if !p.Unsealed || !inRing(p.Buf) || !bytes.Equal(p.Buf[:p.N], raw) {
+			t.Fatalf("unsealed datagram %d: Unsealed %v, lent from the ring %v, as sent %v; want all three", i, p.Unsealed,
+				inRing(p.Buf), bytes.Equal(p.Buf[:p.N], raw))
+		}
+	}
+	// The batch is the reader's until it reads again.
+	if k := write(true, 1); k != 0 {
+		t.Fatalf("a producer took %d slot(s) lent to the reader", k)
+	}
+	for i, p := range in[:4] {
+		if !bytes.Equal(p.Buf[:p.N], raw) {
+			t.Fatalf("lent datagram %d changed before the next read", i)
+		}
+	}
+	in = rxPackets(8)
+	if n, err := b.ReadBatch(in); n != 0 || err != nil {
+		t.Fatalf("ReadBatch of an empty ring = %d, %v", n, err)
+	}
+	if k := write(false, 4); k != 4 {
+		t.Fatalf("after the next read the lent slots are free: %d of 4 taken", k)
+	}
+	if n, err := b.ReadBatch(in); n != 4 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v; want 4", n, err)
+	}
+	for i, p := range in[:4] {
+		if p.Unsealed || inRing(p.Buf) || !bytes.Equal(p.Buf[:p.N], sealed) {
+			t.Fatalf("sealed datagram %d: Unsealed %v, lent %v, as sent %v; want copied, unmarked", i, p.Unsealed, inRing(p.Buf),
+				bytes.Equal(p.Buf[:p.N], sealed))
+		}
+	}
+	if k := write(false, 4); k != 4 {
+		t.Fatalf("the slots of copied datagrams are free at once: %d of 4 taken", k)
 	}
 }

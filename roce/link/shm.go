@@ -36,9 +36,11 @@ import (
 //
 // The ring is multi-producer, single-consumer: a producer claims a slot
 // by compare-and-swap on the tail and publishes it through the slot's
-// sequence word (D. Vyukov's bounded queue), and the consumer copies each
-// datagram out before the engine parses it, so a producer writing late
-// into shared memory cannot change a packet under the parser. A full ring
+// sequence word (D. Vyukov's bounded queue). The consumer lends its
+// caller the slots of the datagrams it can trust to stay as they are (see
+// ReadBatch) and copies the others out before the engine parses them, so
+// a producer writing late into shared memory cannot change a packet under
+// the parser. A full ring
 // pushes back on the sender (WriteBatch takes fewer). A ring whose owner
 // closed it, or whose owner died, takes datagrams and drops them, as a
 // network drops datagrams to a host that is down, after one lock probe
@@ -97,6 +99,9 @@ type ShmLink struct {
 	// torn counts the unsealed datagrams ReadBatch dropped from slots a
 	// stalled producer may have written into.
 	torn atomic.Uint64
+	// lent is the positions of the slots the last ReadBatch lent its
+	// caller (readMu).
+	lent []uint64
 	// sealHdr is WriteBatch's scratch for a datagram it seals (wmu).
 	sealHdr sealHdr
 
@@ -449,6 +454,17 @@ func (l *ShmLink) Torn() uint64 { return l.torn.Load() }
 
 // ReadBatch implements Link. A datagram longer than its slot (written by
 // a faulty peer) is returned with N -1.
+//
+// A datagram written unsealed (Packet.Unsealed) by a producer that no
+// other may have followed into its slot is not copied: its packet's Buf
+// is pointed at the slot, which stays the reader's, lent, until the next
+// ReadBatch or Close, as XDPLink lends its frames (the engine processes
+// each batch under its poll lock, which Close takes). Its producer counts
+// itself in the slot and nothing else writes there before the release
+// (see "The ICRC on a ring"). Every other datagram, sealed (a producer of
+// an earlier version, a ring that seals) or torn, is copied into the
+// caller's Buf, so that a producer writing late cannot change it under
+// the ICRC's check.
 func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
@@ -458,6 +474,11 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 		return 0, os.ErrClosed
 	}
 	r := &l.r
+	// The slots the last call lent are the producers' again.
+	for _, pos := range l.lent {
+		r.seq(pos).Store(pos + r.slots)
+	}
+	l.lent = l.lent[:0]
 	got := 0
 	head := r.head.Load()
 	for got < len(pkts) {
@@ -476,32 +497,43 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 		slot := r.slot(head)
 		p := &pkts[got]
 		n := int(shm.Get32(slot, slotOffLen))
-		p.Off = 0
-		if n > MaxPacket || n > len(p.Buf) {
-			p.N = -1
-		} else {
-			p.N = copy(p.Buf, slot[slotOffData:slotOffData+n])
-		}
-		// After the copy: a producer whose write could have reached it
-		// counts in the word by now (see "The ICRC on a ring").
+		// Published: a producer that may still write into the slot (one
+		// stalled past a skip) counts in the word by now, and for good.
 		w := r.port(head).Load()
 		port := uint16(w)
+		p.Off = 0
 		p.Addr = netip.AddrPortFrom(netip.AddrFrom16([16]byte(slot[slotOffAddr:slotOffAddr+16])).Unmap(), port)
 		p.SrcPort = port
 		p.Unsealed = w&slotUnsealed != 0
-		seq.Store(head + r.slots)
-		head++
-		if w >= slotWriter {
-			// A stalled producer may have written into the copy: its
-			// ICRC, if it has one, tells; one without is lost, as a
-			// datagram the ICRC refused. Every producer seals from now.
+		torn := w >= slotWriter
+		if torn {
+			// A stalled producer may write into it: a sealed datagram's
+			// ICRC tells, an unsealed one is lost, as a datagram the ICRC
+			// refused. Every producer seals from now.
 			r.seal.Or(shmTorn)
 			if p.Unsealed {
 				l.torn.Add(1)
 				p.Unsealed = false // pkts[got] is read into again, perhaps by UDP
+				seq.Store(head + r.slots)
+				head++
 				continue
 			}
 		}
+		switch {
+		case n > MaxPacket:
+			p.N = -1
+			seq.Store(head + r.slots)
+		case p.Unsealed:
+			p.Buf, p.N = slot[slotOffData:slotOffData+n:slotOffData+n], n
+			l.lent = append(l.lent, head)
+		case n > len(p.Buf):
+			p.N = -1
+			seq.Store(head + r.slots)
+		default:
+			p.N = copy(p.Buf, slot[slotOffData:slotOffData+n])
+			seq.Store(head + r.slots)
+		}
+		head++
 		got++
 	}
 	r.head.Store(head)

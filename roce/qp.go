@@ -232,6 +232,8 @@ type QP struct {
 	// shared-memory ring (link.Packet.Shm, the engine's AutoLink); set
 	// before the QP connects (Engine.viaShm decides), read-only after.
 	viaShm bool
+	// listed is the QP's index in Engine.qpList (objMu).
+	listed int
 	status fabric.Status // why the QP is in ERR
 	closed atomic.Bool
 
@@ -332,6 +334,8 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	qp.qpn = e.nextQP
 	e.qps[qp.qpn] = qp
+	qp.listed = len(e.qpList)
+	e.qpList = append(e.qpList, qp)
 	e.objMu.Unlock()
 	return qp, nil
 }
@@ -599,6 +603,10 @@ func (qp *QP) Destroy() error {
 	e := qp.e
 	e.objMu.Lock()
 	delete(e.qps, qp.qpn)
+	last := e.qpList[len(e.qpList)-1]
+	e.qpList[qp.listed], last.listed = last, qp.listed
+	e.qpList[len(e.qpList)-1] = nil
+	e.qpList = e.qpList[:len(e.qpList)-1]
 	e.objMu.Unlock()
 	if qp.cfg.CQ == nil {
 		qp.cq.q.Close()

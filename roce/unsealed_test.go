@@ -106,3 +106,37 @@ func TestUnsealedInput(t *testing.T) {
 		t.Fatalf("a datagram with a wrong ICRC not marked unsealed: %d ICRC drops, want 1", d)
 	}
 }
+
+// The QP list runTimers walks (Engine.qpList) holds exactly the engine's
+// live QPs, each at its index, whatever order they are destroyed in: a
+// QP missing from it would never time out or retransmit.
+func TestQPList(t *testing.T) {
+	e := newPeer(t).e
+	pd := e.AllocPD()
+	var qps []*QP
+	for range 12 {
+		qp, err := pd.CreateQP(QPConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, qp)
+	}
+	check := func() {
+		t.Helper()
+		e.objMu.RLock()
+		defer e.objMu.RUnlock()
+		if len(e.qpList) != len(e.qps) {
+			t.Fatalf("%d QPs listed, %d in the engine", len(e.qpList), len(e.qps))
+		}
+		for i, qp := range e.qpList {
+			if qp.listed != i || e.qps[qp.qpn] != qp {
+				t.Fatalf("list entry %d: QP %#x at index %d, in the engine %v", i, qp.qpn, qp.listed, e.qps[qp.qpn] == qp)
+			}
+		}
+	}
+	check()
+	for _, i := range []int{3, 0, 11, 5, 6, 1, 10, 2, 4, 9, 8, 7} {
+		qps[i].Destroy()
+		check()
+	}
+}

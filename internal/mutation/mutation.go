@@ -2507,6 +2507,14 @@ var List = []Mutation{
 		Why: "a sealed datagram (an older producer's, or a torn ring's, which a late writer may change) is copied before its ICRC is checked (issue 26)",
 	},
 	{
+		Name: "roce-qplist-index-stale",
+		File: "roce/qp.go",
+		Old:  "\te.qpList[qp.listed], last.listed = last, qp.listed\n",
+		New:  "\te.qpList[qp.listed] = last\n",
+		Pkg:  "./roce/", Run: "^TestQPList$",
+		Why: "the QP list the timers walk keeps every live QP at its index after any destroy (issue 26)",
+	},
+	{
 		Name: "link-udp-sends-unsealed",
 		File: "roce/link/udp.go",
 		Old:  "\tfor i := range pkts {\n\t\tseal(&pkts[i], l.local, &l.sealHdr)\n\t}\n",

@@ -40,8 +40,8 @@ import (
 // caller the slots of the datagrams it can trust to stay as they are (see
 // ReadBatch) and copies the others out before the engine parses them, so
 // a producer writing late into shared memory cannot change a packet under
-// the parser. A full ring
-// pushes back on the sender (WriteBatch takes fewer). A ring whose owner
+// the parser. A full ring pushes back on the sender (WriteBatch takes
+// fewer). A ring whose owner
 // closed it, or whose owner died, takes datagrams and drops them, as a
 // network drops datagrams to a host that is down, after one lock probe
 // when the ring fills. A consumer that finds a slot claimed but
@@ -62,9 +62,12 @@ import (
 // one way a slot can be written by two producers, a producer stalled
 // mid-copy past the consumer's skip, and that is counted instead: each
 // producer counts itself into the slot's port word before it looks at
-// the slot and copies, and out after, unless the slot was skipped
-// meanwhile, so a reader that finds the count above zero after its copy
-// knows another writer may have reached it. Such a datagram is dropped
+// the slot's sequence (and writes nothing if the slot was skipped), and
+// out after its copy, unless the slot was skipped meanwhile. Any producer
+// that may still write into a slot is therefore counted there, for good,
+// before the slot's next tenant publishes it, and a reader that finds the
+// count above zero in a published slot knows another writer may reach
+// it. Such a datagram is dropped
 // if unsealed (counted in Torn, recovered as a loss), checked as usual if
 // sealed, and the ring's header then asks every producer to seal from
 // then on (shmTorn). A producer seals too for a ring whose owner did not

@@ -136,11 +136,12 @@ type EngineConfig struct {
 	// runs on UDP alone. Ignored with Link, Shm or XDP.
 	Auto bool
 	// NoICRC skips the verification of received ICRCs (they are always
-	// sent). The UDP link cannot see the IP header the peer sent and
-	// rebuilds it, assuming an IPv4 identification from 0 to 63, as Linux
-	// sends with don't-fragment (0, and 0, 1, 2, ... for the datagrams
-	// of a GSO send); a peer that sends otherwise needs this, the raw
-	// socket or AF_XDP.
+	// sent, except into a shared-memory ring, whose datagrams carry none:
+	// see the package doc). The UDP link cannot see the IP header the
+	// peer sent and rebuilds it, assuming an IPv4 identification from 0
+	// to 63, as Linux sends with don't-fragment (0, and 0, 1, 2, ... for
+	// the datagrams of a GSO send); a peer that sends otherwise needs
+	// this, the raw socket or AF_XDP.
 	NoICRC bool
 }
 

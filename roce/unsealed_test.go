@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/weft-io/weft/fabric"
 	"github.com/weft-io/weft/roce/link"
@@ -139,4 +140,19 @@ func TestQPList(t *testing.T) {
 		qps[i].Destroy()
 		check()
 	}
+}
+
+// TestEngineBusyTimers: while another thread holds the poll lock (a
+// caller's poll), the background poller still runs the QPs' timers, as
+// often as busyTimers allows: here the RNR delay's retransmission, due
+// 20 ms after the RNR NAK, goes out while the test holds the lock.
+func TestEngineBusyTimers(t *testing.T) {
+	p := newPeer(t)
+	qp, pd := p.rcQP(QPConfig{}, QPAttr{RNRRetry: 7}) // Timeout 0: no retransmission timer
+	postSend(t, qp, pd, 8, 'b', 1)
+	p.expect("the send", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
+	p.ack(qp, qpSQPSN, wire.RNRNAKSyndrome(wire.RNRTimerFor(20*time.Millisecond)))
+	p.e.pollMu.Lock()
+	defer p.e.pollMu.Unlock()
+	p.expect("the send again after the RNR delay, the poll lock held elsewhere", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
 }

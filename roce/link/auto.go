@@ -162,12 +162,19 @@ type AutoCounts struct {
 	// UDPSkips counts the reads of UDP that its socket's readiness
 	// answered (empty) without a receive.
 	UDPSkips uint64
+	// ShmTorn counts the unsealed datagrams the ring dropped from slots a
+	// stalled producer may have written into (ShmLink.Torn).
+	ShmTorn uint64
 }
 
 // Counts returns the link's counters.
 func (a *AutoLink) Counts() AutoCounts {
-	return AutoCounts{ShmTx: a.counts.shmTx.Load(), ShmRx: a.counts.shmRx.Load(), Parks: a.counts.parks.Load(),
+	c := AutoCounts{ShmTx: a.counts.shmTx.Load(), ShmRx: a.counts.shmRx.Load(), Parks: a.counts.parks.Load(),
 		BellWakes: a.counts.bellWakes.Load(), UDPSkips: a.counts.udpSkips.Load()}
+	if a.shm != nil {
+		c.ShmTorn = a.shm.Torn()
+	}
+	return c
 }
 
 // ReadBatch implements Link: datagrams from the ring, and from UDP when

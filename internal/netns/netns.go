@@ -463,6 +463,13 @@ func (ns *NS) AddAddr(name, cidr string) error {
 	}
 	req := &rtnetlink.AddressMessage{Family: fam, PrefixLength: uint8(ones), Index: uint32(idx),
 		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip}}
+	if fam == unix.AF_INET6 {
+		// No duplicate address detection: the address is usable at
+		// once, not tentative for a second or two (a bind to it would
+		// fail with EADDRNOTAVAIL meanwhile, even with accept_dad 0
+		// while the device is still coming up).
+		req.Flags = unix.IFA_F_NODAD
+	}
 	if fam == unix.AF_INET {
 		bc := make(net.IP, 4)
 		for i := range bc {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -244,11 +245,20 @@ func TestXDPLinkOthersTraffic(t *testing.T) {
 	defer x.Close()
 	for _, to := range []string{"10.11.0.3:4791", "[fd00:11::1]:4791"} {
 		dst := netip.MustParseAddrPort(to)
+		// The address may not be usable at once: attaching the link's
+		// program makes the veth go through a carrier change, after
+		// which the kernel holds its IPv6 addresses back for a moment
+		// (EADDRNOTAVAIL, one run in four).
 		var c *net.UDPConn
-		if err := p.A.Do(func() (err error) {
-			c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
-			return err
-		}); err != nil {
+		var err error
+		testenv.Eventually(testenv.Timeout, func() bool {
+			err = p.A.Do(func() (err error) {
+				c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+				return err
+			})
+			return !errors.Is(err, syscall.EADDRNOTAVAIL)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()

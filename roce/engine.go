@@ -94,6 +94,10 @@ type Engine struct {
 	ev      [64]debugEvent
 	evN     int
 	icrcBuf [48 + wire.BTHSize]byte
+	// lentHdr and lentMAD are the poller's copies of a lent datagram's
+	// headers, and of a lent MAD (see parseLent).
+	lentHdr [wire.MaxHeaderLen]byte
+	lentMAD [maxPacket]byte
 	ids     wire.IPv4IDs // the poller's, like icrcBuf
 	stats   fabric.Counters
 	closed  atomic.Bool
@@ -567,6 +571,10 @@ func (e *Engine) background() {
 	}
 }
 
+// lentHook, if set, runs at the end of parseLent: tests change the lent
+// datagram there, as a writer of the ring it lies in may.
+var lentHook func(data []byte)
+
 // busyTimers is how often at most the background poller runs the timers
 // while another thread polls (nanoseconds): the floor of its other waits.
 const busyTimers = int64(20 * time.Microsecond)
@@ -716,7 +724,13 @@ func (e *Engine) input(p *link.Packet) {
 	data := p.Buf[p.Off : p.Off+p.N]
 	e.stats.RxPackets.Add(1)
 	e.stats.RxBytes.Add(uint64(p.N))
-	pkt, err := wire.Parse(data)
+	var pkt wire.Packet
+	var err error
+	if p.Unsealed {
+		pkt, err = e.parseLent(data)
+	} else {
+		pkt, err = wire.Parse(data)
+	}
 	if err != nil {
 		e.drop(fabric.DropMalformed)
 		return
@@ -743,6 +757,25 @@ func (e *Engine) input(p *link.Packet) {
 		return
 	}
 	qp.input(&pkt, p.Addr.Addr().Unmap())
+}
+
+// parseLent parses a datagram that a ring lent (link.Packet.Unsealed:
+// see link.ShmLink.ReadBatch): memory that other processes map, which a
+// faulty or hostile one may write while the engine reads it. Its headers
+// are read once, from the poller's copy (wire.ParseShared), so that no
+// change can make the engine use a header the parse did not find (a
+// panic); a datagram for QP 1, a MAD that the CM reads field by field, is
+// copied whole. Other payloads stay in the ring: the engine only copies
+// them, and their bounds are the parse's.
+func (e *Engine) parseLent(data []byte) (wire.Packet, error) {
+	pkt, err := wire.ParseShared(data, &e.lentHdr)
+	if err == nil && pkt.BTH.DestQP() == gsiQPN {
+		pkt.Payload = e.lentMAD[:copy(e.lentMAD[:], pkt.Payload)]
+	}
+	if lentHook != nil {
+		lentHook(data)
+	}
+	return pkt, err
 }
 
 // verifyICRC checks the ICRC of a received datagram over the headers it

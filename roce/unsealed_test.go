@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/roce/cm"
 	"github.com/weft-io/weft/roce/link"
 	"github.com/weft-io/weft/roce/wire"
 )
@@ -155,4 +156,64 @@ func TestEngineBusyTimers(t *testing.T) {
 	p.e.pollMu.Lock()
 	defer p.e.pollMu.Unlock()
 	p.expect("the send again after the RNR delay, the poll lock held elsewhere", isOpPSN(wire.OpRCSendOnly, qpSQPSN))
+}
+
+// A datagram lent from a ring (link.Packet.Unsealed) lies in memory that
+// another process maps: a faulty or hostile writer may change it while
+// the engine reads it. The engine reads its headers once, from its own
+// copy: here the opcode of a SEND_ONLY turns into a READ request's (which
+// has a RETH the parsed packet lacks) after the parse, and the engine
+// neither panics nor sees the change: the SEND arrives.
+func TestLentDatagramChangesUnderInput(t *testing.T) {
+	p := newPeer(t)
+	qp, _ := p.rcQP(QPConfig{}, QPAttr{})
+	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCSendOnly, PKey: 0xffff, DestQP: qp.QPN(), PSN: qpRQPSN}}
+	b := make([]byte, wire.PacketLen(wire.OpRCSendOnly, 8))
+	n, err := wire.Build(b, &f, []byte("lentdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lentHook = func(data []byte) {
+		wire.BTH(data).SetOpCode(wire.OpRCReadRequest) // the writer, after the parse
+	}
+	t.Cleanup(func() { lentHook = nil })
+	func() {
+		p.e.pollMu.Lock()
+		defer p.e.pollMu.Unlock()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("a lent datagram changed under the engine panicked it: %v", r)
+			}
+		}()
+		p.e.input(&link.Packet{Buf: b[:n], N: n, Addr: netip.AddrPortFrom(peerAddr, link.Port), SrcPort: 0xc001, Unsealed: true})
+	}()
+	if got := received(t, qp); len(got) != 1 || got[0] != "lentdata" {
+		t.Fatalf("received %q; want the SEND as parsed, [lentdata]", got)
+	}
+}
+
+// A lent MAD (for QP 1) is copied whole before the CM reads it, field by
+// field: here the ring's bytes are wiped after the parse, and the CM gets
+// the MAD as it arrived (an RTU no connection matches).
+func TestLentMADCopied(t *testing.T) {
+	p := newPeer(t)
+	m := p.e.CM()
+	mad := cmMAD(cm.AttrRTU, 1, nil)
+	f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: gsiQPN}, QKey: cm.GSIQKey, SrcQP: gsiQPN}
+	b := make([]byte, wire.PacketLen(wire.OpUDSendOnly, len(mad)))
+	n, err := wire.Build(b, &f, mad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lentHook = func(data []byte) { clear(data[wire.BTHSize+wire.DETHSize:]) }
+	t.Cleanup(func() { lentHook = nil })
+	before, malformed := m.Stats().Unmatched, p.e.Stats().Drops[fabric.DropMalformed]
+	func() {
+		p.e.pollMu.Lock()
+		defer p.e.pollMu.Unlock()
+		p.e.input(&link.Packet{Buf: b[:n], N: n, Addr: netip.AddrPortFrom(peerAddr, link.Port), SrcPort: 0xc001, Unsealed: true})
+	}()
+	if got, drop := m.Stats().Unmatched-before, p.e.Stats().Drops[fabric.DropMalformed]-malformed; got != 1 || drop != 0 {
+		t.Fatalf("a lent MAD wiped after its parse: %d unmatched, %d malformed; want the CM to read it as it came (1, 0)", got, drop)
+	}
 }

@@ -2530,6 +2530,30 @@ var List = []Mutation{
 		Pkg:  "./roce/link/", Run: "^TestUDPLinkSealsUnsealed$",
 		Why: "UDP never carries a datagram without its ICRC, whatever the engine marked (issue 26)",
 	},
+	{
+		Name: "roce-lent-parsed-in-place",
+		File: "roce/engine.go",
+		Old:  "\tpkt, err := wire.ParseShared(data, &e.lentHdr)\n",
+		New:  "\tpkt, err := wire.Parse(data)\n",
+		Pkg:  "./roce/", Run: "^TestLentDatagramChangesUnderInput$",
+		Why: "a datagram a ring lends lies in memory other processes write: the engine reads its headers once, from its own copy, or a writer that changes the opcode after the parse panics the poller (a header the parse did not find)",
+	},
+	{
+		Name: "roce-lent-mad-in-place",
+		File: "roce/engine.go",
+		Old:  "\t\tpkt.Payload = e.lentMAD[:copy(e.lentMAD[:], pkt.Payload)]\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestLentMADCopied$",
+		Why: "a MAD a ring lends is copied whole before the CM reads it field by field",
+	},
+	{
+		Name: "wire-parse-shared-in-place",
+		File: "roce/wire/packet.go",
+		Old:  "\treturn parse(b, hdr[:k])\n",
+		New:  "\treturn parse(b, b[:k])\n",
+		Pkg:  "./roce/wire/", Run: "^TestParseShared$",
+		Why: "ParseShared reads the headers from its copy: a later change to the shared datagram changes no field of the Packet",
+	},
 }
 
 // goTestDir returns where go test must run for pkg, a package path

@@ -37,7 +37,29 @@ func (p *Packet) OpCode() OpCode { return p.BTH.OpCode() }
 // the error is a *fabric.MalformedError that matches fabric.ErrMalformed.
 //
 // Parse does not allocate.
-func Parse(b []byte) (Packet, error) {
+func Parse(b []byte) (Packet, error) { return parse(b, b) }
+
+// MaxHeaderLen is the longest HeaderLen of any opcode (the BTH and an
+// AtomicETH).
+const MaxHeaderLen = BTHSize + AtomicETHSize
+
+// ParseShared is Parse for a UDP payload b in memory that another party
+// may write while it is read (a shared-memory ring): it copies b's first
+// MaxHeaderLen bytes into hdr, which the caller owns, and parses the
+// headers there, so that each header field and the bounds of the payload
+// are read once, and a later change to b changes nothing in the Packet but
+// the bytes of Payload and the ICRC (read once too). The Packet's headers
+// are sub-slices of hdr, its Payload of b.
+//
+// ParseShared does not allocate.
+func ParseShared(b []byte, hdr *[MaxHeaderLen]byte) (Packet, error) {
+	k := copy(hdr[:], b)
+	return parse(b, hdr[:k])
+}
+
+// parse parses b, reading its headers from h: b itself, or a copy of its
+// first bytes (at least min(len(b), MaxHeaderLen) of them).
+func parse(b, h []byte) (Packet, error) {
 	var p Packet
 	if len(b) < BTHSize+ICRCSize {
 		return p, malformed(ReasonShort)
@@ -45,7 +67,7 @@ func Parse(b []byte) (Packet, error) {
 	if len(b)&3 != 0 {
 		return p, malformed(ReasonUnaligned)
 	}
-	bth := BTH(b[:BTHSize])
+	bth := BTH(h[:BTHSize])
 	info := &opTable[bth.OpCode()]
 	if info.flags&flagValid == 0 {
 		return p, malformed(ReasonOpCode)
@@ -76,22 +98,22 @@ func Parse(b []byte) (Packet, error) {
 			break
 		}
 		off := int(info.off[e])
-		h := b[off : off+int(extSizes[e])]
+		x := h[off : off+int(extSizes[e])]
 		switch e {
 		case ExtRETH:
-			p.RETH = RETH(h)
+			p.RETH = RETH(x)
 		case ExtAETH:
-			p.AETH = AETH(h)
+			p.AETH = AETH(x)
 		case ExtImmDt:
-			p.ImmDt = ImmDt(h)
+			p.ImmDt = ImmDt(x)
 		case ExtIETH:
-			p.IETH = IETH(h)
+			p.IETH = IETH(x)
 		case ExtDETH:
-			p.DETH = DETH(h)
+			p.DETH = DETH(x)
 		case ExtAtomicETH:
-			p.AtomicETH = AtomicETH(h)
+			p.AtomicETH = AtomicETH(x)
 		case ExtAtomicAckETH:
-			p.AtomicAckETH = AtomicAckETH(h)
+			p.AtomicAckETH = AtomicAckETH(x)
 		}
 	}
 	p.Payload = body[:len(body)-pad]

@@ -467,7 +467,11 @@ func (l *ShmLink) Torn() uint64 { return l.torn.Load() }
 // (see "The ICRC on a ring"). Every other datagram, sealed (a producer of
 // an earlier version, a ring that seals) or torn, is copied into the
 // caller's Buf, so that a producer writing late cannot change it under
-// the ICRC's check.
+// the ICRC's check. A writer that keeps to none of this (a faulty or
+// hostile process, or an earlier version's producer that stalled past a
+// skip, which does not count itself in) can still change a lent datagram
+// while it is read: its reader reads each header field once, from a copy
+// (wire.ParseShared), as the engine does.
 func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()

@@ -71,6 +71,14 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
+		var hdr [MaxHeaderLen]byte
+		s, serr := ParseShared(b, &hdr)
+		if (err == nil) != (serr == nil) || err == nil && (!bytes.Equal(s.BTH, p.BTH) || !bytes.Equal(s.RETH, p.RETH) ||
+			!bytes.Equal(s.AETH, p.AETH) || !bytes.Equal(s.ImmDt, p.ImmDt) || !bytes.Equal(s.IETH, p.IETH) ||
+			!bytes.Equal(s.DETH, p.DETH) || !bytes.Equal(s.AtomicETH, p.AtomicETH) ||
+			!bytes.Equal(s.AtomicAckETH, p.AtomicAckETH) || len(s.Payload) != len(p.Payload) || s.ICRC != p.ICRC) {
+			t.Fatalf("ParseShared: %v, Parse: %v, or their packets differ", serr, err)
+		}
 		if err != nil {
 			if p.BTH != nil || p.Payload != nil {
 				t.Fatal("failed Parse returned views")

@@ -71,8 +71,10 @@ import (
 // if unsealed (counted in Torn, recovered as a loss), checked as usual if
 // sealed, and the ring's header then asks every producer to seal from
 // then on (shmTorn). A producer seals too for a ring whose owner did not
-// say, in the header, that it reads unsealed datagrams (an earlier
-// version): an unsealed datagram reaches only a reader that knows it.
+// say, in the header, that it reads unsealed datagrams: an unsealed
+// datagram reaches only a reader that knows it. Engines of version 1,
+// whose producers do not count themselves, and this version do not open
+// each other's rings at all (shmVersion): link=auto joins them over UDP.
 //
 // A consumer with nothing to read sleeps on a named pipe beside its ring
 // (the ring's file name with ".bell"), parked in Go's netpoller
@@ -136,8 +138,13 @@ const DefaultShmDir = "/dev/shm"
 
 // Layout of a ring file: a header page, then the slots.
 const (
-	shmMagic   = 0x4c535257 // "WRSL"
-	shmVersion = 1
+	shmMagic = 0x4c535257 // "WRSL"
+	// shmVersion 2: datagrams may be unsealed, and producers count
+	// themselves into slots. A producer of version 1 does not, so one
+	// stalled past the consumer's skip could write unseen into an
+	// unsealed datagram: the versions do not open each other's rings
+	// (link=auto then joins them over UDP).
+	shmVersion = 2
 
 	shmOffMagic    = 0
 	shmOffVersion  = 4

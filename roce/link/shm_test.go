@@ -695,3 +695,18 @@ func TestShmLinkTakeOverTogether(t *testing.T) {
 		t.Fatalf("the second successor: %v, want EADDRINUSE", secondErr)
 	}
 }
+
+// TestShmLinkVersion1Refused: a ring of version 1, whose producers do
+// not count themselves into slots (so one stalled past the consumer's
+// skip could write unseen into an unsealed datagram), is not reached:
+// link=auto then joins the two engines over UDP.
+func TestShmLinkVersion1Refused(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{})
+	shm.Put32(b.mem, shmOffVersion, 1) // b's ring, as an engine of version 1 makes it
+	if a.reaches(b.LocalAddr()) {
+		t.Fatal("a ring of version 1 is reached")
+	}
+	if n, _ := a.WriteBatch(shmPackets(b.LocalAddr(), 1, 64)); n != 0 && a.Drops() == 0 {
+		t.Fatal("a datagram went into a ring of version 1")
+	}
+}

@@ -74,7 +74,8 @@ type ViewRoom interface {
 	ViewRoom() (views, bytes int)
 	// ViewEpoch returns a number that changes before the memory of any
 	// outstanding view may be reset or reused: when the link went down
-	// and a new session clears the receive memory (ntb), never on a
+	// and a new session clears the receive memory, or the endpoint
+	// closes (ntb: its transport's Close zeroes the memory), never on a
 	// backend whose views stay intact until released. A caller that
 	// holds views reads it before it receives them and checks it again
 	// after it copies from one: a changed epoch means the copy may hold

@@ -92,7 +92,8 @@ type Endpoint struct {
 	vTail uint64   // next free slot in vq
 	vLost int      // outstanding views of a past session
 	// epoch is ViewEpoch: resetLocked adds one before the session's
-	// receive memory is cleared or reused.
+	// receive memory is cleared or reused, close before the views go
+	// void.
 	epoch atomic.Uint64
 }
 
@@ -379,7 +380,8 @@ func (e *Endpoint) ViewRoom() (views, bytes int) { return maxViews, e.t.lay.ring
 
 // ViewEpoch implements fabric.ViewRoom: it changes when the session's
 // receive memory is reset (Transport.reset, reclaim), before the ring is
-// cleared.
+// cleared, and when the endpoint closes (its views are void, and
+// Transport.Close then zeroes their memory).
 func (e *Endpoint) ViewEpoch() uint64 { return e.epoch.Load() }
 
 var _ fabric.ViewRoom = (*Endpoint)(nil)
@@ -926,6 +928,11 @@ func (e *Endpoint) Close() error {
 func (e *Endpoint) close() {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		// The views are void from now on, and the memory they alias
+		// may be zeroed (Transport.Close closes the device, which
+		// replaces the window's mapping) or reused (reclaim): the
+		// epoch changes first (ViewEpoch).
+		e.epoch.Add(1)
 		// Tell the peer that this incarnation of the queue is closed
 		// (Transport.reclaim) and stop writing the peer's window: under
 		// both locks, rxUp means attached in the session that is up.

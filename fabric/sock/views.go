@@ -61,6 +61,8 @@ import (
 // Link down. A backend may reset the views' memory without the
 // connection's doing: ntb clears its rings when a new session begins
 // after the link went down, and gives the queue to a new connection.
+// So may the closing of the endpoint under the connection (ntb's
+// Transport.Close zeroes the window of every queue it carries).
 // So every copy from held views (Read's, spillLocked's) is followed by a
 // check of the endpoint's ViewEpoch (intact), which the backend changes
 // before it clears the memory: if it moved, the copy is thrown away and

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"unsafe"
 
 	"github.com/weft-io/weft/fabric"
+	"github.com/weft-io/weft/fabric/fabrictest"
 	"github.com/weft-io/weft/internal/testenv"
+	"github.com/weft-io/weft/ntb"
 )
 
 // viewSpy wraps an endpoint's fabric.ViewReceiver and records the views
@@ -349,4 +352,65 @@ func TestHeldViewsLost(t *testing.T) {
 			t.Fatalf("the next Read: %d, %v; want 0 and ErrPeerGone", n, err)
 		}
 	})
+}
+
+// TestHeldViewsTransportClosed: an ntb transport closed under a
+// connection (over one of its queues, as NewConn allows) takes its
+// endpoints along and replaces the window's memory, where views are
+// held, with zeros: a Read of the held bytes must fail, not return the
+// zeros as the stream's bytes.
+func TestHeldViewsTransportClosed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	ta, tb := fabrictest.OpenPair(t, 0, func(ctx context.Context, _ fabrictest.Side) (*ntb.Transport, error) {
+		dev, err := ntb.OpenShm(path, ntb.ShmConfig{})
+		if err != nil {
+			return nil, err
+		}
+		tr, err := ntb.Dial(ctx, dev, ntb.Config{})
+		if err != nil {
+			dev.Close()
+		}
+		return tr, err
+	})
+	ea, err := ta.Endpoint(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := tb.Endpoint(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{KeepAlive: -1}
+	a, err := NewConn(ea, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err := NewConn(eb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	p := seqBytes(3000, 1)
+	if _, err := a.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, b, len(p), nil)
+	b.mu.Lock()
+	held := b.hlen
+	b.mu.Unlock()
+	if held != len(p) {
+		t.Fatalf("%d of %d bytes held", held, len(p))
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(p))
+	n, err := b.Read(got)
+	if n > 0 && !bytes.Equal(got[:n], p[:n]) {
+		t.Fatalf("Read after the transport closed returned %d bytes that were not written (%v)", n, err)
+	}
+	if n != 0 || !errors.Is(err, fabric.ErrPeerGone) {
+		t.Fatalf("Read of held views after the transport closed: %d, %v; want 0 and ErrPeerGone", n, err)
+	}
 }

@@ -1083,6 +1083,14 @@ var List = []Mutation{
 		Why: "rings that carry unsealed datagrams are version 2: an engine of version 1, whose producers do not count themselves into slots, is not reached through one",
 	},
 	{
+		Name: "ntb-view-epoch-unchanged-at-close",
+		File: "ntb/endpoint.go",
+		Old:  "\t\te.epoch.Add(1)\n",
+		New:  "",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsTransportClosed$",
+		Why: "an ntb endpoint's ViewEpoch changes when it closes: Transport.Close zeroes the window under views fabric/sock still holds, and a Read of them must fail, not return zeros as the stream's bytes",
+	},
+	{
 		Name: "sock-held-view-released-unread",
 		File: "fabric/sock/conn.go",
 		Old:  "\tcase h.n == 0:\n\t\trel = h.done\n",

@@ -990,6 +990,11 @@ func (c *Conn) keepAlive() {
 func (c *Conn) pumpLocked(ctx context.Context) error {
 	c.mu.Lock()
 	stop := c.peerClosed || c.err != nil || c.closed
+	if c.hv.n == 0 {
+		// Nothing held: the views to come are checked against the
+		// epoch read before they are received (holdViews.intact).
+		c.hv.rebase()
+	}
 	c.mu.Unlock()
 	if stop {
 		return nil // nothing more will come, or nobody wants it
@@ -1042,6 +1047,18 @@ func (c *Conn) pumpLocked(ctx context.Context) error {
 		for _, v := range c.views[h:n] { // behind a CLOSE or a violation
 			c.vpend++
 			c.vpendB += len(v.Data) + viewRec
+		}
+		if !c.hv.intact() {
+			// The endpoint reset the views' memory (closed, or a new
+			// session) while the burst was copied from them: what went
+			// into the Read's slice or the ring may be zeros or
+			// another session's bytes.
+			c.directN = 0
+			c.mu.Lock()
+			c.dropBufferedLocked()
+			c.mu.Unlock()
+			c.fail(errViewsLost)
+			err = errViewsLost
 		}
 		c.endViews()
 	}

@@ -63,10 +63,12 @@ import (
 // after the link went down, and gives the queue to a new connection.
 // So may the closing of the endpoint under the connection (ntb's
 // Transport.Close zeroes the window of every queue it carries).
-// So every copy from held views (Read's, spillLocked's) is followed by a
-// check of the endpoint's ViewEpoch (intact), which the backend changes
-// before it clears the memory: if it moved, the copy is thrown away and
-// the connection fails with an error matching fabric.ErrPeerGone.
+// So every copy from views (Read's and spillLocked's from held views,
+// the pumper's from its burst) is followed by a check of the endpoint's
+// ViewEpoch (intact), which the backend changes before it clears the
+// memory, against the epoch the pumper read before it received them
+// (rebase, while nothing is held): if it moved, the copy is thrown away
+// and the connection fails with an error matching fabric.ErrPeerGone.
 type holdViews struct {
 	q       []heldView // ring of held views, the oldest at head
 	head, n int
@@ -86,7 +88,8 @@ type holdViews struct {
 	// freed counts the views copyOut emptied, for Read to release.
 	freed int
 	// room is the endpoint's fabric.ViewRoom and epoch its ViewEpoch
-	// before the first view was received (intact).
+	// before the oldest view held, or the burst being handled, was
+	// received (rebase, intact).
 	room  fabric.ViewRoom
 	epoch uint64
 }
@@ -123,13 +126,23 @@ func (h *holdViews) init(room fabric.ViewRoom, frame int) {
 }
 
 // intact reports whether the views' memory still holds what was
-// received: the endpoint's epoch has not changed since init, which ran
-// before any view was received. A copy from held views is checked after
-// it is made: an epoch read after the copy that has not changed means
-// the memory was not reset before or during it (the endpoint changes the
-// epoch before it clears the memory).
+// received: the endpoint's epoch has not changed since the pumper read
+// it (rebase) before it received the oldest view held, or the burst
+// being handled. A copy from views is checked after it is made: an
+// epoch read after the copy that has not changed means the memory was
+// not reset before or during it (the endpoint changes the epoch before
+// it clears the memory).
 func (h *holdViews) intact() bool {
 	return h.room == nil || h.room.ViewEpoch() == h.epoch
+}
+
+// rebase reads the endpoint's epoch for the views to come; the pumper
+// calls it, under mu, before it receives a burst while none is held (a
+// held view's memory is checked against the epoch of its receipt).
+func (h *holdViews) rebase() {
+	if h.room != nil {
+		h.epoch = h.room.ViewEpoch()
+	}
 }
 
 // reset forgets every view (released, void or copied out).

@@ -27,6 +27,10 @@ type viewSpy struct {
 	room *[2]int
 	bump atomic.Uint64 // added to the endpoint's ViewEpoch
 
+	// got, if set, runs after each receive that handed out views,
+	// before the connection sees them.
+	got func(views []fabric.View)
+
 	mu       sync.Mutex
 	received int      // views handed out
 	released int      // views released
@@ -48,6 +52,9 @@ func (s *viewSpy) note(views []fabric.View, n int) {
 		s.mem = append(s.mem, v.Data)
 	}
 	s.mu.Unlock()
+	if s.got != nil && n > 0 {
+		s.got(views[:n])
+	}
 }
 
 func (s *viewSpy) RecvViews(views []fabric.View) (int, error) {
@@ -151,6 +158,9 @@ func pumpUntil(t *testing.T, c *Conn, want int, check func() string) {
 		problem := ""
 		if check != nil {
 			problem = check()
+		}
+		if c.err != nil {
+			problem = fmt.Sprintf("the connection failed with %d of %d bytes buffered: %v", n, want, c.err)
 		}
 		c.mu.Unlock()
 		if problem != "" {
@@ -360,18 +370,7 @@ func TestHeldViewsLost(t *testing.T) {
 // held, with zeros: a Read of the held bytes must fail, not return the
 // zeros as the stream's bytes.
 func TestHeldViewsTransportClosed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bridge")
-	ta, tb := fabrictest.OpenPair(t, 0, func(ctx context.Context, _ fabrictest.Side) (*ntb.Transport, error) {
-		dev, err := ntb.OpenShm(path, ntb.ShmConfig{})
-		if err != nil {
-			return nil, err
-		}
-		tr, err := ntb.Dial(ctx, dev, ntb.Config{})
-		if err != nil {
-			dev.Close()
-		}
-		return tr, err
-	})
+	ta, tb := ntbTransportPair(t)
 	ea, err := ta.Endpoint(0)
 	if err != nil {
 		t.Fatal(err)
@@ -413,4 +412,82 @@ func TestHeldViewsTransportClosed(t *testing.T) {
 	if n != 0 || !errors.Is(err, fabric.ErrPeerGone) {
 		t.Fatalf("Read of held views after the transport closed: %d, %v; want 0 and ErrPeerGone", n, err)
 	}
+}
+
+// ntbTransportPair brings up the two transports of an emulated ntb
+// bridge, whose endpoints (Transport.Endpoint) carry a Conn each.
+func ntbTransportPair(t *testing.T) (a, b *ntb.Transport) {
+	path := filepath.Join(t.TempDir(), "bridge")
+	return fabrictest.OpenPair(t, 0, func(ctx context.Context, _ fabrictest.Side) (*ntb.Transport, error) {
+		dev, err := ntb.OpenShm(path, ntb.ShmConfig{})
+		if err != nil {
+			return nil, err
+		}
+		tr, err := ntb.Dial(ctx, dev, ntb.Config{})
+		if err != nil {
+			dev.Close()
+		}
+		return tr, err
+	})
+}
+
+// TestViewsResetInBurst: the endpoint resets the memory of a burst's
+// views (its ViewEpoch moves first, as ntb's does when its transport
+// closes or a new session begins) after the connection received them
+// and before it copied their DATA: the Read that pumps, into whose
+// slice the DATA goes straight, must fail with ErrPeerGone, not return
+// the zeros as the stream's bytes.
+func TestViewsResetInBurst(t *testing.T) {
+	viewBackends(t, func(t *testing.T, be backend) {
+		a, b, spy := spyPair(t, be, nil)
+		p := seqBytes(3000, 1)
+		spy.got = func(views []fabric.View) {
+			for _, v := range views {
+				if len(v.Data) > len(p) {
+					spy.bump.Add(1)
+					clear(v.Data[hdrLen:]) // the header was read: the payload is not
+				}
+			}
+		}
+		if _, err := a.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(p))
+		n, err := b.Read(got)
+		if n > 0 && !bytes.Equal(got[:n], p[:n]) {
+			t.Fatalf("Read returned %d bytes that were not written (%v)", n, err)
+		}
+		if n != 0 || !errors.Is(err, fabric.ErrPeerGone) {
+			t.Fatalf("Read of a burst whose memory was reset: %d, %v; want 0 and ErrPeerGone", n, err)
+		}
+	})
+}
+
+// TestHeldViewsEpochBeforeHold: the endpoint's ViewEpoch moved while
+// nothing was held (ntb: a raw queue's link went down and up again
+// before the connection was made, or between bursts). The views received
+// after it are intact: a Read of them, held, must succeed.
+func TestHeldViewsEpochBeforeHold(t *testing.T) {
+	viewBackends(t, func(t *testing.T, be backend) {
+		a, b, spy := spyPair(t, be, nil)
+		spy.bump.Add(1)
+		p := seqBytes(3000, 1)
+		if _, err := a.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		pumpUntil(t, b, len(p), nil)
+		b.mu.Lock()
+		held := b.hlen
+		b.mu.Unlock()
+		if held != len(p) {
+			t.Fatalf("%d of %d bytes held", held, len(p))
+		}
+		got := make([]byte, len(p))
+		if _, err := io.ReadFull(b, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, p) {
+			t.Fatal("read other bytes than were written")
+		}
+	})
 }

@@ -1091,6 +1091,22 @@ var List = []Mutation{
 		Why: "an ntb endpoint's ViewEpoch changes when it closes: Transport.Close zeroes the window under views fabric/sock still holds, and a Read of them must fail, not return zeros as the stream's bytes",
 	},
 	{
+		Name: "sock-burst-views-reset-unchecked",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tif !c.hv.intact() {\n\t\t\t// The endpoint reset the views' memory (closed, or a new\n",
+		New:  "\t\tif false {\n\t\t\t// The endpoint reset the views' memory (closed, or a new\n",
+		Pkg:  "./fabric/sock/", Run: "^TestViewsResetInBurst$",
+		Why: "a burst whose views' memory the endpoint reset (ViewEpoch moved) while the pumper copied their DATA into a Read's slice or the ring fails the connection with ErrPeerGone: the copy may be zeros or another session's bytes",
+	},
+	{
+		Name: "sock-held-views-epoch-not-rebased",
+		File: "fabric/sock/conn.go",
+		Old:  "\t\tc.hv.rebase()\n",
+		New:  "",
+		Pkg:  "./fabric/sock/", Run: "^TestHeldViewsEpochBeforeHold$",
+		Why: "held views are checked against the ViewEpoch read before they were received, not the one at NewConn: an epoch that moved while nothing was held (a raw ntb queue's new session) does not fail the connection's later, intact views",
+	},
+	{
 		Name: "sock-held-view-released-unread",
 		File: "fabric/sock/conn.go",
 		Old:  "\tcase h.n == 0:\n\t\trel = h.done\n",

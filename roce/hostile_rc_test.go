@@ -425,3 +425,24 @@ func TestTimeoutProbeHoldsFlight(t *testing.T) {
 	}
 	p.link.thaw()
 }
+
+// TestViewEpochReset: a QP moved to RESET forgets its receive ring's
+// positions, and its next connection writes its messages over the memory
+// of views still outstanding: ViewEpoch must change (fabric/sock checks
+// it after copying from the views it holds).
+func TestViewEpochReset(t *testing.T) {
+	p := newPeer(t)
+	qp, _ := p.rcQP(QPConfig{}, QPAttr{})
+	p.request(qp, wire.OpRCSendOnly, qpRQPSN, wire.Fields{}, []byte("one"))
+	views := make([]fabric.View, 1)
+	if n, err := qp.RecvViews(views); n != 1 || err != nil {
+		t.Fatalf("RecvViews: %d, %v; want 1", n, err)
+	}
+	e0 := qp.ViewEpoch()
+	if err := qp.Modify(StateReset, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e := qp.ViewEpoch(); e == e0 {
+		t.Fatalf("ViewEpoch is still %d after RESET, with a view outstanding", e)
+	}
+}

@@ -222,6 +222,11 @@ type QP struct {
 	ctr fabric.Counters
 	evs chan fabric.Event
 
+	// epoch is ViewEpoch: resetLocked adds one before the receive
+	// ring's positions go back to 0, where the next connection's
+	// messages overwrite the memory of views still outstanding.
+	epoch atomic.Uint64
+
 	mu    sync.Mutex
 	state QPState
 	attr  QPAttr
@@ -498,6 +503,7 @@ func (qp *QP) Connect(attr *QPAttr) error {
 }
 
 func (qp *QP) resetLocked() {
+	qp.epoch.Add(1) // views outstanding are void (ViewEpoch)
 	qp.state = StateReset
 	qp.status = fabric.StatusOK
 	qp.sqHead, qp.sqNext, qp.sqTail, qp.nextPkt = 0, 0, 0, 0
@@ -969,10 +975,11 @@ func (qp *QP) ReleaseViews(n int) error {
 // (QPConfig.RecvBuffer bytes at most) with the records still to arrive.
 func (qp *QP) ViewRoom() (views, bytes int) { return maxViews, qp.cfg.RecvBuffer }
 
-// ViewEpoch implements fabric.ViewRoom: a QP's receive ring is never
-// reset under outstanding views (nor after Close: it is Go memory), so
-// the epoch never changes.
-func (qp *QP) ViewEpoch() uint64 { return 0 }
+// ViewEpoch implements fabric.ViewRoom: it changes when the QP is
+// moved to RESET (Modify), whose next connection writes its receive
+// ring from the start, over the memory of views still outstanding.
+// Nothing else resets the ring under them (nor Close: it is Go memory).
+func (qp *QP) ViewEpoch() uint64 { return qp.epoch.Load() }
 
 // OutstandingViews returns the views not yet released.
 func (qp *QP) OutstandingViews() int {

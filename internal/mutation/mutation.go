@@ -1107,6 +1107,14 @@ var List = []Mutation{
 		Why: "held views are checked against the ViewEpoch read before they were received, not the one at NewConn: an epoch that moved while nothing was held (a raw ntb queue's new session) does not fail the connection's later, intact views",
 	},
 	{
+		Name: "roce-view-epoch-unchanged-at-reset",
+		File: "roce/qp.go",
+		Old:  "\tqp.epoch.Add(1) // views outstanding are void (ViewEpoch)\n",
+		New:  "",
+		Pkg:  "./roce/", Run: "^TestViewEpochReset$",
+		Why: "a QP moved to RESET writes its next connection's messages over views still outstanding: its ViewEpoch changes, so that fabric/sock throws away a copy from views it held",
+	},
+	{
 		Name: "sock-held-view-released-unread",
 		File: "fabric/sock/conn.go",
 		Old:  "\tcase h.n == 0:\n\t\trel = h.done\n",

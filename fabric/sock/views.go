@@ -61,9 +61,9 @@ import (
 // Link down. A backend may reset the views' memory without the
 // connection's doing: ntb clears its rings when a new session begins
 // after the link went down, and gives the queue to a new connection.
-// So may the closing of the endpoint under the connection (ntb's
-// Transport.Close zeroes the window of every queue it carries).
-// So every copy from views (Read's and spillLocked's from held views,
+// An endpoint closed under the connection is void too (ntb's
+// Transport.Close zeroes the window of every queue it carries). So
+// every copy from views (Read's and spillLocked's from held views,
 // the pumper's from its burst) is followed by a check of the endpoint's
 // ViewEpoch (intact), which the backend changes before it clears the
 // memory, against the epoch the pumper read before it received them

@@ -79,6 +79,9 @@ type ViewRoom interface {
 	// backend whose views stay intact until released. A caller that
 	// holds views reads it before it receives them and checks it again
 	// after it copies from one: a changed epoch means the copy may hold
-	// zeros or another session's bytes and must be thrown away.
+	// zeros or another session's bytes and must be thrown away. An
+	// implementation reads its counter with a read-modify-write, not a
+	// plain atomic load, so that the copy made before the call is
+	// ordered before the writes of a reset that comes after it.
 	ViewEpoch() uint64
 }

@@ -382,7 +382,13 @@ func (e *Endpoint) ViewRoom() (views, bytes int) { return maxViews, e.t.lay.ring
 // receive memory is reset (Transport.reset, reclaim), before the ring is
 // cleared, and when the endpoint closes (its views are void, and
 // Transport.Close then zeroes their memory).
-func (e *Endpoint) ViewEpoch() uint64 { return e.epoch.Load() }
+//
+// It reads the epoch with a read-modify-write (adding 0), not a load: the
+// reset's own add then reads from it whenever this read comes first, so
+// the caller's copy before the call happens before the reset's clearing
+// of the memory (Go's memory model; a plain atomic load would not order
+// the copy's loads before it on weakly ordered processors such as arm64).
+func (e *Endpoint) ViewEpoch() uint64 { return e.epoch.Add(0) }
 
 var _ fabric.ViewRoom = (*Endpoint)(nil)
 

@@ -979,7 +979,11 @@ func (qp *QP) ViewRoom() (views, bytes int) { return maxViews, qp.cfg.RecvBuffer
 // moved to RESET (Modify), whose next connection writes its receive
 // ring from the start, over the memory of views still outstanding.
 // Nothing else resets the ring under them (nor Close: it is Go memory).
-func (qp *QP) ViewEpoch() uint64 { return qp.epoch.Load() }
+//
+// As ntb's, it reads the epoch with a read-modify-write (adding 0), so
+// that a copy made before the call is ordered before a later reset's
+// writes.
+func (qp *QP) ViewEpoch() uint64 { return qp.epoch.Add(0) }
 
 // OutstandingViews returns the views not yet released.
 func (qp *QP) OutstandingViews() int {

@@ -99,36 +99,36 @@ func BenchmarkThroughput1M(b *testing.B) {
 }
 
 // benchThroughput1M times 1 MiB writes from c to a counting reader on a.
-func benchThroughput1M(b *testing.B, a, c net.Conn) {
-	{
-		const size = 1 << 20
-		done := make(chan int64, 1)
-		go func() {
-			buf := make([]byte, 256<<10)
-			var n int64
-			for {
-				k, err := a.Read(buf)
-				n += int64(k)
-				if err != nil {
-					done <- n
-					return
-				}
-				if n%size == 0 && k > 0 {
-					a.Write(buf[:1])
-				}
+func benchThroughput1M(b *testing.B, a, c net.Conn) { benchStream1M(b, a, c, 256<<10) }
+
+// benchStream1M times 1 MiB writes from c to a reader on a that reads
+// readSize bytes at a time and acknowledges each MiB with one byte.
+func benchStream1M(b *testing.B, a, c net.Conn, readSize int) {
+	const size = 1 << 20
+	go func() {
+		buf := make([]byte, readSize)
+		var n int64
+		for {
+			k, err := a.Read(buf)
+			n += int64(k)
+			if err != nil {
+				return
 			}
-		}()
-		data := make([]byte, size)
-		ack := make([]byte, 1)
-		b.SetBytes(size)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := c.Write(data); err != nil {
-				b.Fatal(err)
+			if n%size == 0 && k > 0 {
+				a.Write(buf[:1])
 			}
-			if _, err := io.ReadFull(c, ack); err != nil {
-				b.Fatal(err)
-			}
+		}
+	}()
+	data := make([]byte, size)
+	ack := make([]byte, 1)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, ack); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package sock
 
 import (
-	"io"
 	"net"
 	"testing"
 )
@@ -12,33 +11,5 @@ import (
 // waits for the next Reads (held in its view, or copied into the ring
 // where the backend lends no views).
 func BenchmarkThroughput1MReads4K(b *testing.B) {
-	benchConns(b, func(b *testing.B, a, c net.Conn) {
-		const size = 1 << 20
-		go func() {
-			buf := make([]byte, 4<<10)
-			var n int64
-			for {
-				k, err := a.Read(buf)
-				n += int64(k)
-				if err != nil {
-					return
-				}
-				if n%size == 0 && k > 0 {
-					a.Write(buf[:1])
-				}
-			}
-		}()
-		data := make([]byte, size)
-		ack := make([]byte, 1)
-		b.SetBytes(size)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := c.Write(data); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, ack); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchConns(b, func(b *testing.B, a, c net.Conn) { benchStream1M(b, a, c, 4<<10) })
 }

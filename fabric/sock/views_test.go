@@ -341,17 +341,7 @@ func TestHeldViewsBothWrite(t *testing.T) {
 func TestHeldViewsLost(t *testing.T) {
 	viewBackends(t, func(t *testing.T, be backend) {
 		a, b, spy := spyPair(t, be, nil)
-		p := seqBytes(3000, 1)
-		if _, err := a.Write(p); err != nil {
-			t.Fatal(err)
-		}
-		pumpUntil(t, b, len(p), nil)
-		b.mu.Lock()
-		held := b.hlen
-		b.mu.Unlock()
-		if held != len(p) {
-			t.Fatalf("%d of %d bytes held", held, len(p))
-		}
+		p := writeHeld(t, a, b)
 		spy.bump.Add(1)
 		got := make([]byte, len(p))
 		n, err := b.Read(got)
@@ -390,17 +380,7 @@ func TestHeldViewsTransportClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	p := seqBytes(3000, 1)
-	if _, err := a.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	pumpUntil(t, b, len(p), nil)
-	b.mu.Lock()
-	held := b.hlen
-	b.mu.Unlock()
-	if held != len(p) {
-		t.Fatalf("%d of %d bytes held", held, len(p))
-	}
+	p := writeHeld(t, a, b)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -471,17 +451,7 @@ func TestHeldViewsEpochBeforeHold(t *testing.T) {
 	viewBackends(t, func(t *testing.T, be backend) {
 		a, b, spy := spyPair(t, be, nil)
 		spy.bump.Add(1)
-		p := seqBytes(3000, 1)
-		if _, err := a.Write(p); err != nil {
-			t.Fatal(err)
-		}
-		pumpUntil(t, b, len(p), nil)
-		b.mu.Lock()
-		held := b.hlen
-		b.mu.Unlock()
-		if held != len(p) {
-			t.Fatalf("%d of %d bytes held", held, len(p))
-		}
+		p := writeHeld(t, a, b)
 		got := make([]byte, len(p))
 		if _, err := io.ReadFull(b, got); err != nil {
 			t.Fatal(err)
@@ -490,4 +460,22 @@ func TestHeldViewsEpochBeforeHold(t *testing.T) {
 			t.Fatal("read other bytes than were written")
 		}
 	})
+}
+
+// writeHeld writes 3000 bytes from a, pumps b until it has them, and
+// checks that b holds them all in views; it returns them.
+func writeHeld(t *testing.T, a, b *Conn) []byte {
+	t.Helper()
+	p := seqBytes(3000, 1)
+	if _, err := a.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, b, len(p), nil)
+	b.mu.Lock()
+	held := b.hlen
+	b.mu.Unlock()
+	if held != len(p) {
+		t.Fatalf("%d of %d bytes held", held, len(p))
+	}
+	return p
 }

@@ -136,7 +136,16 @@ func startProgram(t *testing.T) *program {
 		path = filepath.Join("/dev/shm", filepath.Base(path))
 	}
 	os.Remove(path)
-	t.Cleanup(func() { os.Remove(path) })
+	t.Cleanup(func() {
+		// After the helper is killed (cleanups run last first): the
+		// bridge's file and the bell pipes beside it, which a killed
+		// owner cannot remove.
+		os.Remove(path)
+		bells, _ := filepath.Glob(path + ".bell*")
+		for _, b := range bells {
+			os.Remove(b)
+		}
+	})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "WEFT_TEST_PINGPONG="+path)
 	cmd.Stderr = os.Stderr

@@ -40,6 +40,8 @@ type Engine struct {
 	// link is a ShmLink); ringShm: a packet marked Shm does (the link is
 	// an AutoLink with a ring). See unsealed.
 	ringAll, ringShm bool
+	// lender is the link as a link.Lender (a ring's slots), else nil.
+	lender link.Lender
 
 	objMu sync.RWMutex
 	qps   map[uint32]*QP
@@ -203,6 +205,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		mrs: map[uint32]*MR{}, stop: make(chan struct{}), unspun: make(chan struct{}, 1), nap: spinNap, started: time.Now(), qpnMask: 0xffffff, block: blk}
 	e.auto, _ = lk.(*link.AutoLink)
 	_, e.ringAll = lk.(*link.ShmLink)
+	e.lender, _ = lk.(link.Lender)
 	e.ringShm = e.auto != nil && e.auto.Shm()
 	e.gsiTx.init()
 	var b [4]byte
@@ -634,6 +637,11 @@ func (e *Engine) pollAcks(acks bool) int {
 	e.rxNow = nanotime()
 	for i := 0; i < n; i++ {
 		e.input(&rx[i])
+	}
+	if e.lender != nil {
+		// Done with the batch: the ring's slots go back before its
+		// acknowledgements go out (link.Lender).
+		e.lender.ReturnLent()
 	}
 	// Acknowledgements are coalesced (see ackDelay): those of a stream,
 	// the urgent and the overdue ones go now.

@@ -10,7 +10,7 @@
 //	WEFT_MUTATION=1 go test -count=1 -v -run TestMutations ./internal/mutation/
 //
 // WEFT_MUTATION may also be a regular expression over mutation names.
-// The mutations (316 on 6 December 2026) take about 13 minutes on the
+// The mutations (317 on 6 December 2026) take about 13 minutes on the
 // 2-core CI host (they took 33 before these three rules): two run at a time
 // (WEFT_MUTATION_JOBS), each in a module copy of its own and never two of
 // the same package; a guarding test runs under the race detector only
@@ -1113,6 +1113,14 @@ var List = []Mutation{
 		New:  "",
 		Pkg:  "./roce/", Run: "^TestViewEpochReset$",
 		Why: "a QP moved to RESET writes its next connection's messages over views still outstanding: its ViewEpoch changes, so that fabric/sock throws away a copy from views it held",
+	},
+	{
+		Name: "link-shm-return-lent-noop",
+		File: "roce/link/shm.go",
+		Old:  "\t\treturn\n\t}\n\tl.returnLentLocked()\n}\n",
+		New:  "\t\treturn\n\t}\n}\n",
+		Pkg:  "./roce/link/", Run: "^TestShmLinkReturnLent$",
+		Why: "ReturnLent gives the ring's lent slots back before the next ReadBatch, so that the engine frees them before it acknowledges their packets (with the lossless window, as large as the ring, a lent batch otherwise meets a sender with a full ring)",
 	},
 	{
 		Name: "sock-held-view-released-unread",

@@ -202,6 +202,13 @@ func (a *AutoLink) ReadBatch(pkts []Packet) (int, error) {
 	return a.readUDP(pkts)
 }
 
+// ReturnLent implements Lender: the ring's lent slots go back.
+func (a *AutoLink) ReturnLent() {
+	if a.shm != nil {
+		a.shm.ReturnLent()
+	}
+}
+
 // readShm reads the ring.
 func (a *AutoLink) readShm(pkts []Packet) (int, error) {
 	n, err := a.shm.ReadBatch(pkts)

@@ -228,3 +228,54 @@ func TestShmLinkLends(t *testing.T) {
 		t.Fatalf("the slots of copied datagrams are free at once: %d of 4 taken", k)
 	}
 }
+
+// TestShmLinkReturnLent: ReturnLent gives a batch's lent slots back
+// before the next ReadBatch: the engine
+// returns them before it acknowledges the batch, so that a sender whose
+// window the acknowledgement opens finds room (with the lossless window,
+// as large as the ring, a batch still lent meant a full ring, dropped
+// packets and a resent window: TestWindowBelowQueues, one run in three).
+func TestShmLinkReturnLent(t *testing.T) {
+	a, b := shmPair(t, ShmConfig{Slots: 4})
+	raw, _ := rocePacket(a.LocalAddr(), b.LocalAddr(), 50001)
+	write := func(n int) int {
+		t.Helper()
+		out := make([]Packet, n)
+		for i := range out {
+			out[i] = Packet{Buf: bytes.Clone(raw), N: len(raw), Addr: b.LocalAddr(), SrcPort: 50001, Unsealed: true}
+		}
+		k, err := a.WriteBatch(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if k := write(4); k != 4 {
+		t.Fatalf("4 datagrams into 4 free slots: %d taken", k)
+	}
+	in := rxPackets(8)
+	if n, err := b.ReadBatch(in); n != 4 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v; want 4", n, err)
+	}
+	if k := write(1); k != 0 {
+		t.Fatalf("a producer took %d slot(s) lent to the reader", k)
+	}
+	var l Lender = b
+	l.ReturnLent()
+	if k := write(4); k != 4 {
+		t.Fatalf("after ReturnLent: %d of 4 slots taken, want the 4 lent ones", k)
+	}
+	// A second ReturnLent, with nothing lent, and one after Close, are
+	// no-ops; the next ReadBatch finds the 4 new datagrams.
+	l.ReturnLent()
+	if n, err := b.ReadBatch(in); n != 4 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v; want 4", n, err)
+	}
+	b.Close()
+	l.ReturnLent()
+}
+
+var (
+	_ Lender = (*ShmLink)(nil)
+	_ Lender = (*AutoLink)(nil)
+)

@@ -488,11 +488,7 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 		return 0, os.ErrClosed
 	}
 	r := &l.r
-	// The slots the last call lent are the producers' again.
-	for _, pos := range l.lent {
-		r.seq(pos).Store(pos + r.slots)
-	}
-	l.lent = l.lent[:0]
+	l.returnLentLocked() // the slots the last call lent are the producers' again
 	got := 0
 	head := r.head.Load()
 	for got < len(pkts) {
@@ -552,6 +548,28 @@ func (l *ShmLink) ReadBatch(pkts []Packet) (int, error) {
 	}
 	r.head.Store(head)
 	return got, nil
+}
+
+// ReturnLent implements Lender: the slots the last ReadBatch lent are the
+// producers' again, before the next ReadBatch.
+func (l *ShmLink) ReturnLent() {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	l.memMu.RLock()
+	defer l.memMu.RUnlock()
+	if l.closed.Load() {
+		return
+	}
+	l.returnLentLocked()
+}
+
+// returnLentLocked gives the lent slots back. The caller holds readMu
+// and memMu (read), on an open link.
+func (l *ShmLink) returnLentLocked() {
+	for _, pos := range l.lent {
+		l.r.seq(pos).Store(pos + l.r.slots)
+	}
+	l.lent = l.lent[:0]
 }
 
 // skipStuck reports whether the slot at pos has been claimed and

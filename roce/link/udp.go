@@ -87,6 +87,20 @@ type Link interface {
 	Close() error
 }
 
+// Lender is implemented by a Link whose ReadBatch lends its own memory
+// (a ShmLink's ring slots, through AutoLink too): ReturnLent gives what
+// the last ReadBatch lent back at once, rather than at the next
+// ReadBatch. The engine calls it once it is done with a batch, before it
+// acknowledges the batch's packets: a sender whose window that
+// acknowledgement opens then finds their slots free. With a window as
+// large as the ring (the lossless window) a batch still lent would meet
+// it with a full ring, and the sender, after its tries, would drop
+// packets and resend a window. The packets' Bufs must not be used after
+// it.
+type Lender interface {
+	ReturnLent()
+}
+
 // MTUCapper is implemented by a Link that carries the packets of a
 // limited path MTU only: XDPLink (XDPMaxMTU, its UMEM chunks hold no
 // larger). An engine reads the cap once, when it starts (MaxMTU), and

@@ -468,7 +468,8 @@ func (l *ShmLink) Torn() uint64 { return l.torn.Load() }
 // A datagram written unsealed (Packet.Unsealed) by a producer that no
 // other may have followed into its slot is not copied: its packet's Buf
 // is pointed at the slot, which stays the reader's, lent, until the next
-// ReadBatch or Close, as XDPLink lends its frames (the engine processes
+// ReadBatch, ReturnLent or Close, as XDPLink lends its frames (the
+// engine returns a batch's slots before it acknowledges it, and processes
 // each batch under its poll lock, which Close takes). Its producer counts
 // itself in the slot and nothing else writes there before the release
 // (see "The ICRC on a ring"). Every other datagram, sealed (a producer of
